@@ -1,0 +1,281 @@
+"""The child process: run the user's script as `python SCRIPT ARGS` would, under a bounded profiler window.
+
+Invoked as `python -m perfaudit.collect.bootstrap CONFIG SCRIPT [ARGS...]`. Whatever happens to the
+script (it finishes, raises, calls sys.exit or os._exit, is interrupted), what was recorded is
+written to the run folder: `trace.json.gz` (Kineto trace with the probes embedded under the
+`perfaudit` key) and `result.json` (the outcome).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+import traceback
+
+# The profiler window's own exception: a BaseException so `except Exception` in user code lets it pass.
+class WindowDone(BaseException):
+    pass
+
+
+class Interrupted(BaseException):
+    pass
+
+
+def _user_frame_of(tb) -> dict | None:
+    from .probes import user_site  # noqa: F401  (same filter as the probes)
+    from .probes import _LIB_MARKERS, _OWN_DIR, _TORCH_DIR
+    last = None
+    for frame, line in traceback.walk_tb(tb):
+        path = frame.f_code.co_filename
+        if not (path.startswith("<") or path.startswith(_OWN_DIR) or path.startswith(_TORCH_DIR)
+                or any(m in path for m in _LIB_MARKERS)):
+            last = {"path": path, "line": line, "func": frame.f_code.co_name}
+    return last
+
+
+class Session:
+    def __init__(self, config: dict, script: str):
+        import torch
+        from .probes import Probes
+        from .steps import StepDetector
+
+        self.torch = torch
+        self.config = config
+        self.script = script
+        self.run_dir = config["run_dir"]
+        self.warmup, self.steps, self.full = config["warmup"], config["steps"], config["full"]
+        self.probes = Probes()
+        self.detector = StepDetector(self._step_boundary)
+        self.prof = None
+        self.step_rf = None
+        self.step_index = 0          # steps completed inside the profiled window
+        self.window_closed = False
+        self.finished = False
+        self.pending = False         # a step ended; its boundary waits for the next flush point
+        self.started_at = None
+        self._progress = open(os.path.join(self.run_dir, "progress.jsonl"), "a", buffering=1)
+
+    # -- progress ------------------------------------------------------------------------------
+    def _say(self, phase: str, **extra) -> None:
+        self._progress.write(json.dumps({"phase": phase, "t": time.time(), **extra}) + "\n")
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def install(self) -> None:
+        torch = self.torch
+        self.probes.on_training_activity = self._start_profiler
+        self.probes.on_batch = self.detector.batch_fetched
+        self.probes.before_batch = self.flush
+        self.probes.install()
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+        register_optimizer_step_pre_hook(lambda opt, args, kwargs: self.flush())
+        register_optimizer_step_post_hook(lambda opt, args, kwargs: self.detector.optimizer_stepped(id(opt)))
+        original_zero_grad = torch.optim.Optimizer.zero_grad
+
+        def zero_grad(opt, *args, **kwargs):
+            self.flush()
+            return original_zero_grad(opt, *args, **kwargs)
+
+        torch.optim.Optimizer.zero_grad = zero_grad
+        original_backward = torch.autograd.backward
+
+        def backward(*args, **kwargs):
+            self._start_profiler()
+            self.flush()
+            result = original_backward(*args, **kwargs)
+            self.detector.backward_done()
+            return result
+
+        torch.autograd.backward = backward
+        original_exit = os._exit
+
+        def guarded_exit(code=0):
+            self.finish({"outcome": "os_exit", "exit_code": code})
+            original_exit(code)
+
+        os._exit = guarded_exit
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, frame):
+        if not self.finished:
+            raise Interrupted(signal.Signals(signum).name)
+
+    # -- the window ------------------------------------------------------------------------------
+    def _start_profiler(self) -> None:
+        if self.prof is not None or self.window_closed:
+            return
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self._say("profiling", device="cuda" if torch.cuda.is_available() else "cpu")
+        self.prof = profile(activities=activities, with_stack=self.config["with_stack"],
+                            record_shapes=self.config["record_shapes"])
+        self.prof.start()
+        self.started_at = time.time()
+        self._open_step()
+        if self.warmup == 0:
+            self.probes.start_module_trace()
+
+    def _open_step(self) -> None:
+        self.step_rf = self.torch.profiler.record_function(f"ProfilerStep#{self.step_index}")
+        self.step_rf.__enter__()
+
+    def _close_step(self) -> None:
+        if self.step_rf is not None:
+            self.step_rf.__exit__(None, None, None)
+            self.step_rf = None
+
+    def _step_boundary(self) -> None:
+        """A step ended. Its boundary is placed at the next flush point (next batch, zero_grad,
+        backward or optimizer step), so that work after optimizer.step() stays in its step and
+        the Optimizer.step range is not cut."""
+        if self.prof is not None and not self.window_closed:
+            self.pending = True
+
+    def flush(self, raise_done: bool = True) -> None:
+        if not self.pending:
+            return
+        self.pending = False
+        if self.step_index >= self.warmup:
+            self.probes.sample_window_state()
+        self._close_step()
+        self.step_index += 1
+        if self.step_index == self.warmup:
+            self.probes.stop_module_trace()
+        if self.step_index == max(self.warmup - 1, 0) and self.warmup > 0:
+            self.probes.start_module_trace()  # module order over the last warm-up step
+        self._say("step", step=self.step_index, warmup=self.warmup, steps=self.steps)
+        if self.step_index >= self.warmup + self.steps:
+            self._close_window({"outcome": "window_complete"})
+            if not self.full and raise_done:
+                raise WindowDone()
+            return
+        self._open_step()
+
+    def _close_window(self, result: dict) -> None:
+        if self.window_closed:
+            return
+        self.window_closed = True
+        self.probes.stop_module_trace()
+        self._close_step()
+        trace_path = None
+        if self.prof is not None:
+            self._say("exporting")
+            try:
+                self.prof.stop()
+            except Exception:
+                pass
+            trace_path = self._export(result)
+        self._write_result(result, trace_path)
+
+    def _export(self, result: dict) -> str | None:
+        plain = os.path.join(self.run_dir, "trace.json")
+        final = plain + ".gz"
+        try:
+            self.prof.export_chrome_trace(plain)
+        except Exception as exc:  # nothing recorded, or the exporter failed
+            self._say("export_failed", error=str(exc))
+            return None
+        meta = self._meta(result)
+        with open(plain, "rb") as src, gzip.open(final, "wb", compresslevel=3) as dst:
+            head = src.read(1)
+            while head and head.isspace():
+                head = src.read(1)
+            if head != b"{":
+                return None
+            dst.write(b'{"perfaudit": ' + json.dumps(meta).encode() + b",")
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.remove(plain)
+        return final
+
+    def _meta(self, result: dict) -> dict:
+        return {
+            "version": 1,
+            "script": os.path.abspath(self.script),
+            "argv": sys.argv[1:],
+            "cwd": os.getcwd(),
+            "source_roots": [os.path.dirname(os.path.abspath(self.script)), os.getcwd()],
+            "window": {"warmup": self.warmup, "steps": self.steps, "recorded": self.step_index,
+                       "step_source": self.detector.source},
+            "outcome": result,
+            "probes": self.probes.snapshot(),
+        }
+
+    def _write_result(self, result: dict, trace_path: str | None) -> None:
+        out = {**result, "trace": trace_path, "steps_recorded": self.step_index,
+               "warmup": self.warmup, "step_source": self.detector.source,
+               "profiling_started": self.prof is not None}
+        if self.prof is None:
+            out["probes"] = self.probes.snapshot()
+        tmp = os.path.join(self.run_dir, "result.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(out, f, default=str)
+        os.replace(tmp, os.path.join(self.run_dir, "result.json"))
+
+    def finish(self, result: dict) -> None:
+        """Called once whatever happened: close the window if still open, then record the outcome."""
+        if self.finished:
+            return
+        self.finished = True
+        self.flush(raise_done=False)
+        if not self.window_closed:
+            self._close_window(result)
+        else:
+            path = os.path.join(self.run_dir, "result.json")
+            with open(path) as f:
+                previous = json.load(f)
+            if result["outcome"] not in ("completed", "window_complete"):
+                previous["after_window"] = result
+            with open(path, "w") as f:
+                json.dump(previous, f, default=str)
+        self._say("done")
+
+
+def _describe_exception(exc: BaseException) -> dict:
+    return {"outcome": "raised", "exception": type(exc).__name__,
+            "message": str(exc).splitlines()[0][:500] if str(exc) else "",
+            "site": _user_frame_of(exc.__traceback__),
+            "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+
+
+def main() -> None:
+    config_path, script, *args = sys.argv[1:]
+    with open(config_path) as f:
+        config = json.load(f)
+    script_path = os.path.abspath(script)
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(script_path)
+    session = Session(config, script)
+    session.install()
+    session._say("running")
+    import runpy
+    code = 0
+    try:
+        runpy.run_path(script_path, run_name="__main__")
+        result = {"outcome": "completed"}
+    except WindowDone:
+        result = {"outcome": "window_complete"}
+    except Interrupted as exc:
+        result = {"outcome": "interrupted", "signal": str(exc)}
+    except KeyboardInterrupt:
+        result = {"outcome": "interrupted", "signal": "SIGINT"}
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        result = {"outcome": "exited", "exit_code": code}
+    except BaseException as exc:  # the user's script failed: keep what was recorded
+        result = _describe_exception(exc)
+        code = 1
+    session.finish(result)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown of a half-finished training script; the runner cleans up
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""Facts from the live process that a trace cannot show.
+
+Each probe wraps a torch entry point to note *where in the user's code* it was called and with what
+settings, then calls through unchanged. Nothing in the user's script is modified.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import sys
+import weakref
+
+import torch
+
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+_LIB_MARKERS = ("site-packages", "dist-packages", os.sep + "lib" + os.sep + "python3")
+
+
+def user_site(depth: int = 2) -> dict | None:
+    """The innermost frame of the user's code on the current stack: {path, line, func}."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not (path.startswith("<") or path.startswith(_OWN_DIR) or path.startswith(_TORCH_DIR)
+                or any(m in path for m in _LIB_MARKERS)):
+            return {"path": path, "line": frame.f_lineno, "func": frame.f_code.co_name}
+        frame = frame.f_back
+    return None
+
+
+def _wrap(owner, name: str, before):
+    """Replace owner.name by a wrapper that calls before(args, kwargs) then the original."""
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        try:
+            before(args, kwargs)
+        except Exception:  # a probe must never break the user's script
+            pass
+        return original(*args, **kwargs)
+
+    setattr(owner, name, wrapper)
+    return original
+
+
+def _tensors_nbytes(obj, depth: int = 0) -> tuple[int, bool]:
+    """Bytes of the tensors in a batch and whether they are all pinned."""
+    if depth > 4:
+        return 0, True
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size(), bool(obj.is_pinned()) if obj.device.type == "cpu" else True
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    total, pinned = 0, True
+    for item in items:
+        n, p = _tensors_nbytes(item, depth + 1)
+        total, pinned = total + n, pinned and p
+    return total, pinned
+
+
+class Probes:
+    """Installs the probes and holds what they saw."""
+
+    def __init__(self):
+        self.optimizers: dict[int, dict] = {}
+        self.loaders: dict[int, dict] = {}
+        self.debug_calls: list[dict] = []
+        self.empty_cache: dict[tuple, dict] = {}
+        self.anomaly_in_window = False
+        self.layer_sites: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self.bias_before_norm: list[dict] = []
+        self.module_order: list[str] = []
+        self._outputs: dict[int, torch.nn.Module] = {}
+        self._module_hook = None
+        self.on_training_activity = lambda: None
+        self.on_batch = lambda: None
+        self.before_batch = lambda: None
+
+    # -- installation ------------------------------------------------------------------------
+    def install(self) -> None:
+        _wrap(torch.optim.Optimizer, "__init__", self._optimizer_init)
+        dl = torch.utils.data.DataLoader
+        _wrap(dl, "__init__", self._loader_init)
+        original_iter = dl.__iter__
+
+        def __iter__(loader):
+            iterator = original_iter(loader)
+            try:
+                iterator._perfaudit_loader = id(loader)
+                self.on_training_activity()
+            except Exception:
+                pass
+            return iterator
+
+        dl.__iter__ = __iter__
+        it = torch.utils.data.dataloader._BaseDataLoaderIter
+        original_next = it.__next__
+        probes = self
+
+        def __next__(self_it):
+            probes.before_batch()
+            batch = original_next(self_it)
+            try:
+                probes._batch(self_it, batch)
+            except Exception:
+                pass
+            return batch
+
+        it.__next__ = __next__
+        for owner, name in ((torch.nn.modules.conv._ConvNd, "__init__"), (torch.nn.Linear, "__init__")):
+            self._track_layer_site(owner, name)
+        self._debug(torch.autograd.set_detect_anomaly, "__init__", "set_detect_anomaly",
+                    lambda a, k: bool(a[1] if len(a) > 1 else k.get("mode", True)))
+        self._debug(torch.autograd.detect_anomaly, "__init__", "detect_anomaly", lambda a, k: True)
+        self._debug(torch.autograd.profiler.emit_nvtx, "__enter__", "emit_nvtx",
+                    lambda a, k: bool(getattr(a[0], "enabled", True)))
+        for fn in ("gradcheck", "gradgradcheck"):
+            self._debug_function(torch.autograd, fn)
+        if hasattr(torch, "cuda"):
+            _wrap(torch.cuda, "empty_cache", self._empty_cache)
+
+    def _track_layer_site(self, owner, name):
+        def before(args, kwargs):
+            site = user_site(3)
+            if site and args:
+                self.layer_sites[args[0]] = site
+        _wrap(owner, name, before)
+
+    def _debug(self, owner, name, api, enabled):
+        def before(args, kwargs):
+            self.debug_calls.append({"api": api, "enabled": enabled(args, kwargs), "site": user_site(3)})
+        _wrap(owner, name, before)
+
+    def _debug_function(self, module, name):
+        def before(args, kwargs):
+            self.debug_calls.append({"api": name, "enabled": True, "site": user_site(3)})
+        _wrap(module, name, before)
+
+    # -- probe callbacks -----------------------------------------------------------------------
+    def _optimizer_init(self, args, kwargs):
+        opt = args[0]
+        if id(opt) not in self.optimizers:
+            self.optimizers[id(opt)] = {"class": type(opt).__name__, "site": user_site(3), "_ref": opt}
+            self.on_training_activity()
+
+    def _loader_init(self, args, kwargs):
+        self.loaders[id(args[0])] = {"site": user_site(3), "_ref": weakref.ref(args[0]),
+                                     "batches": 0, "batch_bytes": 0, "pinned": True}
+
+    def _batch(self, iterator, batch):
+        info = self.loaders.get(getattr(iterator, "_perfaudit_loader", None))
+        if info is not None:
+            nbytes, pinned = _tensors_nbytes(batch)
+            info["batches"] += 1
+            info["batch_bytes"] = max(info["batch_bytes"], nbytes)
+            info["pinned"] = info["pinned"] and pinned
+        self.on_batch()
+
+    def _empty_cache(self, args, kwargs):
+        site = user_site(3) or {}
+        key = (site.get("path"), site.get("line"))
+        self.empty_cache.setdefault(key, {"site": site, "calls": 0})["calls"] += 1
+
+    # -- module order over one step --------------------------------------------------------------
+    def start_module_trace(self) -> None:
+        norm_types = (torch.nn.modules.batchnorm._BatchNorm,)
+        layer_types = (torch.nn.modules.conv._ConvNd, torch.nn.Linear)
+
+        def hook(module, inputs, output):
+            if len(self.module_order) < 5000:
+                self.module_order.append(type(module).__name__)
+            if isinstance(module, layer_types) and isinstance(output, torch.Tensor):
+                self._outputs[id(output)] = (module, output)
+            elif isinstance(module, norm_types) and inputs and isinstance(inputs[0], torch.Tensor):
+                producer = self._outputs.get(id(inputs[0]))
+                if producer and producer[1] is inputs[0] and getattr(producer[0], "bias", None) is not None:
+                    layer = producer[0]
+                    entry = {"layer": type(layer).__name__, "norm": type(module).__name__,
+                             "bias_params": int(layer.bias.numel()), "site": self.layer_sites.get(layer)}
+                    if entry not in self.bias_before_norm:
+                        self.bias_before_norm.append(entry)
+
+        self._module_hook = torch.nn.modules.module.register_module_forward_hook(hook)
+
+    def stop_module_trace(self) -> None:
+        if self._module_hook is not None:
+            self._module_hook.remove()
+            self._module_hook = None
+        self._outputs.clear()
+
+    def sample_window_state(self) -> None:
+        self.anomaly_in_window = self.anomaly_in_window or torch.is_anomaly_enabled()
+
+    # -- export ----------------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        optimizers = []
+        for info in self.optimizers.values():
+            opt = info["_ref"]
+            defaults = {k: v for k, v in getattr(opt, "defaults", {}).items()
+                        if isinstance(v, (bool, int, float, str, type(None)))}
+            n_params = sum(len(g["params"]) for g in getattr(opt, "param_groups", []))
+            optimizers.append({"class": info["class"], "site": info["site"], "options": defaults,
+                               "param_tensors": n_params})
+        loaders = []
+        for info in self.loaders.values():
+            loader = info["_ref"]()
+            if loader is None or not info["batches"]:
+                continue
+            loaders.append({
+                "site": info["site"], "num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
+                "persistent_workers": loader.persistent_workers, "prefetch_factor": loader.prefetch_factor,
+                "batch_size": loader.batch_size, "batches_seen": info["batches"],
+                "batch_bytes": info["batch_bytes"], "batch_pinned": info["pinned"],
+            })
+        return {
+            "optimizers": optimizers,
+            "dataloaders": loaders,
+            "debug_apis": self.debug_calls,
+            "anomaly_enabled_in_window": self.anomaly_in_window,
+            "empty_cache": list(self.empty_cache.values()),
+            "bias_before_norm": self.bias_before_norm,
+            "module_order": self.module_order[:200],
+            "environment": environment(),
+        }
+
+
+def environment() -> dict:
+    cuda = torch.cuda.is_available()
+    env = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "cuda_available": cuda,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cudnn_enabled": torch.backends.cudnn.enabled,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "device": "cpu",
+    }
+    if cuda:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        env.update(device="cuda", device_name=props.name, capability=f"{props.major}.{props.minor}",
+                   device_memory=props.total_memory)
+    return env

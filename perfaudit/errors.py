@@ -1,0 +1,25 @@
+"""Errors the library raises; only the CLI turns them into exit codes and one-line messages."""
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1        # a finding at or above --fail-on
+EXIT_USAGE = 2           # bad arguments, unreadable input, invalid rule files
+EXIT_SCRIPT_FAILED = 3   # the audited script raised, exited non-zero, crashed or timed out
+EXIT_INTERRUPTED = 130   # Ctrl-C
+
+
+class PerfauditError(Exception):
+    """An error with a message fit for one line on stderr."""
+
+    exit_code = EXIT_USAGE
+
+
+class UsageError(PerfauditError):
+    pass
+
+
+class TraceError(PerfauditError):
+    """A trace file that cannot be read or is not a Kineto trace."""
+
+
+class RuleError(PerfauditError):
+    """A rule file that does not load or validate."""

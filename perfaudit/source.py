@@ -1,0 +1,153 @@
+"""Read the user's source to turn 'this op ran inside function f' into exact lines.
+
+Kineto records the function a frame belongs to, not the line that was running. Inside that function
+the call that produced the op has a known shape (`.item()`, `print(t)`, `if t > 0:`), so the AST of
+the function gives its line. Nested functions and classes are not searched: they are frames of
+their own.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+_FORMAT_VIAS = {"__format__", "__repr__", "__str__", "_str", "_tensor_str"}
+_FORMAT_CALLS = {"print", "format", "str", "repr"}
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    line: int
+    name: str
+    code: str
+    kwargs: dict = field(default_factory=dict, hash=False, compare=False)  # literal keyword values
+
+
+@lru_cache(maxsize=256)
+def _parse(path: str) -> tuple[ast.Module, list[str]] | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        return ast.parse(text), text.splitlines()
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _call_name(node: ast.Call) -> str | None:
+    fn = node.func
+    if isinstance(fn, ast.Attribute):
+        return fn.attr
+    if isinstance(fn, ast.Name):
+        return fn.id
+    return None
+
+
+def _literal_kwargs(node: ast.Call) -> dict:
+    out = {}
+    for kw in node.keywords:
+        if kw.arg is None:
+            continue
+        try:
+            out[kw.arg] = ast.literal_eval(kw.value)
+        except (ValueError, SyntaxError, TypeError):
+            out[kw.arg] = ...  # present, not a literal
+    return out
+
+
+def _walk_own(nodes):
+    """Walk statements without entering nested functions, classes or lambdas."""
+    stack = list(reversed(nodes))
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in reversed(list(ast.iter_child_nodes(node))):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                stack.append(child)
+
+
+class SourceIndex:
+    """Source files of the user's code, found through the roots a run or trace gives."""
+
+    def __init__(self, roots: tuple[str, ...] = ()):
+        self.roots = tuple(r for r in roots if r)
+
+    def resolve(self, path: str) -> str | None:
+        if os.path.isabs(path):
+            return path if os.path.isfile(path) else None
+        for root in self.roots:
+            candidate = os.path.join(root, path)
+            if os.path.isfile(candidate):
+                return os.path.abspath(candidate)
+        return None
+
+    def display_path(self, path: str) -> str:
+        """The path as the user knows it: relative to the working directory when inside it."""
+        resolved = self.resolve(path) or path
+        try:
+            rel = os.path.relpath(resolved)
+        except ValueError:
+            return resolved
+        return rel if not rel.startswith("..") else resolved
+
+    def line_text(self, path: str, line: int) -> str:
+        parsed = _parse(self.resolve(path) or path)
+        if parsed and 0 < line <= len(parsed[1]):
+            return parsed[1][line - 1].strip()
+        return ""
+
+    def _body(self, path: str, def_line: int, func: str):
+        resolved = self.resolve(path)
+        parsed = _parse(resolved) if resolved else None
+        if parsed is None:
+            return None, []
+        module, lines = parsed
+        if func == "<module>":
+            return lines, module.body
+        for node in ast.walk(module):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == func:
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                if def_line in (first, node.lineno):
+                    return lines, node.body
+        return lines, None
+
+    def calls(self, path: str, def_line: int, func: str, names: set[str]) -> list[CallSite] | None:
+        """Calls named in `names` inside the function; None when the source is not available."""
+        lines, body = self._body(path, def_line, func)
+        if body is None:
+            return None
+        sites = []
+        for node in _walk_own(body):
+            if isinstance(node, ast.Call) and _call_name(node) in names:
+                sites.append(CallSite(node.lineno, _call_name(node), lines[node.lineno - 1].strip(),
+                                      _literal_kwargs(node)))
+            elif isinstance(node, ast.JoinedStr) and "<f-string>" in names:
+                sites.append(CallSite(node.lineno, "<f-string>", lines[node.lineno - 1].strip()))
+        return sorted(set(sites), key=lambda s: s.line)
+
+    def branches(self, path: str, def_line: int, func: str) -> list[CallSite]:
+        """`if`/`while`/`assert`/ternary tests that compare or call: candidates for bool(tensor)."""
+        lines, body = self._body(path, def_line, func)
+        sites = []
+        for node in _walk_own(body or []):
+            if isinstance(node, (ast.If, ast.While, ast.Assert, ast.IfExp)):
+                test = node.test
+                if any(isinstance(n, (ast.Compare, ast.Call, ast.Attribute, ast.Subscript)) for n in ast.walk(test)):
+                    sites.append(CallSite(test.lineno, type(node).__name__.lower(), lines[test.lineno - 1].strip()))
+        return sorted(set(sites), key=lambda s: s.line)
+
+    def locate(self, path: str, def_line: int, func: str, via: str | None,
+               fallback: set[str] = frozenset(), branches: bool = False) -> tuple[list[CallSite], bool]:
+        """Lines in the function that match the call `via` (then `fallback` names, then branch
+        tests). Returns (sites, exact); when nothing matches, the function's own line, not exact."""
+        names = ({"print", "<f-string>"} | _FORMAT_CALLS) if via in _FORMAT_VIAS else ({via} if via else set())
+        for candidates in (names, set(fallback)):
+            if candidates:
+                sites = self.calls(path, def_line, func, candidates)
+                if sites:
+                    return sites, True
+        if branches:
+            sites = self.branches(path, def_line, func)
+            if sites:
+                return sites, True
+        return [CallSite(def_line, func, self.line_text(path, def_line))], False

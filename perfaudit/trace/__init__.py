@@ -1,0 +1,4 @@
+from .model import Event, Frame, Step, Trace
+from .parser import load_trace
+
+__all__ = ["Event", "Frame", "Step", "Trace", "load_trace"]

@@ -1,0 +1,127 @@
+"""Attribute host events to the Python frames that were running when they happened.
+
+Kineto's python_function events name a frame as `path(first_line): function`, and builtin calls as
+`<built-in method item of Tensor object at 0x…>`. For an op we keep the innermost *user* frame (the
+function in the user's code) and the call just below it (`via`: `item`, `__format__`, …), which
+tells the source locator what to look for in that function.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sysconfig
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .model import Event, Frame, Trace
+
+_FRAME = re.compile(r"^(?P<path>.+)\((?P<line>\d+)\): (?P<func>.+)$")
+_BUILTIN = re.compile(r"^<built-in (?:method|function) (?P<name>[\w.]+)")
+_LIB_MARKERS = ("site-packages", "dist-packages", "/lib/python3", "\\lib\\python3")
+_ALWAYS_LIBRARY = {"perfaudit", "torch", "runpy", "typing", "contextlib", "functools", "threading"}
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    frame: Frame          # innermost user frame
+    via: str | None       # the call just below it: a builtin method name or a library function
+    via_path: str | None  # the library file of `via`, when it is a Python function
+
+
+@lru_cache(maxsize=4096)
+def _is_library_module(top: str) -> bool:
+    if top in _ALWAYS_LIBRARY:
+        return True
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    origin = spec.origin or ""
+    if origin in ("built-in", "frozen"):
+        return True
+    lib_dirs = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return any(origin.startswith(d) for d in lib_dirs)
+
+
+def is_user_path(path: str, user_roots: tuple[str, ...] = ()) -> bool:
+    if path.startswith("<") or any(m in path for m in _LIB_MARKERS):
+        return False
+    top = path.replace("\\", "/").split("/")[0]
+    if top in _ALWAYS_LIBRARY or "/perfaudit/collect/" in path.replace("\\", "/"):
+        return False
+    if os.path.isabs(path):
+        return not user_roots or any(path.startswith(r.rstrip(os.sep) + os.sep) for r in user_roots)
+    if any(os.path.exists(os.path.join(r, path)) for r in user_roots):
+        return True
+    return not _is_library_module(top[:-3] if top.endswith(".py") else top)
+
+
+@lru_cache(maxsize=65536)
+def parse_frame(name: str, user_roots: tuple[str, ...] = ()) -> Frame | None:
+    m = _FRAME.match(name)
+    if not m:
+        return None
+    path = m.group("path")
+    return Frame(path, int(m.group("line")), m.group("func"), is_user_path(path, user_roots))
+
+
+def _via(name: str) -> tuple[str | None, str | None]:
+    b = _BUILTIN.match(name)
+    if b:
+        return b.group("name").rsplit(".", 1)[-1], None
+    m = _FRAME.match(name)
+    if m:
+        return m.group("func"), m.group("path")
+    return None, None
+
+
+class FrameIndex:
+    """Attributes host events to user frames: one sorted sweep per thread with a frame stack."""
+
+    def __init__(self, trace: Trace, user_roots: tuple[str, ...] = ()):
+        self._roots = user_roots
+        self._by_thread: dict[tuple, list[Event]] = defaultdict(list)
+        for ev in trace.python:  # already sorted by (ts, -dur)
+            self._by_thread[(ev.pid, ev.tid)].append(ev)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_thread)
+
+    def _attribution(self, stack: list[Event]) -> Attribution | None:
+        for i in range(len(stack) - 1, -1, -1):
+            frame = parse_frame(stack[i].name, self._roots)
+            if frame is not None and frame.user:
+                via, via_path = _via(stack[i + 1].name) if i + 1 < len(stack) else (None, None)
+                return Attribution(frame, via, via_path)
+        return None
+
+    def attribute_all(self, events: list[Event]) -> dict[int, Attribution]:
+        """Map id(event) to its attribution, for the events that ran inside user code."""
+        out: dict[int, Attribution] = {}
+        queries: dict[tuple, list[Event]] = defaultdict(list)
+        for ev in events:
+            queries[(ev.pid, ev.tid)].append(ev)
+        for key, qs in queries.items():
+            frames = self._by_thread.get(key)
+            if not frames:
+                continue
+            qs.sort(key=lambda e: e.ts)
+            stack: list[Event] = []
+            i = 0
+            for q in qs:
+                while i < len(frames) and frames[i].ts <= q.ts:
+                    e = frames[i]
+                    while stack and stack[-1].end < e.ts:
+                        stack.pop()
+                    stack.append(e)
+                    i += 1
+                while stack and stack[-1].end < q.ts:
+                    stack.pop()
+                attribution = self._attribution(stack)
+                if attribution is not None:
+                    out[id(q)] = attribution
+        return out

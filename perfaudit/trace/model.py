@@ -1,0 +1,92 @@
+"""The normalised trace model: what every analysis reads, whatever Kineto generation wrote it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Kineto categories, old (capitalised) and new, mapped to one vocabulary.
+KIND_BY_CATEGORY = {
+    "cpu_op": "op", "operator": "op",
+    "cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "runtime",
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy", "memcpy": "memcpy",
+    "gpu_memset": "memset", "memset": "memset",
+    "user_annotation": "annotation", "gpu_user_annotation": "gpu_annotation",
+    "python_function": "python", "python": "python",
+}
+DEVICE_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_annotation"})
+
+
+@dataclass(slots=True)
+class Event:
+    """One complete ('X') event. Times are microseconds."""
+
+    kind: str
+    name: str
+    ts: float
+    dur: float
+    pid: Any
+    tid: Any
+    args: dict
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass(slots=True)
+class Step:
+    number: int
+    ts: float
+    end: float
+    warmup: bool = False
+
+    @property
+    def dur(self) -> float:
+        return self.end - self.ts
+
+
+@dataclass(slots=True)
+class Frame:
+    """A Python frame from the trace's python_function events."""
+
+    path: str
+    line: int  # the function's first line, as Kineto records it
+    func: str
+    user: bool
+
+
+@dataclass
+class Trace:
+    path: str
+    meta: dict
+    host: list[Event] = field(default_factory=list)     # ops, runtime calls, annotations
+    device: list[Event] = field(default_factory=list)   # kernels, copies, memsets
+    python: list[Event] = field(default_factory=list)   # python_function events
+    steps: list[Step] = field(default_factory=list)
+    step_source: str = "none"   # how steps were found: ProfilerStep, optimizer, dataloader, whole-trace
+    skipped_events: int = 0     # malformed events that were ignored
+
+    @property
+    def probes(self) -> dict:
+        """Facts perfaudit read from the live process (embedded by `perfaudit run`)."""
+        return self.meta.get("perfaudit", {}) if isinstance(self.meta.get("perfaudit"), dict) else {}
+
+    @property
+    def measured_steps(self) -> list[Step]:
+        return [s for s in self.steps if not s.warmup]
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.device)
+
+    @property
+    def has_stacks(self) -> bool:
+        return bool(self.python)
+
+    @property
+    def rank(self) -> int | None:
+        info = self.meta.get("distributedInfo")
+        if isinstance(info, dict) and isinstance(info.get("rank"), int):
+            return info["rank"]
+        return None

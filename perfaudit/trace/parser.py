@@ -1,0 +1,196 @@
+"""Stream a Kineto / torch.profiler Chrome trace (plain or gzipped) into the trace model.
+
+One pass with a C-backed JSON parser (ijson/yajl2_c): the top-level metadata that Kineto writes
+before `traceEvents` is read from the head of the stream, then events are built one at a time and
+only the fields analyses use are kept.
+"""
+from __future__ import annotations
+
+import codecs
+import gzip
+import io
+import json
+import os
+import zlib
+
+import ijson
+
+from ..errors import TraceError
+from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace
+from .steps import segment_steps
+
+# Event args worth keeping, by kind; everything else is dropped at parse time.
+KEPT_ARGS = {
+    "op": ("Input Dims", "Input type", "External id"),
+    "annotation": ("External id",),
+    "runtime": ("correlation", "External id"),
+    "kernel": ("correlation", "device", "stream"),
+    "memcpy": ("correlation", "device", "stream", "bytes"),
+    "memset": ("correlation", "device", "stream", "bytes"),
+    "gpu_annotation": ("device",),
+    "python": ("Python id", "Python parent id"),
+}
+_HEAD_LIMIT = 64 << 20  # metadata before traceEvents larger than this is not a Kineto trace
+
+
+class _Utf8Repair(io.RawIOBase):
+    """A byte stream with invalid UTF-8 replaced (torch 2.13 writes some in event names)."""
+
+    def __init__(self, raw):
+        self._raw = raw
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buf = b""
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        while not self._buf:
+            chunk = self._raw.read(1 << 20)
+            if not chunk:
+                self._buf = self._decoder.decode(b"", final=True).encode()
+                break
+            self._buf = self._decoder.decode(chunk).encode()
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+
+def _open(path: str):
+    if not os.path.exists(path):
+        raise TraceError(f"trace file not found: {path}")
+    if os.path.isdir(path):
+        raise TraceError(f"{path} is a directory; pass trace files, or use `perfaudit analyze DIR`")
+    if os.path.getsize(path) == 0:
+        raise TraceError(f"trace file is empty: {path}")
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def _read_head(stream) -> tuple[dict, bytes, str]:
+    """Read up to the `traceEvents` key; return (metadata, bytes read, ijson prefix for events)."""
+    buf = b""
+    while True:
+        chunk = stream.read(1 << 16)
+        buf += chunk
+        stripped = buf.lstrip()
+        if stripped[:1] == b"[":
+            return {}, buf, "item"
+        if stripped and stripped[:1] != b"{":
+            raise TraceError("not a JSON trace: it does not start with '{' or '['")
+        idx = buf.find(b'"traceEvents"')
+        if idx >= 0:
+            head = buf[:idx].rstrip()
+            if head.endswith(b","):
+                head = head[:-1]
+            try:
+                meta = json.loads(head.decode("utf-8", "replace") + "}")
+            except ValueError:
+                meta = {}  # odd metadata: analyses work without it
+            return (meta if isinstance(meta, dict) else {}), buf, "traceEvents.item"
+        if not chunk or len(buf) > _HEAD_LIMIT:
+            if not buf.strip():
+                raise TraceError("trace file is empty")
+            raise TraceError("not a Kineto trace: no `traceEvents` list found")
+
+
+def _number(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _to_event(raw) -> Event | None:
+    """Normalise one raw event, or None when it is not a complete event we analyse."""
+    if not isinstance(raw, dict) or raw.get("ph") != "X":
+        return None
+    cat = raw.get("cat")
+    kind = KIND_BY_CATEGORY.get(cat.lower()) if isinstance(cat, str) else None
+    name = raw.get("name")
+    if kind is None or not isinstance(name, str):
+        return None
+    ts, dur = _number(raw.get("ts")), _number(raw.get("dur"))
+    if ts is None or dur is None or dur < 0:
+        raise ValueError("bad ts/dur")
+    args = raw.get("args")
+    kept = {}
+    if isinstance(args, dict):
+        for key in KEPT_ARGS.get(kind, ()):
+            if key in args:
+                kept[key] = args[key]
+    return Event(kind, name, float(ts), float(dur), raw.get("pid"), raw.get("tid"), kept)
+
+
+def _events(stream, prefix: str, trace: Trace):
+    for raw in ijson.items(stream, prefix, use_float=True):
+        try:
+            ev = _to_event(raw)
+        except ValueError:
+            trace.skipped_events += 1
+            continue
+        if ev is None:
+            continue
+        if ev.kind in DEVICE_KINDS:
+            trace.device.append(ev)
+        elif ev.kind == "python":
+            trace.python.append(ev)
+        else:
+            trace.host.append(ev)
+
+
+class _Prepend(io.RawIOBase):
+    """The head already read, then the rest of the stream."""
+
+    def __init__(self, head: bytes, rest):
+        self._head, self._rest = head, rest
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        if self._head:
+            n = min(len(b), len(self._head))
+            b[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._rest.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+def _parse_once(path: str, repair_utf8: bool) -> Trace:
+    with _open(path) as f:
+        stream = _Utf8Repair(f) if repair_utf8 else f
+        meta, head, prefix = _read_head(stream)
+        trace = Trace(path=path, meta=meta)
+        _events(io.BufferedReader(_Prepend(head, stream), 1 << 20), prefix, trace)
+    return trace
+
+
+def load_trace(path: str) -> Trace:
+    """Parse a trace file into the model. Raises TraceError with a one-line reason."""
+    path = os.fspath(path)
+    try:
+        try:
+            trace = _parse_once(path, repair_utf8=False)
+        except ijson.JSONError as exc:
+            if "UTF8" not in str(exc) and "utf-8" not in str(exc).lower():
+                raise
+            trace = _parse_once(path, repair_utf8=True)
+    except TraceError:
+        raise
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise TraceError(f"{path}: truncated or corrupt gzip ({exc})") from exc
+    except ijson.IncompleteJSONError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unexpected end"
+        raise TraceError(f"{path}: not valid JSON or truncated ({first})") from exc
+    except ijson.JSONError as exc:
+        raise TraceError(f"{path}: not valid JSON ({exc})") from exc
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    if not (trace.host or trace.device or trace.python):
+        raise TraceError(f"{path}: the trace holds no profiler events")
+    for events in (trace.host, trace.device, trace.python):
+        events.sort(key=lambda e: (e.ts, -e.dur))
+    segment_steps(trace)
+    return trace

@@ -1,0 +1,62 @@
+"""Find training steps in a trace: ProfilerStep#N, else optimizer steps, else DataLoader batches."""
+from __future__ import annotations
+
+import re
+
+from .model import Step, Trace
+
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_OPTIMIZER_STEP = "Optimizer.step#"
+_DATALOADER_NEXT = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
+
+
+def _profiler_steps(trace: Trace) -> list[Step]:
+    seen: dict[int, Step] = {}
+    for ev in trace.host:
+        m = _PROFILER_STEP.match(ev.name)
+        if m and int(m.group(1)) not in seen:
+            seen[int(m.group(1))] = Step(int(m.group(1)), ev.ts, ev.end)
+    return sorted(seen.values(), key=lambda s: s.ts)
+
+
+def _boundaries_to_steps(starts: list[float], first: float, last: float, close_at_end: bool) -> list[Step]:
+    """Steps between consecutive boundaries; `close_at_end` means a boundary ends a step."""
+    steps = []
+    if close_at_end:
+        prev = first
+        for i, end in enumerate(starts):
+            steps.append(Step(i, prev, end))
+            prev = end
+    else:
+        for i, start in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else last
+            steps.append(Step(i, start, end))
+    return steps
+
+
+def segment_steps(trace: Trace) -> None:
+    host = trace.host
+    first = min((e.ts for e in host), default=0.0)
+    last = max((e.end for e in host), default=0.0)
+    steps = _profiler_steps(trace)
+    source = "ProfilerStep"
+    if not steps:
+        ends = sorted({e.end for e in host if e.name.startswith(_OPTIMIZER_STEP)})
+        if len(ends) >= 2:
+            steps, source = _boundaries_to_steps(ends, first, last, close_at_end=True), "optimizer"
+    if not steps:
+        starts = sorted({e.ts for e in host if _DATALOADER_NEXT.match(e.name)})
+        if len(starts) >= 2:
+            steps, source = _boundaries_to_steps(starts, first, last, close_at_end=False), "dataloader"
+    if not steps and (host or trace.device):
+        begin = min([first] + [e.ts for e in trace.device[:1]])
+        end = max([last] + [e.end for e in trace.device[-1:]])
+        steps, source = [Step(0, begin, end)], "whole-trace"
+    window = trace.probes.get("window") if isinstance(trace.probes.get("window"), dict) else {}
+    warmup = window.get("warmup", 0) if isinstance(window.get("warmup", 0), int) else 0
+    for step in steps:
+        step.warmup = source == "ProfilerStep" and step.number < warmup
+    if steps and all(s.warmup for s in steps):
+        for step in steps:  # the run ended inside warm-up: analyse what there is
+            step.warmup = False
+    trace.steps, trace.step_source = steps, source
