@@ -22,6 +22,7 @@ class CallSite:
     name: str
     code: str
     kwargs: dict = field(default_factory=dict, hash=False, compare=False)  # literal keyword values
+    call: str = field(default="", hash=False, compare=False)              # the call expression
 
 
 @lru_cache(maxsize=256)
@@ -120,7 +121,7 @@ class SourceIndex:
         for node in _walk_own(body):
             if isinstance(node, ast.Call) and _call_name(node) in names:
                 sites.append(CallSite(node.lineno, _call_name(node), lines[node.lineno - 1].strip(),
-                                      _literal_kwargs(node)))
+                                      _literal_kwargs(node), ast.unparse(node)[:200]))
             elif isinstance(node, ast.JoinedStr) and "<f-string>" in names:
                 sites.append(CallSite(node.lineno, "<f-string>", lines[node.lineno - 1].strip()))
         return sorted(set(sites), key=lambda s: s.line)

@@ -11,11 +11,11 @@ import importlib.util
 import os
 import re
 import sysconfig
-from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 
 from .model import Event, Frame, Trace
+from .nesting import enclosing
 
 _FRAME = re.compile(r"^(?P<path>.+)\((?P<line>\d+)\): (?P<func>.+)$")
 _BUILTIN = re.compile(r"^<built-in (?:method|function) (?P<name>[\w.]+)")
@@ -80,16 +80,14 @@ def _via(name: str) -> tuple[str | None, str | None]:
 
 
 class FrameIndex:
-    """Attributes host events to user frames: one sorted sweep per thread with a frame stack."""
+    """Attributes host events to the user frames that were running when they started."""
 
     def __init__(self, trace: Trace, user_roots: tuple[str, ...] = ()):
+        self._trace = trace
         self._roots = user_roots
-        self._by_thread: dict[tuple, list[Event]] = defaultdict(list)
-        for ev in trace.python:  # already sorted by (ts, -dur)
-            self._by_thread[(ev.pid, ev.tid)].append(ev)
 
     def __bool__(self) -> bool:
-        return bool(self._by_thread)
+        return bool(self._trace.python)
 
     def _attribution(self, stack: list[Event]) -> Attribution | None:
         for i in range(len(stack) - 1, -1, -1):
@@ -102,26 +100,8 @@ class FrameIndex:
     def attribute_all(self, events: list[Event]) -> dict[int, Attribution]:
         """Map id(event) to its attribution, for the events that ran inside user code."""
         out: dict[int, Attribution] = {}
-        queries: dict[tuple, list[Event]] = defaultdict(list)
-        for ev in events:
-            queries[(ev.pid, ev.tid)].append(ev)
-        for key, qs in queries.items():
-            frames = self._by_thread.get(key)
-            if not frames:
-                continue
-            qs.sort(key=lambda e: e.ts)
-            stack: list[Event] = []
-            i = 0
-            for q in qs:
-                while i < len(frames) and frames[i].ts <= q.ts:
-                    e = frames[i]
-                    while stack and stack[-1].end < e.ts:
-                        stack.pop()
-                    stack.append(e)
-                    i += 1
-                while stack and stack[-1].end < q.ts:
-                    stack.pop()
-                attribution = self._attribution(stack)
-                if attribution is not None:
-                    out[id(q)] = attribution
+        for q, stack in enclosing(self._trace.python, list(events)):
+            attribution = self._attribution(stack)
+            if attribution is not None:
+                out[id(q)] = attribution
         return out

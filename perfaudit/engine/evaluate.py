@@ -1,0 +1,162 @@
+"""Evaluate rules against the facts of one trace: conditions, evidence, cost, severity, message."""
+from __future__ import annotations
+
+import operator
+
+from ..facts import Context, Missing, Site
+from ..findings import Cost, Finding, Location, Skipped
+from .loader import PLACEHOLDER, Rule
+
+_OPS = {
+    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
+    "==": operator.eq, "!=": operator.ne,
+    "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
+}
+
+
+class _Evaluation:
+    def __init__(self, rule: Rule, ctx: Context):
+        self.rule, self.ctx = rule, ctx
+        self.aggregates: dict = {}
+
+    def fact(self, name: str):
+        if name.startswith("evidence."):
+            return self.aggregates.get(name.split(".", 1)[1])
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):
+            head = ".".join(parts[:i])
+            try:
+                value = self.ctx.get(head)
+            except KeyError:
+                continue
+            for key in parts[i:]:
+                value = value.get(key) if isinstance(value, dict) else None
+            return value
+        raise KeyError(name)
+
+    def value(self, spec):
+        if isinstance(spec, dict):
+            return self.rule.thresholds[spec["threshold"]]
+        return spec
+
+    def holds(self, cond) -> bool:
+        if "all" in cond:
+            return all(self.holds(c) for c in cond["all"])
+        if "any" in cond:
+            return any(self.holds(c) for c in cond["any"])
+        if "not" in cond:
+            return not self.holds(cond["not"])
+        left = self.fact(cond["fact"])
+        if left is None:
+            return False
+        try:
+            return bool(_OPS[cond["op"]](left, self.value(cond["value"])))
+        except TypeError:
+            return False
+
+    def render(self, template: str) -> str:
+        def sub(match):
+            name, spec = match.group(1), match.group(2) or ""
+            if name in self.aggregates:
+                value = self.aggregates[name]
+            elif name in self.rule.thresholds:
+                value = self.rule.thresholds[name]
+            else:
+                try:
+                    value = self.fact(name)
+                except Missing:
+                    value = None
+            if value is None:
+                return "n/a"
+            try:
+                return format(value, spec)
+            except (ValueError, TypeError):
+                return str(value)
+        return PLACEHOLDER.sub(sub, template)
+
+
+def _site_passes(ev: _Evaluation, site_values: dict, site: Site) -> bool:
+    for clause in ev.rule.spec.get("evidence", {}).get("where", []):
+        field = clause["field"]
+        left = site.exact if field == "exact" else site_values[field]
+        if not _OPS[clause["op"]](left, ev.value(clause["value"])):
+            return False
+    return True
+
+
+def _aggregate(ev: _Evaluation, sites: list[Site], n_steps: int, step_ms: float) -> None:
+    per_step = [s.per_step(n_steps) for s in sites]
+    ms = sum(p["ms_per_step"] for p in per_step)
+    located = [s for s in sites if s.path]
+    ev.aggregates.update(
+        count_per_step=sum(p["count_per_step"] for p in per_step),
+        ms_per_step=ms,
+        share_pct=100.0 * ms / step_ms if step_ms else 0.0,
+        n_sites=len(sites),
+        details=", ".join(dict.fromkeys(s.detail for s in sites)),
+        where=", ".join(f"{s.path}:{s.line}" for s in located[:3]) or "no source location (no stacks)",
+        lines=", ".join(str(s.line) for s in located),
+    )
+
+
+def evaluate(rule: Rule, ctx: Context) -> Finding | Skipped | None:
+    ev = _Evaluation(rule, ctx)
+    spec = rule.spec
+    try:
+        n_steps = ctx.get("step.count")
+        step_ms = ctx.get("step.mean_ms")
+    except Missing as exc:
+        n_steps, step_ms = 1, 0.0
+        if "evidence" in spec:
+            return Skipped(rule.id, str(exc))
+    ev.aggregates.update(step_ms=step_ms, n_steps=n_steps, device="GPU" if ctx.is_gpu else "CPU")
+    sites: list[Site] = []
+    try:
+        if "evidence" in spec:
+            for site in ctx.get(spec["evidence"]["sites"]):
+                if _site_passes(ev, site.per_step(n_steps), site):
+                    sites.append(site)
+            if not sites:
+                return None
+            _aggregate(ev, sites, n_steps, step_ms)
+        if "when" in spec and not ev.holds(spec["when"]):
+            return None
+        severity = spec["severity"]
+        for item in spec.get("escalate", []):
+            if ev.holds(item["when"]):
+                severity = item["severity"]
+        cost = _cost(ev, step_ms)
+        notes = tuple(ev.render(n["text"]) for n in spec.get("notes", []) if "when" not in n or ev.holds(n["when"]))
+        message = ev.render(spec["message"])
+        fix = ev.render(spec["fix"])
+    except Missing as exc:
+        return Skipped(rule.id, str(exc))
+    locations = tuple(_locations(sites, n_steps))
+    return Finding(rule.id, spec["title"], tuple(spec["tips"]), severity, message, fix, cost, locations, notes,
+                   evidence={k: v for k, v in ev.aggregates.items()}, trace=ctx.trace.path if ctx.trace else None)
+
+
+def _cost(ev: _Evaluation, step_ms: float) -> Cost:
+    spec = ev.rule.spec["cost"]
+    ms = None
+    if spec.get("from") == "evidence":
+        ms = ev.aggregates.get("ms_per_step")
+    elif "fact" in spec:
+        value = ev.fact(spec["fact"])
+        if isinstance(value, (int, float)):
+            ms = value * ev.value(spec["per_unit_us"]) / 1000.0 if "per_unit_us" in spec else float(value)
+    estimated = spec.get("estimated", False)
+    if isinstance(estimated, dict):
+        estimated = ev.holds(estimated)
+    share = ms / step_ms if ms is not None and step_ms else None
+    return Cost(ms, share, bool(estimated))
+
+
+def _locations(sites: list[Site], n_steps: int):
+    for site in sites:
+        if not site.path:
+            continue
+        per_step = site.per_step(n_steps)
+        for line in site.extra.get("lines") or [site.line]:
+            yield Location(site.path, line, site.code if line == site.line else "", site.detail,
+                           per_step["count_per_step"], per_step["ms_per_step"], site.exact)

@@ -1,0 +1,137 @@
+"""Load rule files: YAML as data (never evaluated), validated against the closed schema and against
+the facts, thresholds and tips they name."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import jsonschema
+import yaml
+
+from ..errors import RuleError
+from ..facts import FACTS
+from ..tips import TIPS
+from .schema import RULE_SCHEMA
+
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)(?::([^{}]*))?\}")
+AGGREGATES = {"count_per_step", "ms_per_step", "share_pct", "n_sites", "details", "where", "lines",
+              "step_ms", "n_steps", "device"}
+SITE_FIELDS = {"count_per_step", "ms_per_step", "step_share", "exact"}
+_VALIDATOR = jsonschema.Draft7Validator(RULE_SCHEMA)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    spec: dict
+    path: str
+
+    def __getattr__(self, key):  # rule.title, rule.severity, …: the validated spec's fields
+        try:
+            return self.__dict__["spec"][key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    @property
+    def family(self) -> str:
+        return re.match(r"[A-Z]+", self.id).group(0)
+
+    @property
+    def thresholds(self) -> dict:
+        return self.spec.get("thresholds", {})
+
+
+def fact_exists(name: str) -> bool:
+    """A registered fact, or a key path into one (`copy.h2d.pageable_ms`)."""
+    parts = name.split(".")
+    return any(".".join(parts[:i]) in FACTS for i in range(len(parts), 0, -1))
+
+
+def _conditions(node):
+    if isinstance(node, dict):
+        if "fact" in node:
+            yield node
+        for key in ("all", "any"):
+            for child in node.get(key, []):
+                yield from _conditions(child)
+        if "not" in node:
+            yield from _conditions(node["not"])
+
+
+def _check_names(spec: dict, where: str) -> None:
+    thresholds = spec.get("thresholds", {})
+    conds = list(_conditions(spec.get("when")))
+    for item in spec.get("escalate", []):
+        conds += list(_conditions(item["when"]))
+    for note in spec.get("notes", []):
+        conds += list(_conditions(note.get("when")))
+    if isinstance(spec.get("cost", {}).get("estimated"), dict):
+        conds += list(_conditions(spec["cost"]["estimated"]))
+    for cond in conds:
+        name = cond["fact"]
+        if not (name.startswith("evidence.") or fact_exists(name)):
+            raise RuleError(f"{where}: condition names unknown fact '{name}'")
+    values = [c["value"] for c in conds] + [w["value"] for w in spec.get("evidence", {}).get("where", [])]
+    values.append(spec.get("cost", {}).get("per_unit_us"))
+    for value in values:
+        if isinstance(value, dict) and value["threshold"] not in thresholds:
+            raise RuleError(f"{where}: unknown threshold '{value['threshold']}' (declare it under thresholds)")
+    for clause in spec.get("evidence", {}).get("where", []):
+        if clause["field"] not in SITE_FIELDS:
+            raise RuleError(f"{where}: evidence.where field '{clause['field']}' is not one of {sorted(SITE_FIELDS)}")
+    for key in ("sites",):
+        name = spec.get("evidence", {}).get(key)
+        if name and name not in FACTS:
+            raise RuleError(f"{where}: evidence names unknown fact '{name}'")
+    cost_fact = spec.get("cost", {}).get("fact")
+    if cost_fact and not fact_exists(cost_fact):
+        raise RuleError(f"{where}: cost names unknown fact '{cost_fact}'")
+    for tip in spec["tips"]:
+        if tip not in TIPS:
+            raise RuleError(f"{where}: tip '{tip}' is not in the catalogue (T01-T24)")
+    texts = [spec["message"], spec["fix"]] + [n["text"] for n in spec.get("notes", [])]
+    for text in texts:
+        for name, _ in PLACEHOLDER.findall(text):
+            if not (name in AGGREGATES or name in thresholds or fact_exists(name)):
+                raise RuleError(f"{where}: template placeholder '{{{name}}}' is not a known value")
+
+
+def load_rule(path: str) -> Rule:
+    where = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            spec = yaml.safe_load(f)
+    except OSError as exc:
+        raise RuleError(f"{where}: cannot read rule file ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise RuleError(f"{where}: YAML syntax error{at}: {getattr(exc, 'problem', exc)}") from exc
+    if not isinstance(spec, dict):
+        raise RuleError(f"{where}: a rule file must hold a mapping of keys")
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(spec))
+    if error is not None:
+        key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise RuleError(f"{where}: invalid key '{key}': {error.message}")
+    _check_names(spec, where)
+    return Rule(spec["id"], spec, where)
+
+
+def builtin_rules_dir() -> str:
+    return str(resources.files("perfaudit") / "rules")
+
+
+def load_rules(extra_dirs: tuple[str, ...] = ()) -> list[Rule]:
+    rules: dict[str, Rule] = {}
+    for directory in (builtin_rules_dir(), *extra_dirs):
+        if not os.path.isdir(directory):
+            raise RuleError(f"rule directory not found: {directory}")
+        for name in sorted(os.listdir(directory)):
+            if name.endswith((".yaml", ".yml")):
+                rule = load_rule(os.path.join(directory, name))
+                if rule.id in rules:
+                    raise RuleError(f"{rule.path}: duplicate rule id {rule.id} (also in {rules[rule.id].path})")
+                rules[rule.id] = rule
+    return list(rules.values())

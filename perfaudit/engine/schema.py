@@ -1,0 +1,89 @@
+"""The closed schema of a rule file. Unknown keys are errors; `docs` and `examples` are required."""
+from __future__ import annotations
+
+_VALUE = {"oneOf": [
+    {"type": ["number", "string", "boolean", "null"]},
+    {"type": "array", "items": {"type": ["number", "string", "boolean", "null"]}},
+    {"type": "object", "additionalProperties": False, "required": ["threshold"],
+     "properties": {"threshold": {"type": "string"}}},
+]}
+_OPS = [">", ">=", "<", "<=", "==", "!=", "in", "not in"]
+_LEAF = {"type": "object", "additionalProperties": False, "required": ["fact", "op", "value"],
+         "properties": {"fact": {"type": "string"}, "op": {"enum": _OPS}, "value": _VALUE}}
+_CONDITION = {"$ref": "#/definitions/condition"}
+
+RULE_SCHEMA = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "definitions": {
+        "condition": {"oneOf": [
+            _LEAF,
+            {"type": "object", "additionalProperties": False, "required": ["all"],
+             "properties": {"all": {"type": "array", "minItems": 1, "items": _CONDITION}}},
+            {"type": "object", "additionalProperties": False, "required": ["any"],
+             "properties": {"any": {"type": "array", "minItems": 1, "items": _CONDITION}}},
+            {"type": "object", "additionalProperties": False, "required": ["not"],
+             "properties": {"not": _CONDITION}},
+        ]},
+    },
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["id", "title", "summary", "severity", "tips", "message", "fix", "cost", "docs", "examples"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^[A-Z]+[0-9]{3}$"},
+        "title": {"type": "string", "minLength": 1},
+        "summary": {"type": "string", "minLength": 1},
+        "severity": {"enum": ["info", "warning", "error"]},
+        "tips": {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": "^T[0-9]{2}$"}},
+        "thresholds": {"type": "object", "additionalProperties": {"type": ["number", "integer"]}},
+        "evidence": {
+            "type": "object", "additionalProperties": False, "required": ["sites"],
+            "properties": {
+                "sites": {"type": "string"},
+                "where": {"type": "array", "items": {
+                    "type": "object", "additionalProperties": False, "required": ["field", "op", "value"],
+                    "properties": {"field": {"type": "string"}, "op": {"enum": _OPS}, "value": _VALUE}}},
+            },
+        },
+        "when": _CONDITION,
+        "escalate": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False, "required": ["when", "severity"],
+            "properties": {"when": _CONDITION, "severity": {"enum": ["info", "warning", "error"]}}}},
+        "message": {"type": "string", "minLength": 1},
+        "notes": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False, "required": ["text"],
+            "properties": {"when": _CONDITION, "text": {"type": "string"}}}},
+        "cost": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "from": {"enum": ["evidence", "none"]},
+                "fact": {"type": "string"},
+                "per_unit_us": _VALUE,
+                "estimated": {"oneOf": [{"type": "boolean"}, _CONDITION]},
+            },
+        },
+        "fix": {"type": "string", "minLength": 1},
+        "docs": {
+            "type": "object", "additionalProperties": False,
+            "required": ["what", "why", "example", "use_instead", "references"],
+            "properties": {
+                "what": {"type": "string", "minLength": 1},
+                "why": {"type": "string", "minLength": 1},
+                "example": {"type": "string", "minLength": 1},
+                "use_instead": {"type": "string", "minLength": 1},
+                "references": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+            },
+        },
+        "examples": {"type": "array", "minItems": 2, "items": {
+            "type": "object", "additionalProperties": False, "required": ["expect"],
+            "properties": {
+                "script": {"type": "string"},
+                "trace": {"type": "string"},
+                "args": {"type": "array", "items": {"type": "string"}},
+                "expect": {"enum": ["fire", "silent"]},
+                "lines": {"type": "array", "items": {"type": "integer"}},
+                "severity": {"enum": ["info", "warning", "error"]},
+            },
+            "oneOf": [{"required": ["script"]}, {"required": ["trace"]}],
+        }},
+    },
+}

@@ -1,0 +1,6 @@
+"""Importing this package registers every fact."""
+from . import copies, debug, grads, model, steps, sync  # noqa: F401
+from .registry import FACTS, Context, Missing, fact
+from .sites import Site
+
+__all__ = ["FACTS", "Context", "Missing", "Site", "fact"]

@@ -1,0 +1,104 @@
+"""Host-to-device copies: pageable memory and blocking copies (tips T04, T22, T23)."""
+from __future__ import annotations
+
+from ..trace.nesting import innermost
+from .gpu import runtime_of_device
+from .registry import Context, Missing, fact
+from .sites import Site, SiteCollector
+
+# Typical effective PCIe bandwidths, used only to estimate on a CPU run what a copy would cost on a
+# GPU: pageable copies are staged through a bounce buffer and block the host.
+PAGEABLE_GBPS = 6.0
+COPY_CALLS = {"to", "cuda", "copy_"}
+
+
+def _is_device_move(call) -> bool:
+    text = call.call.replace(" ", "")
+    if call.name == "cuda":
+        return True
+    return call.name == "to" and any(k in text for k in ("device", "cuda", "'gpu'", "accelerator"))
+
+
+@fact("copy.h2d", "Host-to-device copies per step on a GPU trace: count, bytes, ms, and how many "
+                  "came from pageable memory.")
+def h2d_summary(ctx: Context) -> dict:
+    if not ctx.is_gpu:
+        raise Missing("no GPU activity in the trace")
+    n = len(ctx.steps)
+    out = {"count": 0, "bytes": 0, "ms": 0.0, "pageable_count": 0, "pageable_bytes": 0, "pageable_ms": 0.0}
+    for ev in ctx.trace.device:
+        if ev.kind != "memcpy" or "HtoD" not in ev.name or ctx.step_of(ev.ts) is None:
+            continue
+        nbytes = ev.args.get("bytes", 0) if isinstance(ev.args.get("bytes"), int) else 0
+        pageable = "Pageable" in ev.name
+        for prefix, on in (("", True), ("pageable_", pageable)):
+            if on:
+                out[prefix + "count"] += 1
+                out[prefix + "bytes"] += nbytes
+                out[prefix + "ms"] += ev.dur / 1000.0
+    return {k: v / n for k, v in out.items()}
+
+
+def _gpu_pageable_sites(ctx: Context) -> list[Site]:
+    runtime_by_corr = runtime_of_device(ctx)
+    copies = [e for e in ctx.trace.device if e.kind == "memcpy" and "HtoD" in e.name and "Pageable" in e.name]
+    launches = [runtime_by_corr.get(c.args.get("correlation")) for c in copies]
+    ops = [e for e in ctx.trace.host if e.kind == "op"]
+    owner = innermost(ops, [r for r in launches if r is not None])
+    items = []
+    for copy, launch in zip(copies, launches):
+        anchor = owner.get(id(launch), launch) if launch is not None else copy
+        if anchor is copy:
+            continue  # no host side to attribute: counted in copy.h2d only
+        items.append((anchor, copy, copy.dur / 1000.0, "pageable HtoD copy"))
+    collector = SiteCollector(ctx, fallback_calls=COPY_CALLS)
+    collector.add_all(items)
+    return collector.result()
+
+
+def _cpu_copy_sites(ctx: Context) -> list[Site]:
+    """On a CPU run: the lines that move each batch to the device, from the trace's aten::to ops and
+    the source (no copy happens on the CPU, but the same line pays on a GPU)."""
+    if not ctx.frames:
+        raise Missing("the trace has no Python stacks to find the copy lines")
+    ops = [e for e in ctx.trace.host if e.kind == "op" and e.name == "aten::to"]
+    attributions = ctx.frames.attribute_all(ops)
+    loaders = ctx.probes.get("dataloaders", [])
+    batch_bytes = max((d.get("batch_bytes", 0) for d in loaders), default=0)
+    unpinned = [d for d in loaders if not d.get("pin_memory")]
+    sites: dict[tuple, Site] = {}
+    for op in ops:
+        att, step = attributions.get(id(op)), ctx.step_of(op.ts)
+        if att is None or step is None or att.via not in ("to", "cuda"):
+            continue
+        f = att.frame
+        calls = [c for c in (ctx.source.calls(f.path, f.line, f.func, {att.via}) or []) if _is_device_move(c)]
+        for call in calls:
+            blocking = call.kwargs.get("non_blocking") is not True
+            if not blocking and not unpinned:
+                continue
+            path = ctx.source.display_path(f.path)
+            site = sites.setdefault((path, call.line), Site(
+                path, call.line, f.func, call.code, f"{call.call}", True,
+                extra={"blocking": blocking, "pageable": bool(unpinned), "estimated": True, "lines": [call.line]}))
+            site.steps_seen.add(step)
+    per_site_ms = batch_bytes / (PAGEABLE_GBPS * 1e9) * 1000.0 / max(len(sites), 1) if unpinned else 0.0
+    for site in sites.values():
+        site.count = len(site.steps_seen)
+        site.ms = per_site_ms * site.count  # estimate, not measured: see PAGEABLE_GBPS
+    return sorted(sites.values(), key=lambda s: (-s.ms, s.line or 0))
+
+
+@fact("copy.pageable_sites", "Lines whose host-to-device copies come from pageable memory or block "
+                             "the host: measured on a GPU trace, estimated on a CPU run.")
+def pageable_sites(ctx: Context) -> list[Site]:
+    ctx.need_trace()
+    ctx.steps
+    return _gpu_pageable_sites(ctx) if ctx.is_gpu else _cpu_copy_sites(ctx)
+
+
+@fact("data.unpinned_loaders", "DataLoaders that fed batches during the run with pin_memory=False.")
+def unpinned_loaders(ctx: Context) -> list[dict]:
+    if "dataloaders" not in ctx.probes:
+        raise Missing("no live-process probes (trace not recorded by `perfaudit run`)")
+    return [d for d in ctx.probes["dataloaders"] if not d.get("pin_memory")]

@@ -1,0 +1,46 @@
+"""Debugging APIs left on during training (tip T07)."""
+from __future__ import annotations
+
+from .registry import Context, Missing, fact
+from .sites import Site
+from .steps import BACKWARD_PREFIX
+
+# What each API costs, in words, for the finding.
+API_EFFECT = {
+    "set_detect_anomaly": "anomaly detection",
+    "detect_anomaly": "anomaly detection",
+    "emit_nvtx": "NVTX ranges around every op",
+    "gradcheck": "numerical gradient checking",
+    "gradgradcheck": "numerical second-order gradient checking",
+}
+
+
+@fact("debug.apis_on", "Debugging APIs that were enabled while the window ran, with the line that "
+                       "turned each on (anomaly detection, emit_nvtx, gradcheck).")
+def debug_apis_on(ctx: Context) -> list[Site]:
+    if "debug_apis" not in ctx.probes:
+        raise Missing("no live-process probes (debug modes are only seen by `perfaudit run`)")
+    calls = [c for c in ctx.probes["debug_apis"] if c.get("enabled")]
+    anomaly_on = ctx.probes.get("anomaly_enabled_in_window", False)
+    sites: dict[tuple, Site] = {}
+    for call in calls:
+        if call["api"] in ("set_detect_anomaly", "detect_anomaly") and not anomaly_on:
+            continue  # turned on and off again outside the window
+        where = call.get("site") or {}
+        path = ctx.source.display_path(where["path"]) if where.get("path") else None
+        key = (call["api"], path, where.get("line"))
+        site = sites.setdefault(key, Site(path, where.get("line"), where.get("func"),
+                                          ctx.source.line_text(where["path"], where["line"]) if path else "",
+                                          API_EFFECT.get(call["api"], call["api"]), extra={"api": call["api"]}))
+        site.count += 1
+    if anomaly_on and not any(s.extra["api"] in ("set_detect_anomaly", "detect_anomaly") for s in sites.values()):
+        sites[("anomaly",)] = Site(None, None, None, "", "anomaly detection", exact=False,
+                                   extra={"api": "set_detect_anomaly"})
+    return list(sites.values())
+
+
+@fact("autograd.nodes_per_step", "Backward nodes evaluated per step (autograd::engine::evaluate_function).")
+def autograd_nodes(ctx: Context) -> float:
+    trace = ctx.need_trace()
+    count = sum(1 for e in trace.host if e.name.startswith(BACKWARD_PREFIX) and ctx.step_of(e.ts) is not None)
+    return count / len(ctx.steps)

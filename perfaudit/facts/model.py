@@ -1,0 +1,25 @@
+"""Facts about the model's structure, read from the live process (tip T03)."""
+from __future__ import annotations
+
+from .registry import Context, Missing, fact
+from .sites import Site
+
+
+@fact("model.bias_before_norm", "Conv/Linear layers with a bias whose output feeds BatchNorm directly "
+                                "(seen by forward hooks over one step), at the line that built them.")
+def bias_before_norm(ctx: Context) -> list[Site]:
+    if "bias_before_norm" not in ctx.probes:
+        raise Missing("no live-process probes (module order is only seen by `perfaudit run`)")
+    sites: dict[tuple, Site] = {}
+    for entry in ctx.probes["bias_before_norm"]:
+        where = entry.get("site") or {}
+        path = ctx.source.display_path(where["path"]) if where.get("path") else None
+        key = (path, where.get("line"), entry["layer"], entry["norm"])
+        site = sites.setdefault(key, Site(path, where.get("line"), where.get("func"),
+                                          ctx.source.line_text(where["path"], where["line"]) if path else "",
+                                          f"{entry['layer']}(bias=True) -> {entry['norm']}",
+                                          extra={"bias_params": 0, "layers": 0}))
+        site.count += 1
+        site.extra["bias_params"] += entry.get("bias_params", 0)
+        site.extra["layers"] += 1
+    return list(sites.values())

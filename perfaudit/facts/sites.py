@@ -1,0 +1,62 @@
+"""Sites: places in the user's code with the evidence measured there, aggregated over steps."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..trace.model import Event
+from .registry import Context
+
+
+@dataclass
+class Site:
+    path: str | None          # None when the trace has no stacks: `detail` names the op instead
+    line: int | None
+    func: str | None
+    code: str
+    detail: str               # what happened there: ".item()", "aten::nonzero", "pageable HtoD copy"
+    exact: bool = True        # False when only the enclosing function is known
+    count: int = 0            # occurrences in the measured steps
+    ms: float = 0.0           # time measured for them (host wait, copy or kernel time)
+    steps_seen: set = field(default_factory=set)
+    extra: dict = field(default_factory=dict)
+
+    def per_step(self, n_steps: int) -> dict:
+        return {"count_per_step": self.count / n_steps, "ms_per_step": self.ms / n_steps,
+                "step_share": len(self.steps_seen) / n_steps}
+
+
+class SiteCollector:
+    """Groups evidence events by the user line they come from."""
+
+    def __init__(self, ctx: Context, fallback_calls: set[str] = frozenset(), branches: bool = False):
+        self.ctx = ctx
+        self.fallback = set(fallback_calls)
+        self.branches = branches
+        self.sites: dict[tuple, Site] = {}
+
+    def add_all(self, items: list[tuple[Event, Event, float, str]]) -> None:
+        """items: (anchor event to attribute, event that is counted, ms, detail)."""
+        attributions = self.ctx.frames.attribute_all([a for a, _, _, _ in items]) if self.ctx.frames else {}
+        for anchor, counted, ms, detail in items:
+            step = self.ctx.step_of(counted.ts)
+            if step is None:
+                continue
+            att = attributions.get(id(anchor))
+            if att is None:
+                key = (None, detail)
+                site = self.sites.get(key) or Site(None, None, None, "", detail, exact=False)
+            else:
+                f = att.frame
+                calls, exact = self.ctx.source.locate(f.path, f.line, f.func, att.via, self.fallback, self.branches)
+                path = self.ctx.source.display_path(f.path)
+                key = (path, tuple(c.line for c in calls))
+                site = self.sites.get(key) or Site(path, calls[0].line, f.func, calls[0].code,
+                                                   detail, exact, extra={"lines": [c.line for c in calls],
+                                                                         "calls": calls})
+            site.count += 1
+            site.ms += ms
+            site.steps_seen.add(step)
+            self.sites[key] = site
+
+    def result(self) -> list[Site]:
+        return sorted(self.sites.values(), key=lambda s: (-s.ms, -s.count))

@@ -1,0 +1,72 @@
+"""Step-level facts: how many steps, how long, and where the time goes."""
+from __future__ import annotations
+
+from .registry import Context, Missing, fact
+
+DATALOADER_PREFIX = "enumerate(DataLoader)#"
+OPTIMIZER_STEP = "Optimizer.step#"
+ZERO_GRAD = "Optimizer.zero_grad#"
+BACKWARD_PREFIX = "autograd::engine::evaluate_function"
+
+
+@fact("step.count", "Number of measured (non-warm-up) steps in the trace.")
+def step_count(ctx: Context) -> int:
+    return len(ctx.steps)
+
+
+@fact("step.mean_ms", "Mean wall time of a measured step, in ms.")
+def step_mean_ms(ctx: Context) -> float:
+    return ctx.step_ms
+
+
+def _phase(name: str) -> str | None:
+    if name.startswith(DATALOADER_PREFIX):
+        return "data"
+    if name.startswith(BACKWARD_PREFIX):
+        return "backward"
+    if name.startswith(OPTIMIZER_STEP) or name.startswith(ZERO_GRAD):
+        return "optimizer"
+    if name.startswith("aten::"):
+        return "forward"
+    return None
+
+
+@fact("step.breakdown", "Where a step's host wall time goes: data loading, forward, backward, "
+                        "optimizer, other (ms per step). An op outside the other phases counts as forward.")
+def step_breakdown(ctx: Context) -> dict:
+    totals = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+    for step in ctx.steps:
+        covered_until = -1.0  # end of the phase range being counted; nested events are inside it
+        for ev in ctx.within(ctx.trace.host, step.ts, step.end):
+            if ev.ts < covered_until:
+                continue
+            phase = _phase(ev.name)
+            if phase is not None:
+                totals[phase] += min(ev.end, step.end) - ev.ts
+                covered_until = ev.end
+    n = len(ctx.steps)
+    out = {k: v / n / 1000.0 for k, v in totals.items()}
+    out["total"] = ctx.step_ms
+    out["other"] = max(out["total"] - sum(totals.values()) / n / 1000.0, 0.0)
+    return out
+
+
+@fact("data.wait_ms_per_step", "Time per step spent inside DataLoader.__next__, in ms.")
+def data_wait(ctx: Context) -> float:
+    return ctx.get("step.breakdown")["data"]
+
+
+@fact("run.on_gpu", "Whether the trace holds GPU activity.")
+def run_on_gpu(ctx: Context) -> bool:
+    ctx.need_trace()
+    return ctx.is_gpu
+
+
+@fact("run.has_stacks", "Whether the trace was recorded with Python stacks (with_stack=True).")
+def run_has_stacks(ctx: Context) -> bool:
+    return ctx.need_trace().has_stacks
+
+
+def require_stacks(ctx: Context) -> None:
+    if not ctx.need_trace().has_stacks:
+        raise Missing("the trace has no Python stacks (record with with_stack=True)")

@@ -1,0 +1,125 @@
+"""The console report: header (what ran, where the step goes), then ranked findings with fixes."""
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..api import Report
+from ..findings import Finding
+
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+_PHASES = ("data", "forward", "backward", "optimizer", "other")
+
+
+def describe_outcome(outcome: dict | None) -> str | None:
+    """One line saying what happened to the script, or None when the window completed normally."""
+    if not outcome:
+        return None
+    kind = outcome.get("outcome")
+    steps = outcome.get("steps_recorded")
+    seen = f" after {steps} recorded step(s)" if steps is not None else ""
+    if kind in ("window_complete", None):
+        after = outcome.get("after_window")
+        return describe_outcome(after) if after else None
+    if kind == "completed":
+        return f"the script finished{seen}" if steps is not None and steps < outcome.get("warmup", 0) + 1 else None
+    if kind == "exited":
+        return f"the script exited with code {outcome.get('exit_code')}{seen}"
+    if kind == "os_exit":
+        return f"the script called os._exit({outcome.get('exit_code')}){seen}"
+    if kind == "raised":
+        site = outcome.get("site") or {}
+        where = f" at {site.get('path')}:{site.get('line')}" if site.get("path") else ""
+        return f"the script raised {outcome.get('exception')}: {outcome.get('message')}{where}{seen}"
+    if kind == "timeout":
+        return f"the script was stopped after the {outcome.get('timeout_s'):g} s timeout{seen}"
+    if kind == "interrupted":
+        return f"the run was interrupted{seen}"
+    if kind == "crashed":
+        why = outcome.get("signal") or f"exit code {outcome.get('exit_code')}"
+        return f"the script crashed ({why}) before perfaudit could save its trace"
+    return f"the script ended: {kind}"
+
+
+def _header(report: Report) -> Panel:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    if report.script:
+        grid.add_row("script", report.script)
+    for t in report.traces[:8]:
+        label = "trace" if len(report.traces) == 1 else f"rank {t.rank}" if t.rank is not None else "trace"
+        grid.add_row(label, t.path)
+        grid.add_row("device", t.device + ("" if t.device != "cpu" else "  (CPU only: GPU costs are estimates)"))
+        step = f"{t.step_ms:.2f} ms mean" if t.step_ms is not None else "n/a"
+        grid.add_row("steps", f"{t.steps} measured ({t.step_source}), {step}")
+        if t.breakdown and t.breakdown.get("total"):
+            total = t.breakdown["total"]
+            parts = [f"{p} {t.breakdown[p]:.2f} ms ({100 * t.breakdown[p] / total:.0f}%)"
+                     for p in _PHASES if t.breakdown.get(p, 0) > 0.005 * total]
+            grid.add_row("step time", ", ".join(parts))
+        env = t.environment
+        if env:
+            grid.add_row("environment", f"torch {env.get('torch')}, CUDA {env.get('cuda') or '-'}, "
+                                        f"cuDNN {env.get('cudnn') or '-'}, {env.get('cpu_count')} CPUs, "
+                                        f"cudnn.benchmark={env.get('cudnn_benchmark')}")
+    if len(report.traces) > 8:
+        grid.add_row("", f"… and {len(report.traces) - 8} more traces")
+    outcome = describe_outcome(report.outcome)
+    if outcome:
+        grid.add_row("outcome", Text(outcome, style="bold red"))
+    return Panel(grid, title="perfaudit", title_align="left")
+
+
+def _finding(i: int, f: Finding) -> Group:
+    head = Text()
+    head.append(f"{i}. ", style="bold")
+    head.append(f"[{f.severity.upper()}] ", style=_STYLE[f.severity])
+    head.append(f"{f.rule} ", style="bold")
+    head.append(f.title)
+    if f.cost.ms_per_step is not None:
+        est = "est. " if f.cost.estimated else ""
+        share = f", {100 * f.cost.share_of_step:.1f}% of step" if f.cost.share_of_step is not None else ""
+        head.append(f"  ({est}{f.cost.ms_per_step:.3f} ms/step{share})", style="dim")
+    lines = [head]
+    for loc in f.locations[:5]:
+        where = Text(f"   {loc.path}:{loc.line}", style="bold magenta")
+        if loc.code:
+            where.append(f"  {loc.code}", style="dim")
+        if not loc.exact:
+            where.append("  (enclosing function)", style="dim")
+        lines.append(where)
+    if len(f.locations) > 5:
+        lines.append(Text(f"   … {len(f.locations) - 5} more locations", style="dim"))
+    lines.append(Text("   " + f.message))
+    for note in f.notes:
+        lines.append(Text("   note: " + note, style="dim"))
+    lines.append(Text("   fix: ", style="green").append(f.fix, style="default"))
+    if f.trace and f.trace and not f.locations:
+        lines.append(Text(f"   in {f.trace}", style="dim"))
+    return Group(*lines, Text(""))
+
+
+def render(report: Report, console: Console, verbose: bool = False) -> None:
+    console.print(_header(report))
+    if report.findings:
+        console.print(Text(f"{len(report.findings)} finding(s), biggest saving first:\n", style="bold"))
+        for i, f in enumerate(report.findings, 1):
+            console.print(_finding(i, f))
+    else:
+        console.print(Text("No findings: nothing in the recorded window matched a rule.\n", style="green"))
+    if report.skipped:
+        if verbose:
+            for s in report.skipped:
+                console.print(Text(f"skipped {s.rule}: {s.reason}", style="dim"))
+        else:
+            reasons = sorted({s.reason for s in report.skipped})
+            console.print(Text(f"{len(report.skipped)} rule(s) skipped for missing data ({'; '.join(reasons)}); "
+                               "--verbose lists them.", style="dim"))
+    for note in report.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+    if report.run_dir:
+        console.print(Text(f"run folder: {report.run_dir}  (re-analyse: perfaudit analyze "
+                           f"{report.run_dir}/trace.json.gz)", style="dim"))

@@ -1,0 +1,57 @@
+"""The JSON report: a documented, versioned schema (docs/report-schema.json)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from .. import __version__
+from ..api import REPORT_SCHEMA_VERSION, Report
+from ..findings import Finding
+
+
+def _finding(f: Finding) -> dict:
+    loc = f.location
+    return {
+        "rule": f.rule,
+        "title": f.title,
+        "tips": list(f.tips),
+        "severity": f.severity,
+        "message": f.message,
+        "location": {"path": loc.path, "line": loc.line} if loc else None,
+        "locations": [asdict(l) for l in f.locations],
+        "cost": {"ms_per_step": f.cost.ms_per_step, "share_of_step": f.cost.share_of_step,
+                 "estimated": f.cost.estimated},
+        "fix": f.fix,
+        "notes": list(f.notes),
+        "trace": f.trace,
+    }
+
+
+def to_dict(report: Report) -> dict:
+    first = report.traces[0] if report.traces else None
+    env = first.environment if first else {}
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "tool": {"name": "perfaudit", "version": __version__},
+        "run": {
+            "script": report.script,
+            "outcome": report.outcome,
+            "run_dir": report.run_dir,
+            "device": first.device if first else None,
+            "steps": first.steps if first else 0,
+            "step_source": first.step_source if first else None,
+            "step_ms": first.step_ms if first else None,
+            "breakdown_ms": first.breakdown if first else None,
+            "torch": env.get("torch"),
+            "environment": env,
+            "traces": [{"path": t.path, "device": t.device, "rank": t.rank, "steps": t.steps,
+                        "step_ms": t.step_ms, "has_stacks": t.has_stacks} for t in report.traces],
+        },
+        "findings": [_finding(f) for f in report.findings],
+        "skipped": [{"rule": s.rule, "reason": s.reason} for s in report.skipped],
+        "notes": list(report.notes),
+    }
+
+
+def render(report: Report) -> str:
+    return json.dumps(to_dict(report), indent=2, default=str)

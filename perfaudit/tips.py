@@ -1,0 +1,28 @@
+"""The tip catalogue (ids and titles of ../shared/TIPS.md), so rules can name the tips they implement."""
+
+TIPS = {
+    "T01": "Host-device synchronisation inside the step",
+    "T02": "Zero-filling gradients instead of setting them to None",
+    "T03": "Conv/Linear bias directly followed by BatchNorm",
+    "T04": "Pageable host memory and blocking host-to-device copies",
+    "T05": "Data loading in the main process (DataLoader workers)",
+    "T06": "Input pipeline still the bottleneck with workers",
+    "T07": "Debug APIs left on in real training",
+    "T08": "cudnn.benchmark and fixed vs varying input shapes",
+    "T09": "No mixed precision on a tensor-core GPU",
+    "T10": "Non-fused optimizer",
+    "T11": "Many small unfused pointwise ops",
+    "T12": "Batch too small for the device",
+    "T13": "Varying batch shapes",
+    "T14": "Memory-bound model: activation checkpointing",
+    "T15": "nn.DataParallel instead of DistributedDataParallel",
+    "T16": "Unbalanced ranks in distributed training",
+    "T17": "Tensors created on the CPU then moved to the device",
+    "T18": "torch.cuda.empty_cache() called during training",
+    "T19": ".cpu()/.numpy() used only to drop the graph",
+    "T20": "Measure before changing; check convergence after",
+    "T21": "Use the vendor's container image (CUDA/cuDNN versions)",
+    "T22": "Pinning memory reserves host RAM",
+    "T23": "For small datasets the gain from pinning is negligible",
+    "T24": "LR schedules and AdamW instead of Adam with L2",
+}

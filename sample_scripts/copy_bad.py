@@ -1,0 +1,18 @@
+"""T04 bad: batches come from pageable memory and are copied with blocking .to(device)."""
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+dataset = TensorDataset(torch.randn(4096, 256), torch.randn(4096, 1))
+loader = DataLoader(dataset, batch_size=256, shuffle=True, num_workers=2, pin_memory=False)
+model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 1)).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+for epoch in range(1_000_000):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)  # pageable source, blocking copy
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
