@@ -23,6 +23,7 @@ class CallSite:
     code: str
     kwargs: dict = field(default_factory=dict, hash=False, compare=False)  # literal keyword values
     call: str = field(default="", hash=False, compare=False)              # the call expression
+    in_loop: bool = field(default=False, hash=False, compare=False)       # inside a for/while body
 
 
 @lru_cache(maxsize=256)
@@ -57,14 +58,15 @@ def _literal_kwargs(node: ast.Call) -> dict:
 
 
 def _walk_own(nodes):
-    """Walk statements without entering nested functions, classes or lambdas."""
-    stack = list(reversed(nodes))
+    """(node, in_loop) for statements, without entering nested functions, classes or lambdas."""
+    stack = [(n, False) for n in reversed(nodes)]
     while stack:
-        node = stack.pop()
-        yield node
+        node, in_loop = stack.pop()
+        yield node, in_loop
+        loop = isinstance(node, (ast.For, ast.AsyncFor, ast.While))
         for child in reversed(list(ast.iter_child_nodes(node))):
             if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                stack.append(child)
+                stack.append((child, in_loop or (loop and child not in (getattr(node, "iter", None),))))
 
 
 class SourceIndex:
@@ -118,19 +120,21 @@ class SourceIndex:
         if body is None:
             return None
         sites = []
-        for node in _walk_own(body):
+        for node, in_loop in _walk_own(body):
             if isinstance(node, ast.Call) and _call_name(node) in names:
                 sites.append(CallSite(node.lineno, _call_name(node), lines[node.lineno - 1].strip(),
-                                      _literal_kwargs(node), ast.unparse(node)[:200]))
+                                      _literal_kwargs(node), ast.unparse(node)[:200], in_loop))
             elif isinstance(node, ast.JoinedStr) and "<f-string>" in names:
-                sites.append(CallSite(node.lineno, "<f-string>", lines[node.lineno - 1].strip()))
-        return sorted(set(sites), key=lambda s: s.line)
+                sites.append(CallSite(node.lineno, "<f-string>", lines[node.lineno - 1].strip(), in_loop=in_loop))
+        # work repeated every step runs in a loop: when the function has a loop, prefer its calls
+        looped = [s for s in sites if s.in_loop]
+        return sorted(set(looped or sites), key=lambda s: s.line)
 
     def branches(self, path: str, def_line: int, func: str) -> list[CallSite]:
         """`if`/`while`/`assert`/ternary tests that compare or call: candidates for bool(tensor)."""
         lines, body = self._body(path, def_line, func)
         sites = []
-        for node in _walk_own(body or []):
+        for node, _ in _walk_own(body or []):
             if isinstance(node, (ast.If, ast.While, ast.Assert, ast.IfExp)):
                 test = node.test
                 if any(isinstance(n, (ast.Compare, ast.Call, ast.Attribute, ast.Subscript)) for n in ast.walk(test)):

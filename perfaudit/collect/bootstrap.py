@@ -48,6 +48,7 @@ class Session:
         self.script = script
         self.run_dir = config["run_dir"]
         self.warmup, self.steps, self.full = config["warmup"], config["steps"], config["full"]
+        self.pid = os.getpid()       # DataLoader workers fork this process: they must not report
         self.probes = Probes()
         self.detector = StepDetector(self._step_boundary)
         self.prof = None
@@ -93,7 +94,8 @@ class Session:
         original_exit = os._exit
 
         def guarded_exit(code=0):
-            self.finish({"outcome": "os_exit", "exit_code": code})
+            if os.getpid() == self.pid:
+                self.finish({"outcome": "os_exit", "exit_code": code})
             original_exit(code)
 
         os._exit = guarded_exit
@@ -101,6 +103,10 @@ class Session:
             signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum, frame):
+        if os.getpid() != self.pid:  # a forked worker: behave as it would without perfaudit
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         if not self.finished:
             raise Interrupted(signal.Signals(signum).name)
 
@@ -139,7 +145,7 @@ class Session:
             self.pending = True
 
     def flush(self, raise_done: bool = True) -> None:
-        if not self.pending:
+        if not self.pending or os.getpid() != self.pid:
             return
         self.pending = False
         if self.step_index >= self.warmup:
@@ -220,7 +226,7 @@ class Session:
 
     def finish(self, result: dict) -> None:
         """Called once whatever happened: close the window if still open, then record the outcome."""
-        if self.finished:
+        if self.finished or os.getpid() != self.pid:
             return
         self.finished = True
         self.flush(raise_done=False)

@@ -39,6 +39,13 @@ class _Evaluation:
             return self.rule.thresholds[spec["threshold"]]
         return spec
 
+    def holds_optional(self, cond) -> bool:
+        """For notes, escalations and the estimate flag: missing data means the condition is false."""
+        try:
+            return self.holds(cond)
+        except Missing:
+            return False
+
     def holds(self, cond) -> bool:
         if "all" in cond:
             return all(self.holds(c) for c in cond["all"])
@@ -123,10 +130,10 @@ def evaluate(rule: Rule, ctx: Context) -> Finding | Skipped | None:
             return None
         severity = spec["severity"]
         for item in spec.get("escalate", []):
-            if ev.holds(item["when"]):
+            if ev.holds_optional(item["when"]):
                 severity = item["severity"]
         cost = _cost(ev, step_ms)
-        notes = tuple(ev.render(n["text"]) for n in spec.get("notes", []) if "when" not in n or ev.holds(n["when"]))
+        notes = tuple(ev.render(n["text"]) for n in spec.get("notes", []) if "when" not in n or ev.holds_optional(n["when"]))
         message = ev.render(spec["message"])
         fix = ev.render(spec["fix"])
     except Missing as exc:
@@ -147,7 +154,7 @@ def _cost(ev: _Evaluation, step_ms: float) -> Cost:
             ms = value * ev.value(spec["per_unit_us"]) / 1000.0 if "per_unit_us" in spec else float(value)
     estimated = spec.get("estimated", False)
     if isinstance(estimated, dict):
-        estimated = ev.holds(estimated)
+        estimated = ev.holds_optional(estimated)
     share = ms / step_ms if ms is not None and step_ms else None
     return Cost(ms, share, bool(estimated))
 

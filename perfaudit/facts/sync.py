@@ -17,6 +17,11 @@ SCALAR_CALLS = {"item", "float", "int", "bool", "tolist", "print", "<f-string>",
 NONZERO_CALLS = {"nonzero", "where", "argwhere", "masked_select", "unique", "nonzero_static"}
 COPY_CALLS = {"cpu", "numpy", "to", "tolist", "item", "synchronize"}
 
+# On a CPU run a scalar read inside library code (an optimizer's CPU step counter, autograd's anomaly
+# checks) is not a device sync on a GPU; only reads the user's code makes on a tensor count.
+_TENSOR_METHOD_FILES = ("torch/_tensor.py", "torch/_tensor_str.py")
+_NOT_USER_READS = {"backward"}
+
 DETAIL = {"aten::_local_scalar_dense": "scalar read (.item(), float(), print or `if` on a tensor)",
           "aten::nonzero": "nonzero / boolean-mask indexing (output size needs the device)"}
 
@@ -49,6 +54,15 @@ def sync_sites(ctx: Context):
     ctx.steps
     items = _sync_items(ctx)
     calls = SCALAR_CALLS | NONZERO_CALLS | COPY_CALLS
+    if not ctx.is_gpu and ctx.frames:
+        attributions = ctx.frames.attribute_all([anchor for anchor, _, _, _ in items])
+        items = [item for item in items if _user_read(attributions.get(id(item[0])))]
     collector = SiteCollector(ctx, fallback_calls=calls, branches=True)
     collector.add_all(items)
     return collector.result()
+
+
+def _user_read(att) -> bool:
+    if att is None or att.via in _NOT_USER_READS:
+        return False
+    return att.via_path is None or att.via_path.replace("\\", "/").endswith(_TENSOR_METHOD_FILES)
