@@ -50,7 +50,7 @@ class Session:
         self.warmup, self.steps, self.full = config["warmup"], config["steps"], config["full"]
         self.pid = os.getpid()       # DataLoader workers fork this process: they must not report
         self.probes = Probes()
-        self.detector = StepDetector(self._step_boundary)
+        self.detector = StepDetector(self._step_boundary, self._relearned)
         self.prof = None
         self.step_rf = None
         self.step_index = 0          # steps completed inside the profiled window
@@ -125,12 +125,23 @@ class Session:
         self.prof.start()
         self.started_at = time.time()
         self._open_step()
-        if self.warmup == 0:
-            self.probes.start_module_trace()
+
+    @property
+    def _module_trace_step(self) -> int:
+        """Module order is watched over one step: the last warm-up step (its hooks cost time)."""
+        return max(self.warmup - 1, 0)
 
     def _open_step(self) -> None:
+        if self.step_index == self._module_trace_step:
+            self.probes.start_module_trace()
         self.step_rf = self.torch.profiler.record_function(f"ProfilerStep#{self.step_index}")
         self.step_rf.__enter__()
+
+    def _relearned(self) -> None:
+        """A second optimizer showed up in the first iteration: the boundary already placed after the
+        first one was mid-iteration, so one more warm-up step absorbs it."""
+        if self.step_index <= self.warmup:
+            self.warmup += 1
 
     def _close_step(self) -> None:
         if self.step_rf is not None:
@@ -151,11 +162,9 @@ class Session:
         if self.step_index >= self.warmup:
             self.probes.sample_window_state()
         self._close_step()
-        self.step_index += 1
-        if self.step_index == self.warmup:
+        if self.step_index == self._module_trace_step:
             self.probes.stop_module_trace()
-        if self.step_index == max(self.warmup - 1, 0) and self.warmup > 0:
-            self.probes.start_module_trace()  # module order over the last warm-up step
+        self.step_index += 1
         self._say("step", step=self.step_index, warmup=self.warmup, steps=self.steps)
         if self.step_index >= self.warmup + self.steps:
             self._close_window({"outcome": "window_complete"})

@@ -42,14 +42,19 @@ class RunResult:
 
     @property
     def failed(self) -> bool:
-        o = self.outcome.get("outcome")
-        return o in ("raised", "crashed", "timeout", "os_exit") and not (
-            o == "os_exit" and self.outcome.get("exit_code") == 0
-        ) or (o == "exited" and self.outcome.get("exit_code") not in (0, None))
+        """The script raised, exited non-zero, crashed or timed out (in the window or after it)."""
+        return _is_failure(self.outcome) or _is_failure(self.outcome.get("after_window") or {})
 
     @property
     def interrupted(self) -> bool:
         return self.outcome.get("outcome") == "interrupted" and self.outcome.get("by") == "user"
+
+
+def _is_failure(outcome: dict) -> bool:
+    kind, code = outcome.get("outcome"), outcome.get("exit_code")
+    if kind in ("exited", "os_exit"):
+        return code not in (0, None)
+    return kind in ("raised", "crashed", "timeout")
 
 
 def _check_script(script: str) -> str:

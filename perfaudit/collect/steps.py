@@ -13,13 +13,13 @@ _RANK = {OPTIMIZER: 0, BACKWARD: 1, BATCH: 2}
 
 
 class StepDetector:
-    def __init__(self, on_boundary: Callable[[], None]):
+    def __init__(self, on_boundary: Callable[[], None], on_relearn: Callable[[], None] = lambda: None):
         self._on_boundary = on_boundary
+        self._on_relearn = on_relearn
         self.source: str | None = None
         self._seen: dict[str, int] = {OPTIMIZER: 0, BACKWARD: 0, BATCH: 0}
         self._order: list[int] = []     # optimizers in the order they step in one iteration
         self._order_known = False
-        self._stepped: set[int] = set()  # optimizers stepped in the current iteration
 
     def _use(self, source: str) -> bool:
         """Whether `source` marks steps now; a stronger source takes over once seen."""
@@ -41,9 +41,9 @@ class StepDetector:
                 self._order_known = True  # an optimizer repeats: the iteration's order is known
             else:
                 self._order.append(optimizer_id)
-        self._stepped.add(optimizer_id)
+                if len(self._order) > 1:
+                    self._on_relearn()
         if optimizer_id == self._order[-1]:
-            self._stepped.clear()
             self._on_boundary()
 
     def backward_done(self) -> None:

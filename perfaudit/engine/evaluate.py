@@ -101,7 +101,7 @@ def _aggregate(ev: _Evaluation, sites: list[Site], n_steps: int, step_ms: float)
         share_pct=100.0 * ms / step_ms if step_ms else 0.0,
         n_sites=len(sites),
         details=", ".join(dict.fromkeys(s.detail for s in sites)),
-        where=", ".join(f"{s.path}:{s.line}" for s in located[:3]) or "no source location (no stacks)",
+        where=", ".join(f"{s.path}:{s.line}" for s in located[:3]) or "an unknown line (the trace has no Python stacks)",
         lines=", ".join(str(s.line) for s in located),
     )
 

@@ -1,0 +1,67 @@
+"""Shared fixtures: the real CLI, run once per sample script and once per shared trace."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+TRACES = SHARED / "traces"
+SAMPLES = ROOT / "sample_scripts"
+
+
+def perfaudit(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None):
+    """Run the real CLI in a subprocess, as a user would."""
+    return subprocess.run([sys.executable, "-m", "perfaudit", *args], cwd=cwd or ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def needs_shared(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path} not present (shared/ sits beside the repo in CI)")
+    return path
+
+
+@lru_cache(maxsize=None)
+def _run_json(kind: str, target: str, out_dir: str, extra: tuple = ()) -> dict:
+    report = Path(out_dir) / (Path(target).name + ".report.json")
+    if kind == "run":
+        args = ["run", target, "--warmup", "1", "--steps", "3", "--out-dir", str(Path(out_dir) / Path(target).stem),
+                "--format", "json", "--output", str(report), *extra]
+    else:
+        args = ["analyze", target, "--format", "json", "--output", str(report), *extra]
+    proc = perfaudit(*args)
+    assert report.exists(), f"no report for {target}: rc={proc.returncode}\n{proc.stderr}\n{proc.stdout[-2000:]}"
+    data = json.loads(report.read_text())
+    data["_exit_code"] = proc.returncode
+    return data
+
+
+@pytest.fixture(scope="session")
+def run_dir(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("runs"))
+
+
+@pytest.fixture(scope="session")
+def sample_report(run_dir):
+    """report(script_name) -> the JSON report of `perfaudit run` on that sample script (cached)."""
+    scripts = sorted(p.name for p in SAMPLES.glob("*.py"))
+    with ThreadPoolExecutor(max_workers=2) as pool:  # warm the cache: two scripts at a time
+        list(pool.map(lambda s: _run_json("run", str(SAMPLES / s), run_dir), scripts))
+    return lambda name: _run_json("run", str(SAMPLES / name), run_dir)
+
+
+@pytest.fixture(scope="session")
+def trace_report(run_dir):
+    """report(relative trace path under shared/) -> the JSON report of `perfaudit analyze` (cached)."""
+    def get(rel: str) -> dict:
+        path = needs_shared(ROOT.parent / rel.removeprefix("../"))
+        return _run_json("analyze", str(path), run_dir)
+    return get

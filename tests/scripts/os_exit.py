@@ -1,0 +1,13 @@
+import os
+
+import torch
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(100):
+    opt.zero_grad()
+    model(torch.randn(8, 4)).sum().backward()
+    opt.step()
+    print(model.weight.sum().item())
+    if step == 4:
+        os._exit(7)
