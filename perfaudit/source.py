@@ -24,6 +24,7 @@ class CallSite:
     kwargs: dict = field(default_factory=dict, hash=False, compare=False)  # literal keyword values
     call: str = field(default="", hash=False, compare=False)              # the call expression
     in_loop: bool = field(default=False, hash=False, compare=False)       # inside a for/while body
+    receiver: str = field(default="", hash=False, compare=False)          # `x` in `x.to(device)`
 
 
 @lru_cache(maxsize=256)
@@ -122,13 +123,25 @@ class SourceIndex:
         sites = []
         for node, in_loop in _walk_own(body):
             if isinstance(node, ast.Call) and _call_name(node) in names:
+                receiver = ast.unparse(node.func.value)[:200] if isinstance(node.func, ast.Attribute) else ""
                 sites.append(CallSite(node.lineno, _call_name(node), lines[node.lineno - 1].strip(),
-                                      _literal_kwargs(node), ast.unparse(node)[:200], in_loop))
+                                      _literal_kwargs(node), ast.unparse(node)[:200], in_loop, receiver))
             elif isinstance(node, ast.JoinedStr) and "<f-string>" in names:
                 sites.append(CallSite(node.lineno, "<f-string>", lines[node.lineno - 1].strip(), in_loop=in_loop))
         # work repeated every step runs in a loop: when the function has a loop, prefer its calls
         looped = [s for s in sites if s.in_loop]
         return sorted(set(looped or sites), key=lambda s: s.line)
+
+    def assignments(self, path: str, def_line: int, func: str) -> dict[str, list[str]]:
+        """name -> the expressions assigned to it in the function (to follow `x = …; x.to(d)`)."""
+        _, body = self._body(path, def_line, func)
+        out: dict[str, list[str]] = {}
+        for node, _ in _walk_own(body or []):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        out.setdefault(target.id, []).append(ast.unparse(node.value)[:200])
+        return out
 
     def branches(self, path: str, def_line: int, func: str) -> list[CallSite]:
         """`if`/`while`/`assert`/ternary tests that compare or call: candidates for bool(tensor)."""

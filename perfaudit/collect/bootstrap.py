@@ -68,6 +68,8 @@ class Session:
     def install(self) -> None:
         torch = self.torch
         self.probes.on_training_activity = self._start_profiler
+        self.probes.window_step = lambda: (self.step_index if self.prof is not None and not self.window_closed
+                                           and self.step_index >= self.warmup else None)
         self.probes.on_batch = self.detector.batch_fetched
         self.probes.before_batch = self.flush
         self.probes.install()
@@ -122,6 +124,7 @@ class Session:
         self._say("profiling", device="cuda" if torch.cuda.is_available() else "cpu")
         self.prof = profile(activities=activities, with_stack=self.config["with_stack"],
                             record_shapes=self.config["record_shapes"])
+        self.probes.own_profiler = self.prof
         self.prof.start()
         self.started_at = time.time()
         self._open_step()

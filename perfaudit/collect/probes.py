@@ -75,6 +75,10 @@ class Probes:
         self._outputs: dict[int, torch.nn.Module] = {}
         self._module_hook = None
         self.on_training_activity = lambda: None
+        self.own_profiler = None          # perfaudit's profiler; every other one is neutralised
+        self.data_parallel: list[dict] = []
+        self.schedulers: list[dict] = []
+        self.window_step = lambda: None   # returns the current step index, or None outside the window
         self.on_batch = lambda: None
         self.before_batch = lambda: None
 
@@ -114,12 +118,65 @@ class Probes:
         self._debug(torch.autograd.set_detect_anomaly, "__init__", "set_detect_anomaly",
                     lambda a, k: bool(a[1] if len(a) > 1 else k.get("mode", True)))
         self._debug(torch.autograd.detect_anomaly, "__init__", "detect_anomaly", lambda a, k: True)
-        self._debug(torch.autograd.profiler.emit_nvtx, "__enter__", "emit_nvtx",
-                    lambda a, k: bool(getattr(a[0], "enabled", True)))
+        self._neutralise_profilers()
         for fn in ("gradcheck", "gradgradcheck"):
             self._debug_function(torch.autograd, fn)
-        if hasattr(torch, "cuda"):
-            _wrap(torch.cuda, "empty_cache", self._empty_cache)
+        _wrap(torch.cuda, "empty_cache", self._empty_cache)
+        _wrap(torch.nn.DataParallel, "__init__", lambda a, k: self.data_parallel.append(
+            {"site": user_site(3), "class": type(a[0]).__name__}))
+        _wrap(torch.optim.lr_scheduler.LRScheduler, "__init__", lambda a, k: self.schedulers.append(
+            {"site": user_site(3), "class": type(a[0]).__name__}))
+
+    def _neutralise_profilers(self) -> None:
+        """A profiler the script starts itself (torch.profiler, the legacy autograd profiler,
+        emit_nvtx) would fight perfaudit's for the one Kineto session: record where it was
+        started (a debug API left on, T07) and make it a no-op, so the audit goes on."""
+        from torch.autograd.profiler_util import EventList
+        probes = self
+
+        def note(api):
+            site = user_site(4)
+            if not any(c["api"] == api and c["site"] == site for c in probes.debug_calls):
+                probes.debug_calls.append({"api": api, "enabled": True, "site": site})
+
+        kineto = torch.profiler.profile
+        for name in ("start", "stop", "step", "export_chrome_trace", "export_stacks", "export_memory_timeline"):
+            original = getattr(kineto, name)
+
+            def guarded(prof, *args, _original=original, _name=name, **kwargs):
+                if prof is probes.own_profiler:
+                    return _original(prof, *args, **kwargs)
+                if _name == "start":
+                    note("torch.profiler.profile")
+                return None
+
+            setattr(kineto, name, guarded)
+        kineto.key_averages = lambda prof, *a, **k: EventList([])
+        kineto.events = lambda prof: EventList([])
+        legacy = torch.autograd.profiler.profile
+        legacy_enter, legacy_exit = legacy.__enter__, legacy.__exit__
+
+        def own(prof) -> bool:  # torch.profiler drives an autograd profiler of its own
+            return prof is getattr(probes.own_profiler, "profiler", None)
+
+        def guarded_enter(prof):
+            if own(prof):
+                return legacy_enter(prof)
+            note("torch.autograd.profiler.profile")
+            prof.function_events = EventList([])
+            return prof
+
+        legacy.__enter__ = guarded_enter
+        legacy.__exit__ = lambda prof, *exc: legacy_exit(prof, *exc) if own(prof) else False
+        nvtx = torch.autograd.profiler.emit_nvtx
+
+        def nvtx_enter(ctx):
+            if getattr(ctx, "enabled", True):
+                note("emit_nvtx")
+            return ctx
+
+        nvtx.__enter__ = nvtx_enter
+        nvtx.__exit__ = lambda ctx, *exc: False
 
     def _track_layer_site(self, owner, name):
         def before(args, kwargs):
@@ -161,7 +218,10 @@ class Probes:
     def _empty_cache(self, args, kwargs):
         site = user_site(3) or {}
         key = (site.get("path"), site.get("line"))
-        self.empty_cache.setdefault(key, {"site": site, "calls": 0})["calls"] += 1
+        entry = self.empty_cache.setdefault(key, {"site": site, "calls": 0, "window_calls": 0})
+        entry["calls"] += 1
+        if self.window_step() is not None:
+            entry["window_calls"] += 1
 
     # -- module order over one step --------------------------------------------------------------
     def start_module_trace(self) -> None:
@@ -221,6 +281,8 @@ class Probes:
             "anomaly_enabled_in_window": self.anomaly_in_window,
             "empty_cache": list(self.empty_cache.values()),
             "bias_before_norm": self.bias_before_norm,
+            "data_parallel": self.data_parallel,
+            "schedulers": self.schedulers,
             "module_order": self.module_order[:200],
             "environment": environment(),
         }

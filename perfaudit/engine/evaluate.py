@@ -148,10 +148,13 @@ def _cost(ev: _Evaluation, step_ms: float) -> Cost:
     ms = None
     if spec.get("from") == "evidence":
         ms = ev.aggregates.get("ms_per_step")
+        if ms is not None and "scale" in spec:
+            ms *= ev.value(spec["scale"])
     elif "fact" in spec:
         value = ev.fact(spec["fact"])
         if isinstance(value, (int, float)):
             ms = value * ev.value(spec["per_unit_us"]) / 1000.0 if "per_unit_us" in spec else float(value)
+            ms *= ev.value(spec.get("scale", 1.0))
     estimated = spec.get("estimated", False)
     if isinstance(estimated, dict):
         estimated = ev.holds_optional(estimated)

@@ -74,7 +74,7 @@ def _check_names(spec: dict, where: str) -> None:
         if not (name.startswith("evidence.") or fact_exists(name)):
             raise RuleError(f"{where}: condition names unknown fact '{name}'")
     values = [c["value"] for c in conds] + [w["value"] for w in spec.get("evidence", {}).get("where", [])]
-    values.append(spec.get("cost", {}).get("per_unit_us"))
+    values += [spec.get("cost", {}).get("per_unit_us"), spec.get("cost", {}).get("scale")]
     for value in values:
         if isinstance(value, dict) and value["threshold"] not in thresholds:
             raise RuleError(f"{where}: unknown threshold '{value['threshold']}' (declare it under thresholds)")

@@ -58,6 +58,7 @@ RULE_SCHEMA = {
                 "from": {"enum": ["evidence", "none"]},
                 "fact": {"type": "string"},
                 "per_unit_us": _VALUE,
+                "scale": _VALUE,
                 "estimated": {"oneOf": [{"type": "boolean"}, _CONDITION]},
             },
         },

@@ -64,6 +64,8 @@ def _cpu_copy_sites(ctx: Context) -> list[Site]:
     ops = [e for e in ctx.trace.host if e.kind == "op" and e.name == "aten::to"]
     attributions = ctx.frames.attribute_all(ops)
     loaders = ctx.probes.get("dataloaders", [])
+    if not loaders:
+        return []  # no batches from a DataLoader: other moves are COPY002's (tensors made on the host)
     batch_bytes = max((d.get("batch_bytes", 0) for d in loaders), default=0)
     unpinned = [d for d in loaders if not d.get("pin_memory")]
     sites: dict[tuple, Site] = {}
@@ -102,3 +104,45 @@ def unpinned_loaders(ctx: Context) -> list[dict]:
     if "dataloaders" not in ctx.probes:
         raise Missing("no live-process probes (trace not recorded by `perfaudit run`)")
     return [d for d in ctx.probes["dataloaders"] if not d.get("pin_memory")]
+
+
+_CREATION = ("randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace", "eye",
+             "tensor", "as_tensor", "from_numpy", "randperm", "normal")
+
+
+def _created_on_host(expr: str) -> bool:
+    """`torch.randn(…)` and friends without a device= argument."""
+    expr = expr.replace(" ", "")
+    return (any(expr.startswith(f"torch.{name}(") for name in _CREATION)
+            and "device=" not in expr)
+
+
+@fact("copy.host_created_sites", "Lines that create a tensor on the host and move it to the device in "
+                                 "every step (torch.randn(...).to(device)), from the trace and the source.")
+def host_created_sites(ctx: Context) -> list[Site]:
+    ctx.need_trace()
+    ctx.steps
+    if not ctx.frames:
+        raise Missing("the trace has no Python stacks to find the lines")
+    ops = [e for e in ctx.trace.host if e.kind == "op" and e.name == "aten::to"]
+    attributions = ctx.frames.attribute_all(ops)
+    sites: dict[tuple, Site] = {}
+    for op in ops:
+        att, step = attributions.get(id(op)), ctx.step_of(op.ts)
+        if att is None or step is None or att.via not in ("to", "cuda"):
+            continue
+        f = att.frame
+        assigned = ctx.source.assignments(f.path, f.line, f.func)
+        for call in ctx.source.calls(f.path, f.line, f.func, {att.via}) or []:
+            if not (_is_device_move(call) and call.in_loop):
+                continue
+            origins = [call.receiver] + assigned.get(call.receiver, [])
+            if not any(_created_on_host(o) for o in origins):
+                continue
+            path = ctx.source.display_path(f.path)
+            site = sites.setdefault((path, call.line), Site(path, call.line, f.func, call.code, call.call,
+                                                            extra={"lines": [call.line]}))
+            site.steps_seen.add(step)
+    for site in sites.values():
+        site.count = len(site.steps_seen)
+    return list(sites.values())

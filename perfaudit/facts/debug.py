@@ -12,6 +12,8 @@ API_EFFECT = {
     "emit_nvtx": "NVTX ranges around every op",
     "gradcheck": "numerical gradient checking",
     "gradgradcheck": "numerical second-order gradient checking",
+    "torch.profiler.profile": "the script's own torch.profiler",
+    "torch.autograd.profiler.profile": "the legacy autograd profiler",
 }
 
 

@@ -31,29 +31,33 @@ def _phase(name: str) -> str | None:
     return None
 
 
-@fact("step.breakdown", "Where a step's host wall time goes: data loading, forward, backward, "
-                        "optimizer, other (ms per step). An op outside the other phases counts as forward.")
-def step_breakdown(ctx: Context) -> dict:
-    totals = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+def phase_times(ctx: Context) -> list[dict]:
+    """Per measured step, the µs spent in each host phase (top-level ranges only)."""
+    out = []
     for step in ctx.steps:
+        times = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
         covered_until = -1.0  # end of the phase range being counted; nested events are inside it
         for ev in ctx.within(ctx.trace.host, step.ts, step.end):
             if ev.ts < covered_until:
                 continue
             phase = _phase(ev.name)
             if phase is not None:
-                totals[phase] += min(ev.end, step.end) - ev.ts
+                times[phase] += min(ev.end, step.end) - ev.ts
                 covered_until = ev.end
+        out.append(times)
+    return out
+
+
+@fact("step.breakdown", "Where a step's host wall time goes: data loading, forward, backward, "
+                        "optimizer, other (ms per step). An op outside the other phases counts as forward.")
+def step_breakdown(ctx: Context) -> dict:
+    per_step = phase_times(ctx)
+    totals = {k: sum(t[k] for t in per_step) for k in per_step[0]}
     n = len(ctx.steps)
     out = {k: v / n / 1000.0 for k, v in totals.items()}
     out["total"] = ctx.step_ms
     out["other"] = max(out["total"] - sum(totals.values()) / n / 1000.0, 0.0)
     return out
-
-
-@fact("data.wait_ms_per_step", "Time per step spent inside DataLoader.__next__, in ms.")
-def data_wait(ctx: Context) -> float:
-    return ctx.get("step.breakdown")["data"]
 
 
 @fact("run.on_gpu", "Whether the trace holds GPU activity.")

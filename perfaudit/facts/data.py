@@ -1,0 +1,58 @@
+"""Input pipeline: time the step waits for the DataLoader, and what to do about it (T05, T06)."""
+from __future__ import annotations
+
+import math
+import os
+
+from statistics import median
+
+from .registry import Context, Missing, fact
+from .sites import Site
+from .steps import phase_times
+
+
+def _loader(ctx: Context) -> dict | None:
+    """The DataLoader that fed the most batches during the run (from the probes)."""
+    loaders = ctx.probes.get("dataloaders") or []
+    return max(loaders, key=lambda d: d.get("batches_seen", 0)) if loaders else None
+
+
+@fact("data.loader", "The DataLoader wait of the median step (ms, share of that step; the median "
+                     "ignores workers starting up), the loader's settings, and a worker count recommended "
+                     "from the measured load time and the CPU count.")
+def data_loader(ctx: Context) -> dict:
+    wait = median(t["data"] for t in phase_times(ctx)) / 1000.0
+    step_ms = median(s.dur for s in ctx.steps) / 1000.0
+    has_annotations = any(e.name.startswith("enumerate(DataLoader)#") for e in ctx.trace.host)
+    loader = _loader(ctx)
+    if not has_annotations and loader is None:
+        raise Missing("no DataLoader activity in the trace")
+    compute = max(step_ms - wait, 1e-3)
+    cpus = (ctx.probes.get("environment") or {}).get("cpu_count") or os.cpu_count() or 1
+    workers = loader.get("num_workers") if loader else None
+    # With w workers a batch takes load/w per step on average; the step no longer waits once
+    # load/w <= compute. With workers already, the measured wait is what is left over.
+    load = wait if not workers else wait + compute
+    needed = max(math.ceil(load / compute) + 1, 2)
+    recommended = min(needed, max(cpus, 2))
+    site = (loader or {}).get("site") or {}
+    return {
+        "wait_ms": wait, "compute_ms": compute, "share_pct": 100.0 * wait / step_ms if step_ms else 0.0,
+        "num_workers": workers, "cpu_count": cpus, "needed_workers": needed,
+        "recommended_workers": recommended, "cpu_bound": needed > max(cpus, 2),
+        "persistent_workers": (loader or {}).get("persistent_workers"),
+        "prefetch_factor": (loader or {}).get("prefetch_factor"),
+        "path": ctx.source.display_path(site["path"]) if site.get("path") else None,
+        "line": site.get("line"),
+    }
+
+
+@fact("data.loader_sites", "The DataLoader construction line, as a site carrying the wait per step.")
+def data_loader_sites(ctx: Context) -> list[Site]:
+    info = ctx.get("data.loader")
+    site = Site(info["path"], info["line"], None,
+                ctx.source.line_text(info["path"], info["line"]) if info["path"] else "",
+                f"DataLoader(num_workers={info['num_workers']})" if info["num_workers"] is not None else "DataLoader")
+    n = len(ctx.steps)
+    site.count, site.ms, site.steps_seen = n, info["wait_ms"] * n, set(range(n))
+    return [site]

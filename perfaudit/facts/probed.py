@@ -1,0 +1,47 @@
+"""Patterns only the live process shows: DataParallel wrappers, empty_cache() calls (T15, T18)."""
+from __future__ import annotations
+
+from .registry import Context, Missing, fact
+from .sites import Site
+
+
+def _probe(ctx: Context, key: str) -> list:
+    if key not in ctx.probes:
+        raise Missing("no live-process probes (seen only by `perfaudit run`)")
+    return ctx.probes[key]
+
+
+def _site(ctx: Context, where: dict | None, detail: str) -> Site:
+    where = where or {}
+    path = ctx.source.display_path(where["path"]) if where.get("path") else None
+    return Site(path, where.get("line"), where.get("func"),
+                ctx.source.line_text(where["path"], where["line"]) if path else "", detail)
+
+
+@fact("dist.data_parallel_sites", "Where the script wraps a model in nn.DataParallel.")
+def data_parallel_sites(ctx: Context) -> list[Site]:
+    entries = _probe(ctx, "data_parallel")
+    sites = []
+    for entry in entries:
+        site = _site(ctx, entry.get("site"), entry.get("class", "DataParallel"))
+        site.count = 1
+        sites.append(site)
+    if not sites and ctx.trace is not None:
+        # a trace recorded with modules/stacks shows DataParallel.forward frames
+        if any("DataParallel" in e.name and "forward" in e.name for e in ctx.trace.python):
+            sites.append(Site(None, None, None, "", "DataParallel.forward in the trace"))
+    return sites
+
+
+@fact("mem.empty_cache_sites", "torch.cuda.empty_cache() calls made inside the recorded window, by line.")
+def empty_cache_sites(ctx: Context) -> list[Site]:
+    n = len(ctx.steps)
+    sites = []
+    for entry in _probe(ctx, "empty_cache"):
+        if not entry.get("window_calls"):
+            continue
+        site = _site(ctx, entry.get("site"), "torch.cuda.empty_cache()")
+        site.count = entry["window_calls"]
+        site.steps_seen = set(range(min(entry["window_calls"], n)))
+        sites.append(site)
+    return sites

@@ -1,0 +1,15 @@
+"""T24 good: AdamW (decoupled weight decay) with a OneCycle schedule."""
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+data = torch.randn(64, 32)
+target = torch.randn(64, 1)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-2)
+scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1e-3, total_steps=1_000_000)
+
+for step in range(1_000_000):
+    optimizer.zero_grad()
+    nn.functional.mse_loss(model(data), target).backward()
+    optimizer.step()
+    scheduler.step()

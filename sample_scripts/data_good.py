@@ -1,0 +1,32 @@
+"""T05/T06 good: enough persistent workers prefetch batches while the step runs."""
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class SlowDataset(Dataset):
+    """Stands for reading from storage: 0.2 ms of waiting per sample, little CPU."""
+
+    def __init__(self):
+        self.x, self.y = torch.randn(4096, 64), torch.randn(4096, 1)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        time.sleep(0.0002)
+        return self.x[i], self.y[i]
+
+
+if __name__ == "__main__":
+    loader = DataLoader(SlowDataset(), batch_size=512, shuffle=True, num_workers=4,
+                        persistent_workers=True, prefetch_factor=4)
+    model = nn.Sequential(nn.Linear(64, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(1_000_000):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()

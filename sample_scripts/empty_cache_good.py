@@ -1,0 +1,20 @@
+"""T18 good: the caching allocator keeps its blocks between steps."""
+import torch
+from torch import nn
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+data = torch.randn(64, 32, device=device)
+target = torch.randn(64, 1, device=device)
+
+
+def train_step():
+    optimizer.zero_grad()
+    loss = nn.functional.mse_loss(model(data), target)
+    loss.backward()
+    optimizer.step()
+
+
+for step in range(1_000_000):
+    train_step()
