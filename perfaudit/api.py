@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .collect.runner import RunOptions, RunResult, run_script
@@ -29,6 +29,7 @@ class TraceSummary:
     breakdown: dict | None
     has_stacks: bool
     environment: dict = field(default_factory=dict)
+    gpu_breakdown: dict | None = None   # compute, copies, sync_wait, data_wait, other_idle (ms/step)
 
 
 @dataclass
@@ -65,6 +66,24 @@ def expand_trace_paths(paths: list[str]) -> list[str]:
     return out
 
 
+def _merge_across_traces(findings: list[Finding], ranks: dict) -> list[Finding]:
+    """One finding per rule and place across the traces of a job: the costliest, noting where else."""
+    groups: dict[tuple, list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.rule, tuple((l.path, l.line) for l in f.locations)), []).append(f)
+    merged = []
+    for group in groups.values():
+        top = max(group, key=lambda f: f.cost.ms_per_step or 0.0)
+        if len(group) > 1:
+            names = sorted(str(ranks.get(f.trace)) if ranks.get(f.trace) is not None else os.path.basename(f.trace or "")
+                           for f in group)
+            label = "ranks" if all(ranks.get(f.trace) is not None for f in group) else "traces"
+            top = replace(top, notes=top.notes + (f"Seen on {len(group)} {label} ({', '.join(names)}); "
+                                                  "figures are from the costliest.",))
+        merged.append(top)
+    return merged
+
+
 def _summary(trace: Trace, ctx: Context) -> TraceSummary:
     env = dict(ctx.probes.get("environment", {}))
     props = trace.meta.get("deviceProperties")
@@ -79,13 +98,15 @@ def _summary(trace: Trace, ctx: Context) -> TraceSummary:
         step_ms, breakdown = ctx.get("step.mean_ms"), ctx.get("step.breakdown")
     except Missing:
         step_ms, breakdown = None, None
+    try:
+        gpu = ctx.get("gpu.step_breakdown")
+    except Missing:
+        gpu = None
     return TraceSummary(trace.path, device, trace.rank, len(trace.measured_steps), trace.step_source,
-                        step_ms, breakdown, trace.has_stacks, env)
+                        step_ms, breakdown, trace.has_stacks, env, gpu)
 
 
-def evaluate_trace(trace: Trace | None, rules: list[Rule], probes: dict | None = None,
-                   source_roots: tuple[str, ...] = ()) -> tuple[list[Finding], list[Skipped], TraceSummary | None]:
-    ctx = Context(trace, probes, source_roots)
+def _evaluate(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skipped]]:
     findings, skipped = [], []
     for rule in rules:
         result = evaluate(rule, ctx)
@@ -93,6 +114,13 @@ def evaluate_trace(trace: Trace | None, rules: list[Rule], probes: dict | None =
             findings.append(result)
         elif isinstance(result, Skipped):
             skipped.append(result)
+    return findings, skipped
+
+
+def evaluate_trace(trace: Trace | None, rules: list[Rule], probes: dict | None = None,
+                   source_roots: tuple[str, ...] = ()) -> tuple[list[Finding], list[Skipped], TraceSummary | None]:
+    ctx = Context(trace, probes, source_roots)
+    findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])
     return findings, skipped, (_summary(trace, ctx) if trace is not None else None)
 
 
@@ -101,10 +129,12 @@ def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tup
     rules = rules if rules is not None else load_rules()
     files = expand_trace_paths(paths)
     report = Report([], [], [])
+    contexts = []
     for path in files:
         trace = load_trace(path)
         roots = source_roots + (os.path.dirname(os.path.abspath(path)), os.getcwd())
         findings, skipped, summary = evaluate_trace(trace, rules, source_roots=roots)
+        contexts.append(Context(trace, None, roots))
         report.findings.extend(findings)
         report.skipped.extend(s for s in skipped if s not in report.skipped)
         report.traces.append(summary)
@@ -112,6 +142,13 @@ def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tup
             report.notes.append(f"{path}: {trace.skipped_events} malformed events were ignored")
         if len(files) == 1 and trace.probes:  # recorded by `perfaudit run`: the same report again
             report.script, report.outcome = trace.probes.get("script"), trace.probes.get("outcome")
+    if len(files) > 1:
+        report.findings = _merge_across_traces(report.findings, {t.path: t.rank for t in report.traces})
+    job_rules = [r for r in rules if r.scope == "job"]
+    if len(files) > 1 and job_rules:
+        findings, skipped = _evaluate(Context(None, {}, source_roots, job=contexts), job_rules)
+        report.findings.extend(findings)
+        report.skipped.extend(skipped)
     report.findings = rank(report.findings)
     return report
 

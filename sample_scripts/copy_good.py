@@ -4,10 +4,10 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-dataset = TensorDataset(torch.randn(4096, 256), torch.randn(4096, 1))
-loader = DataLoader(dataset, batch_size=256, shuffle=True, num_workers=2, pin_memory=True,
+dataset = TensorDataset(torch.randn(8192, 256), torch.randn(8192, 1))
+loader = DataLoader(dataset, batch_size=512, shuffle=True, num_workers=2, pin_memory=True,
                     persistent_workers=True)
-model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 1)).to(device)
+model = nn.Sequential(nn.Linear(256, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 1)).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
 for epoch in range(1_000_000):

@@ -53,9 +53,9 @@ def run_dir(tmp_path_factory) -> str:
 def sample_report(run_dir):
     """report(script_name) -> the JSON report of `perfaudit run` on that sample script (cached)."""
     scripts = sorted(p.name for p in SAMPLES.glob("*.py"))
-    # warm the cache two scripts at a time, except those whose findings depend on timing (the data
-    # pipeline ones), which run alone so that a neighbour does not steal their CPU
-    timing = [s for s in scripts if s.startswith("data_")]
+    # warm the cache two scripts at a time, except those whose findings depend on timing (DataLoader
+    # workers), which run alone so that a neighbour does not steal their CPU
+    timing = [s for s in scripts if "num_workers=" in (SAMPLES / s).read_text()]
     with ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(lambda s: _run_json("run", str(SAMPLES / s), run_dir), [s for s in scripts if s not in timing]))
     for script in timing:
@@ -67,6 +67,6 @@ def sample_report(run_dir):
 def trace_report(run_dir):
     """report(relative trace path under shared/) -> the JSON report of `perfaudit analyze` (cached)."""
     def get(rel: str) -> dict:
-        path = needs_shared(ROOT.parent / rel.removeprefix("../"))
+        path = needs_shared(ROOT.parent / rel[3:]) if rel.startswith("../") else ROOT / rel
         return _run_json("analyze", str(path), run_dir)
     return get

@@ -54,8 +54,8 @@ class _Evaluation:
         if "not" in cond:
             return not self.holds(cond["not"])
         left = self.fact(cond["fact"])
-        if left is None:
-            return False
+        if left is None and cond["op"] not in ("==", "!=", "in", "not in"):
+            return False  # an unknown value is neither above nor below a threshold
         try:
             return bool(_OPS[cond["op"]](left, self.value(cond["value"])))
         except TypeError:
@@ -114,9 +114,11 @@ def evaluate(rule: Rule, ctx: Context) -> Finding | Skipped | None:
         step_ms = ctx.get("step.mean_ms")
     except Missing as exc:
         n_steps, step_ms = 1, 0.0
-        if "evidence" in spec:
+        if "evidence" in spec and rule.scope == "trace":
             return Skipped(rule.id, str(exc))
     ev.aggregates.update(step_ms=step_ms, n_steps=n_steps, device="GPU" if ctx.is_gpu else "CPU")
+    if rule.scope == "job":
+        ev.aggregates.update(step_ms=None, n_steps=None)
     sites: list[Site] = []
     try:
         if "evidence" in spec:

@@ -39,6 +39,11 @@ class Rule:
         return re.match(r"[A-Z]+", self.id).group(0)
 
     @property
+    def scope(self) -> str:
+        """`trace`: evaluated on each trace; `job`: once over the traces of several ranks."""
+        return self.spec.get("scope", "trace")
+
+    @property
     def thresholds(self) -> dict:
         return self.spec.get("thresholds", {})
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import os
 
 from statistics import median
 
@@ -23,23 +22,27 @@ def _loader(ctx: Context) -> dict | None:
 def data_loader(ctx: Context) -> dict:
     wait = median(t["data"] for t in phase_times(ctx)) / 1000.0
     step_ms = median(s.dur for s in ctx.steps) / 1000.0
-    has_annotations = any(e.name.startswith("enumerate(DataLoader)#") for e in ctx.trace.host)
+    iterators = {e.name for e in ctx.trace.host if e.name.startswith("enumerate(DataLoader)#")}
     loader = _loader(ctx)
-    if not has_annotations and loader is None:
+    if not iterators and loader is None:
         raise Missing("no DataLoader activity in the trace")
     compute = max(step_ms - wait, 1e-3)
-    cpus = (ctx.probes.get("environment") or {}).get("cpu_count") or os.cpu_count() or 1
+    cpus = (ctx.probes.get("environment") or {}).get("cpu_count")  # unknown for a foreign trace
     workers = loader.get("num_workers") if loader else None
+    if workers is not None:
+        uses_workers = workers > 0
+    else:  # a foreign trace: the iterator's class says whether workers load the batches
+        uses_workers = any("MultiProcessing" in name for name in iterators)
     # With w workers a batch takes load/w per step on average; the step no longer waits once
     # load/w <= compute. With workers already, the measured wait is what is left over.
     load = wait if not workers else wait + compute
     needed = max(math.ceil(load / compute) + 1, 2)
-    recommended = min(needed, max(cpus, 2))
+    recommended = min(needed, max(cpus, 2)) if cpus else needed
     site = (loader or {}).get("site") or {}
     return {
         "wait_ms": wait, "compute_ms": compute, "share_pct": 100.0 * wait / step_ms if step_ms else 0.0,
-        "num_workers": workers, "cpu_count": cpus, "needed_workers": needed,
-        "recommended_workers": recommended, "cpu_bound": needed > max(cpus, 2),
+        "num_workers": workers, "workers": uses_workers, "cpu_count": cpus, "needed_workers": needed,
+        "recommended_workers": recommended, "cpu_bound": bool(cpus) and needed > max(cpus, 2),
         "persistent_workers": (loader or {}).get("persistent_workers"),
         "prefetch_factor": (loader or {}).get("prefetch_factor"),
         "path": ctx.source.display_path(site["path"]) if site.get("path") else None,

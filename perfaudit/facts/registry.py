@@ -42,8 +42,10 @@ def fact(name: str, doc: str):
 class Context:
     """One trace (and its probes) under analysis; facts are computed once, on first use."""
 
-    def __init__(self, trace: Trace | None, probes: dict | None = None, source_roots: tuple[str, ...] = ()):
+    def __init__(self, trace: Trace | None, probes: dict | None = None, source_roots: tuple[str, ...] = (),
+                 job: list["Context"] | None = None):
         self.trace = trace
+        self.job = job  # for a job-level context: the per-rank contexts
         meta = trace.probes if trace is not None else {}
         self.meta = meta
         self.probes = probes if probes is not None else meta.get("probes", {})

@@ -41,8 +41,8 @@ def conv_shapes(ctx: Context) -> dict:
 def varying_shapes(ctx: Context) -> dict:
     ctx.need_trace()
     signatures = _signature(ctx, SHAPED_OPS)
-    if len(signatures) < 2 or not any(signatures):
-        raise Missing("fewer than two measured steps with shaped ops")
+    if len(signatures) < 3 or not any(signatures):
+        raise Missing("fewer than three measured steps with shaped ops")
     common, count = Counter(signatures).most_common(1)[0]
     differing = [s for s in signatures if s != common]
     example = ""

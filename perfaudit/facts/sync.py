@@ -1,6 +1,8 @@
 """Host-device synchronisation points inside the step (tip T01)."""
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from ..trace.nesting import innermost
 from .registry import Context, fact
 from .sites import SiteCollector
@@ -34,10 +36,11 @@ def _sync_items(ctx: Context):
     if ctx.is_gpu:
         runtime = [e for e in trace.host if e.kind == "runtime" and e.name in SYNC_RUNTIME]
         owners = innermost(host_ops, runtime)
+        exposed = _exposed_idle(ctx, runtime)
         for rt in runtime:
             op = owners.get(id(rt))
             detail = DETAIL.get(op.name, f"{op.name} ({rt.name})") if op else f"{rt.name} called directly"
-            items.append((op or rt, rt, rt.dur / 1000.0, detail))
+            items.append((op or rt, rt, exposed[id(rt)] / 1000.0, detail))
     else:
         nested = innermost([e for e in host_ops if e.name in SCALAR_OPS | NONZERO_OPS],
                            [e for e in host_ops if e.name in SCALAR_OPS | NONZERO_OPS])
@@ -47,8 +50,37 @@ def _sync_items(ctx: Context):
     return items
 
 
+# A sync exposes the time the host needs to queue new work; beyond this, idle has other causes (an
+# evaluation loop, checkpointing) that the sync did not create.
+MAX_EXPOSED_US = 10_000.0
+
+
+def _exposed_idle(ctx: Context, syncs) -> dict[int, float]:
+    """µs of GPU idle each sync exposes: the device drains while the host waits, then sits idle from
+    the sync's return until the host has launched new work (the next device event starts)."""
+    from . import intervals as iv
+    from .steps import DATALOADER_PREFIX
+    data = iv.union((e.ts, e.end) for e in ctx.trace.host if e.name.startswith(DATALOADER_PREFIX))
+    starts = sorted(e.ts for e in ctx.trace.device if e.kind != "gpu_annotation")
+    ends = sorted(e.end for e in ctx.trace.device if e.kind != "gpu_annotation")
+    out = {}
+    for rt in syncs:
+        i = bisect_left(starts, rt.end)
+        next_start = starts[i] if i < len(starts) else rt.end
+        j = bisect_left(ends, rt.end) - 1
+        drained_at = max(ends[j], rt.ts) if j >= 0 else rt.ts  # last device work that finished in the wait
+        step = ctx.step_of(rt.ts)
+        limit = ctx.steps[step].end if step is not None else next_start
+        gap = (drained_at, max(min(next_start, limit), drained_at))
+        # idle while the host then waits for the DataLoader is the input pipeline's, not the sync's
+        idle = gap[1] - gap[0] - iv.overlap([gap], iv.clip(data, *gap))
+        out[id(rt)] = min(max(idle, 0.0), MAX_EXPOSED_US)
+    return out
+
+
 @fact("sync.sites", "Host-device sync points in the measured steps, grouped by the user line that "
-                    "caused them; on a GPU trace ms is the host's wait in the sync runtime call.")
+                    "caused them; on a GPU trace ms is the GPU idle time each sync exposes (the device "
+                    "drained during the wait until the host launched new work).")
 def sync_sites(ctx: Context):
     ctx.need_trace()
     ctx.steps

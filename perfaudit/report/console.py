@@ -11,6 +11,8 @@ from ..findings import Finding
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _PHASES = ("data", "forward", "backward", "optimizer", "other")
+_GPU_PHASES = (("compute", "compute"), ("copies", "copies"), ("sync_wait", "sync wait"),
+               ("data_wait", "data wait"), ("other_idle", "idle (host-bound)"))
 
 
 def describe_outcome(outcome: dict | None) -> str | None:
@@ -59,7 +61,12 @@ def _header(report: Report) -> Panel:
             total = t.breakdown["total"]
             parts = [f"{p} {t.breakdown[p]:.2f} ms ({100 * t.breakdown[p] / total:.0f}%)"
                      for p in _PHASES if t.breakdown.get(p, 0) > 0.005 * total]
-            grid.add_row("step time", ", ".join(parts))
+            grid.add_row("host time", ", ".join(parts))
+        gpu = t.gpu_breakdown
+        if gpu and gpu.get("step"):
+            parts = [f"{label} {gpu[key]:.2f} ms ({100 * gpu[key] / gpu['step']:.0f}%)"
+                     for key, label in _GPU_PHASES if gpu.get(key, 0) > 0.005 * gpu["step"]]
+            grid.add_row("GPU time", ", ".join(parts) + f"; busy {gpu['busy_pct']:.0f}%")
         env = t.environment
         if env:
             grid.add_row("environment", f"torch {env.get('torch')}, CUDA {env.get('cuda') or '-'}, "

@@ -121,8 +121,24 @@ def _to_event(raw) -> Event | None:
     return Event(kind, name, float(ts), float(dur), raw.get("pid"), raw.get("tid"), kept)
 
 
+def _memory_event(raw: dict, trace: Trace) -> None:
+    """Track peak allocated/reserved bytes per device from profile_memory's [memory] events."""
+    args = raw.get("args")
+    if not isinstance(args, dict) or args.get("Device Type") != 1:  # 1: CUDA (and ROCm)
+        return
+    key = f"cuda:{args.get('Device Id', 0)}"
+    peaks = trace.memory.setdefault(key, {"peak_allocated": 0, "peak_reserved": 0})
+    for field, arg in (("peak_allocated", "Total Allocated"), ("peak_reserved", "Total Reserved")):
+        value = _number(args.get(arg))
+        if value is not None and value > peaks[field]:
+            peaks[field] = int(value)
+
+
 def _events(stream, prefix: str, trace: Trace):
     for raw in ijson.items(stream, prefix, use_float=True):
+        if isinstance(raw, dict) and raw.get("ph") == "i" and raw.get("name") == "[memory]":
+            _memory_event(raw, trace)
+            continue
         try:
             ev = _to_event(raw)
         except ValueError:

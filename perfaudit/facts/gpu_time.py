@@ -1,0 +1,148 @@
+"""GPU-side measurements: busy and idle time per step and what the idle time is spent on, math
+precision, launch-bound kernel floods, peak memory (tips T09, T11, T12, T14)."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from . import intervals as iv
+from .registry import Context, Missing, fact
+from .steps import DATALOADER_PREFIX
+from .sync import SYNC_RUNTIME
+
+_MATH = re.compile(r"gemm|conv|cutlass|xmma|cudnn|wgrad|dgrad|fprop|matmul|gemv|mma", re.I)
+_HALF = re.compile(r"h884|h1688|h16816|hmma|fp16|bf16|f16|half|bfloat|e4m3|e5m2|fp8", re.I)
+_TF32 = re.compile(r"tf32|s1688|s16816|s884", re.I)
+_ELEMENTWISE = re.compile(r"elementwise|vectorized|unrolled|pointwise|triton_poi|fill|copy_kernel", re.I)
+_COLLECTIVE = re.compile(r"nccl|rccl|allreduce|all_reduce|allgather|reducescatter", re.I)
+
+
+def _require_gpu(ctx: Context) -> None:
+    ctx.need_trace()
+    if not ctx.is_gpu:
+        raise Missing("no GPU activity in the trace (CPU-only run)")
+
+
+def _device_events(ctx: Context):
+    """Device events of the busiest device (one GPU per process is the norm)."""
+    devices = Counter(e.pid for e in ctx.trace.device if e.kind != "gpu_annotation")
+    main = devices.most_common(1)[0][0]
+    return [e for e in ctx.trace.device if e.pid == main and e.kind != "gpu_annotation"]
+
+
+@fact("gpu.step_breakdown", "Per step on the GPU (ms): kernel compute, copies not hidden under compute, "
+                            "and idle time split into sync wait (host blocked in a sync call), data wait "
+                            "(host in DataLoader) and other idle (host-bound: Python, launches); busy_pct.")
+def gpu_step_breakdown(ctx: Context) -> dict:
+    _require_gpu(ctx)
+    events = _device_events(ctx)
+    syncs = iv.union((e.ts, e.end) for e in ctx.trace.host if e.kind == "runtime" and e.name in SYNC_RUNTIME)
+    data = iv.union((e.ts, e.end) for e in ctx.trace.host if e.name.startswith(DATALOADER_PREFIX))
+    totals = Counter()
+    for step in ctx.steps:
+        inside = [e for e in events if e.end > step.ts and e.ts < step.end]
+        kernels = iv.union(iv.clip([(e.ts, e.end) for e in inside if e.kind == "kernel"], step.ts, step.end))
+        copies = iv.union(iv.clip([(e.ts, e.end) for e in inside if e.kind in ("memcpy", "memset")],
+                                  step.ts, step.end))
+        busy = iv.union(kernels + copies)
+        idle = iv.complement(busy, step.ts, step.end)
+        sync_idle = iv.intersect(idle, iv.clip(syncs, step.ts, step.end))
+        rest = iv.intersect(idle, iv.complement(sync_idle, step.ts, step.end))
+        data_idle = iv.overlap(rest, iv.clip(data, step.ts, step.end))
+        totals["compute"] += iv.total(kernels)
+        totals["copies"] += iv.total(busy) - iv.total(kernels)
+        totals["sync_wait"] += iv.total(sync_idle)
+        totals["data_wait"] += data_idle
+        totals["idle"] += iv.total(idle)
+        totals["step"] += step.dur
+    n = len(ctx.steps)
+    out = {k: v / n / 1000.0 for k, v in totals.items()}
+    out["other_idle"] = max(out["idle"] - out["sync_wait"] - out["data_wait"], 0.0)
+    out["busy_pct"] = 100.0 * (1 - out["idle"] / out["step"]) if out["step"] else 0.0
+    out["idle_pct"] = 100.0 - out["busy_pct"]
+    out["host_share"] = out["other_idle"] / out["idle"] if out["idle"] else 0.0
+    return out
+
+
+@fact("device.capability", "Compute capability of the GPU (major.minor as a float), from the trace's "
+                           "deviceProperties or the live process.")
+def device_capability(ctx: Context) -> float:
+    _require_gpu(ctx)
+    props = ctx.trace.meta.get("deviceProperties")
+    if isinstance(props, list) and props and isinstance(props[0], dict) and "computeMajor" in props[0]:
+        return float(f"{props[0]['computeMajor']}.{props[0].get('computeMinor', 0)}")
+    cap = (ctx.probes.get("environment") or {}).get("capability")
+    if cap:
+        return float(cap)
+    if any("hip" in e.name for e in ctx.trace.host if e.kind == "runtime"):
+        return 9.0  # ROCm: matrix cores on every data-centre part perfaudit meets
+    raise Missing("the trace does not say which GPU it ran on (no deviceProperties)")
+
+
+@fact("gpu.precision", "GPU time in matrix kernels (GEMM/conv) by precision: fp32, tf32, half "
+                       "(fp16/bf16/fp8), in ms per step and as shares of all kernel time (%).")
+def gpu_precision(ctx: Context) -> dict:
+    _require_gpu(ctx)
+    totals = Counter()
+    for e in _device_events(ctx):
+        if e.kind != "kernel" or ctx.step_of(e.ts) is None:
+            continue
+        totals["kernels"] += e.dur
+        if _COLLECTIVE.search(e.name) or not _MATH.search(e.name):
+            continue
+        kind = "half" if _HALF.search(e.name) else "tf32" if _TF32.search(e.name) else "fp32"
+        totals[kind] += e.dur
+    n = len(ctx.steps)
+    kernels = totals["kernels"] or 1.0
+    out = {k: totals[k] / n / 1000.0 for k in ("fp32", "tf32", "half")}
+    out["single_ms"] = out["fp32"] + out["tf32"]
+    out["single_pct"] = 100.0 * (totals["fp32"] + totals["tf32"]) / kernels
+    math = totals["fp32"] + totals["tf32"] + totals["half"]
+    out["half_of_math_pct"] = 100.0 * totals["half"] / math if math else 0.0
+    out["uses_tf32"] = totals["tf32"] > 0
+    out["single_step_pct"] = 100.0 * out["single_ms"] / ctx.step_ms if ctx.step_ms else 0.0
+    return out
+
+
+@fact("gpu.small_kernels", "Short elementwise kernels per step (under 10 µs, fusion candidates), their "
+                           "share of all kernels (%), and the host time spent launching them (ms).")
+def small_kernels(ctx: Context) -> dict:
+    _require_gpu(ctx)
+    launches = {e.args.get("correlation"): e.dur for e in ctx.trace.host
+                if e.kind == "runtime" and "LaunchKernel" in e.name}
+    count = small = 0
+    launch_us = 0.0
+    for e in _device_events(ctx):
+        if e.kind != "kernel" or ctx.step_of(e.ts) is None:
+            continue
+        count += 1
+        if e.dur < 10 and _ELEMENTWISE.search(e.name):
+            small += 1
+            launch_us += launches.get(e.args.get("correlation"), 0.0)
+    n = len(ctx.steps)
+    return {"per_step": small / n, "kernels_per_step": count / n,
+            "share_pct": 100.0 * small / count if count else 0.0, "launch_ms": launch_us / n / 1000.0}
+
+
+@fact("mem.peak", "Peak GPU memory (allocated and reserved, GiB) against the device's memory, from "
+                  "profile_memory events or the live process.")
+def memory_peak(ctx: Context) -> dict:
+    _require_gpu(ctx)
+    peaks = ctx.trace.memory
+    env = ctx.probes.get("environment") or {}
+    if peaks:
+        peak = max(peaks.values(), key=lambda p: p["peak_reserved"])
+    elif env.get("max_memory_reserved"):
+        peak = {"peak_allocated": env["max_memory_allocated"], "peak_reserved": env["max_memory_reserved"]}
+    else:
+        raise Missing("no memory data (record with profile_memory=True, or use `perfaudit run` on a GPU)")
+    props = ctx.trace.meta.get("deviceProperties")
+    total = env.get("device_memory")
+    if isinstance(props, list) and props and isinstance(props[0], dict):
+        total = props[0].get("totalGlobalMem", total)
+    if not total:
+        raise Missing("the device's memory size is unknown")
+    gib = 1024 ** 3
+    return {"allocated_gib": peak["peak_allocated"] / gib, "reserved_gib": peak["peak_reserved"] / gib,
+            "device_gib": total / gib, "reserved_pct": 100.0 * peak["peak_reserved"] / total,
+            "allocated_pct": 100.0 * peak["peak_allocated"] / total}

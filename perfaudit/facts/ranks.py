@@ -1,0 +1,56 @@
+"""Several ranks of one distributed job: per-rank step, compute and collective time, and who waits
+for whom (tip T16). A job context holds the per-trace contexts of every rank."""
+from __future__ import annotations
+
+import re
+from statistics import mean
+
+from . import intervals as iv
+from .registry import Context, Missing, fact
+
+_COLLECTIVE = re.compile(r"nccl|rccl|allreduce|all_reduce|allgather|reducescatter|sendrecv", re.I)
+
+
+def _rank_stats(rank_ctx: Context) -> dict:
+    trace = rank_ctx.trace
+    compute = collective = 0.0
+    for step in rank_ctx.steps:
+        inside = [e for e in trace.device if e.kind == "kernel" and e.end > step.ts and e.ts < step.end]
+        compute += iv.total(iv.union(iv.clip([(e.ts, e.end) for e in inside if not _COLLECTIVE.search(e.name)],
+                                             step.ts, step.end)))
+        collective += iv.total(iv.union(iv.clip([(e.ts, e.end) for e in inside if _COLLECTIVE.search(e.name)],
+                                                step.ts, step.end)))
+    n = len(rank_ctx.steps)
+    return {"rank": trace.rank, "path": trace.path, "step_ms": rank_ctx.step_ms,
+            "compute_ms": compute / n / 1000.0, "collective_ms": collective / n / 1000.0}
+
+
+@fact("job.ranks", "Per rank (traces of one job): mean step, GPU compute and collective time (ms).")
+def job_ranks(ctx: Context) -> list[dict]:
+    ranks = [c for c in (ctx.job or []) if c.trace is not None and c.trace.rank is not None and c.trace.has_gpu]
+    if len({c.trace.rank for c in ranks}) < 2:
+        raise Missing("needs GPU traces of at least two ranks of one job (perfaudit analyze DIR)")
+    return sorted((_rank_stats(c) for c in ranks), key=lambda r: r["rank"])
+
+
+@fact("job.imbalance", "The straggler: the rank that spends least time in collectives (the others wait "
+                       "for it there), the wait it causes per step (mean and worst, ms and share of the "
+                       "step), and whether its own GPU compute is heavier than the others'.")
+def job_imbalance(ctx: Context) -> dict:
+    ranks = ctx.get("job.ranks")
+    if not any(r["collective_ms"] for r in ranks):
+        raise Missing("no collective kernels in the traces")
+    slowest = min(ranks, key=lambda r: r["collective_ms"])
+    others = [r for r in ranks if r is not slowest]
+    waits = {r["rank"]: r["collective_ms"] - slowest["collective_ms"] for r in others}
+    worst_rank = max(waits, key=waits.get)
+    mean_compute = mean(r["compute_ms"] for r in others)
+    mean_step = mean(r["step_ms"] for r in ranks)
+    return {
+        "slowest_rank": slowest["rank"], "ranks": len(ranks),
+        "mean_wait_ms": mean(waits.values()), "max_wait_ms": waits[worst_rank], "max_wait_rank": worst_rank,
+        "wait_pct": 100.0 * mean(waits.values()) / mean_step if mean_step else 0.0,
+        "slowest_compute_ms": slowest["compute_ms"], "others_compute_ms": mean_compute,
+        "compute_heavier": slowest["compute_ms"] > 1.1 * mean_compute,
+        "step_min_ms": min(r["step_ms"] for r in ranks), "step_max_ms": max(r["step_ms"] for r in ranks),
+    }
