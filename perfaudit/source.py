@@ -147,25 +147,46 @@ class SourceIndex:
         """`if`/`while`/`assert`/ternary tests that compare or call: candidates for bool(tensor)."""
         lines, body = self._body(path, def_line, func)
         sites = []
-        for node, _ in _walk_own(body or []):
+        for node, in_loop in _walk_own(body or []):
             if isinstance(node, (ast.If, ast.While, ast.Assert, ast.IfExp)):
                 test = node.test
                 if any(isinstance(n, (ast.Compare, ast.Call, ast.Attribute, ast.Subscript)) for n in ast.walk(test)):
-                    sites.append(CallSite(test.lineno, type(node).__name__.lower(), lines[test.lineno - 1].strip()))
-        return sorted(set(sites), key=lambda s: s.line)
+                    sites.append(CallSite(test.lineno, type(node).__name__.lower(), lines[test.lineno - 1].strip(),
+                                          in_loop=in_loop))
+        looped = [s for s in sites if s.in_loop]
+        return sorted(set(looped or sites), key=lambda s: s.line)
+
+    def masks(self, path: str, def_line: int, func: str) -> list[CallSite]:
+        """`x[x > 0]`-style boolean-mask indexing: the result's size is only known on the device."""
+        lines, body = self._body(path, def_line, func)
+        sites = []
+        for node, in_loop in _walk_own(body or []):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and (
+                    isinstance(node.slice, ast.Compare)
+                    or (isinstance(node.slice, ast.UnaryOp) and isinstance(node.slice.op, ast.Invert))):
+                sites.append(CallSite(node.lineno, "mask", lines[node.lineno - 1].strip(), in_loop=in_loop))
+        looped = [s for s in sites if s.in_loop]
+        return sorted(set(looped or sites), key=lambda s: s.line)
 
     def locate(self, path: str, def_line: int, func: str, via: str | None,
-               fallback: set[str] = frozenset(), branches: bool = False) -> tuple[list[CallSite], bool]:
-        """Lines in the function that match the call `via` (then `fallback` names, then branch
-        tests). Returns (sites, exact); when nothing matches, the function's own line, not exact."""
-        names = ({"print", "<f-string>"} | _FORMAT_CALLS) if via in _FORMAT_VIAS else ({via} if via else set())
-        for candidates in (names, set(fallback)):
-            if candidates:
-                sites = self.calls(path, def_line, func, candidates)
-                if sites:
-                    return sites, True
-        if branches:
-            sites = self.branches(path, def_line, func)
+               fallback: set[str] = frozenset(), forms: tuple[str, ...] = ()) -> tuple[list[CallSite], bool]:
+        """Lines in the function that match the call `via`; when the op came from C with no Python
+        call of its own (via is None), the `fallback` call names, then the syntactic `forms`
+        ("branch": if/while tests, "mask": boolean-mask indexing). Returns (sites, exact); when
+        nothing matches, the function's own line, not exact."""
+        if via in _FORMAT_VIAS:
+            searches = [({"print", "<f-string>"} | _FORMAT_CALLS)]
+        elif via:
+            searches = [{via}]
+        else:
+            searches = [set(fallback)] if fallback else []
+        for candidates in searches:
+            sites = self.calls(path, def_line, func, candidates)
             if sites:
                 return sites, True
+        if via is None:
+            for form in forms:
+                sites = self.branches(path, def_line, func) if form == "branch" else self.masks(path, def_line, func)
+                if sites:
+                    return sites, True
         return [CallSite(def_line, func, self.line_text(path, def_line))], False

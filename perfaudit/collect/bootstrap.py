@@ -168,6 +168,8 @@ class Session:
         if self.step_index == self._module_trace_step:
             self.probes.stop_module_trace()
         self.step_index += 1
+        if self.step_index == self.warmup:
+            self.probes.start_sync_debug()  # measured steps only: the warnings cost time
         self._say("step", step=self.step_index, warmup=self.warmup, steps=self.steps)
         if self.step_index >= self.warmup + self.steps:
             self._close_window({"outcome": "window_complete"})
@@ -181,6 +183,7 @@ class Session:
             return
         self.window_closed = True
         self.probes.stop_module_trace()
+        self.probes.stop_sync_debug()
         self._close_step()
         trace_path = None
         if self.prof is not None:

@@ -79,6 +79,8 @@ class Probes:
         self.data_parallel: list[dict] = []
         self.schedulers: list[dict] = []
         self.window_step = lambda: None   # returns the current step index, or None outside the window
+        self.sync_debug: dict[tuple, int] = {}
+        self._sync_debug = None
         self.on_batch = lambda: None
         self.before_batch = lambda: None
 
@@ -250,6 +252,34 @@ class Probes:
             self._module_hook = None
         self._outputs.clear()
 
+    def start_sync_debug(self) -> None:
+        """On a GPU, let torch itself flag synchronising calls (set_sync_debug_mode("warn")) and note
+        the user line of each warning: confirmation of the syncs the trace shows."""
+        if not torch.cuda.is_available() or self._sync_debug is not None:
+            return
+        import warnings
+        previous = warnings.showwarning
+
+        def showwarning(message, category, filename, lineno, file=None, line=None):
+            if "synchroniz" in str(message):
+                site = user_site(2) or {"path": filename, "line": lineno}
+                key = (site["path"], site["line"])
+                self.sync_debug[key] = self.sync_debug.get(key, 0) + 1
+                return
+            previous(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = showwarning
+        warnings.simplefilter("always", UserWarning)
+        self._sync_debug = previous
+        torch.cuda.set_sync_debug_mode("warn")
+
+    def stop_sync_debug(self) -> None:
+        if self._sync_debug is not None:
+            import warnings
+            torch.cuda.set_sync_debug_mode("default")
+            warnings.showwarning = self._sync_debug
+            self._sync_debug = None
+
     def sample_window_state(self) -> None:
         self.anomaly_in_window = self.anomaly_in_window or torch.is_anomaly_enabled()
 
@@ -283,6 +313,7 @@ class Probes:
             "bias_before_norm": self.bias_before_norm,
             "data_parallel": self.data_parallel,
             "schedulers": self.schedulers,
+            "sync_debug": [{"path": p, "line": l, "count": n} for (p, l), n in self.sync_debug.items()],
             "module_order": self.module_order[:200],
             "environment": environment(),
         }

@@ -46,3 +46,11 @@ def autograd_nodes(ctx: Context) -> float:
     trace = ctx.need_trace()
     count = sum(1 for e in trace.host if e.name.startswith(BACKWARD_PREFIX) and ctx.step_of(e.ts) is not None)
     return count / len(ctx.steps)
+
+
+@fact("debug.anomaly_nodes_per_step", "Backward nodes per step that paid for anomaly detection (0 when "
+                                      "anomaly mode was off in the window).")
+def anomaly_nodes(ctx: Context) -> float:
+    if "anomaly_enabled_in_window" not in ctx.probes:
+        raise Missing("no live-process probes (debug modes are only seen by `perfaudit run`)")
+    return ctx.get("autograd.nodes_per_step") if ctx.probes["anomaly_enabled_in_window"] else 0.0

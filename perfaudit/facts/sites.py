@@ -28,15 +28,16 @@ class Site:
 class SiteCollector:
     """Groups evidence events by the user line they come from."""
 
-    def __init__(self, ctx: Context, fallback_calls: set[str] = frozenset(), branches: bool = False):
+    def __init__(self, ctx: Context, fallback_calls: set[str] = frozenset(), forms: tuple[str, ...] = ()):
         self.ctx = ctx
         self.fallback = set(fallback_calls)
-        self.branches = branches
+        self.forms = forms
         self.sites: dict[tuple, Site] = {}
 
-    def add_all(self, items: list[tuple[Event, Event, float, str]]) -> None:
-        """items: (anchor event to attribute, event that is counted, ms, detail)."""
-        attributions = self.ctx.frames.attribute_all([a for a, _, _, _ in items]) if self.ctx.frames else {}
+    def add_all(self, items: list[tuple], hints: dict[str, tuple[set, tuple]] | None = None) -> None:
+        """items: (anchor event to attribute, event that is counted, ms, detail). `hints` maps a
+        detail to the (fallback calls, forms) to search when the op has no Python call of its own."""
+        attributions = self.ctx.frames.attribute_all([item[0] for item in items]) if self.ctx.frames else {}
         for anchor, counted, ms, detail in items:
             step = self.ctx.step_of(counted.ts)
             if step is None:
@@ -47,7 +48,8 @@ class SiteCollector:
                 site = self.sites.get(key) or Site(None, None, None, "", detail, exact=False)
             else:
                 f = att.frame
-                calls, exact = self.ctx.source.locate(f.path, f.line, f.func, att.via, self.fallback, self.branches)
+                fallback, forms = (hints or {}).get(detail, (self.fallback, self.forms))
+                calls, exact = self.ctx.source.locate(f.path, f.line, f.func, att.via, fallback, forms)
                 path = self.ctx.source.display_path(f.path)
                 key = (path, tuple(c.line for c in calls))
                 site = self.sites.get(key) or Site(path, calls[0].line, f.func, calls[0].code,

@@ -1,8 +1,10 @@
 """Host-device synchronisation points inside the step (tip T01)."""
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 
+from ..trace.model import Event
 from ..trace.nesting import innermost
 from .registry import Context, fact
 from .sites import SiteCollector
@@ -14,10 +16,11 @@ SYNC_RUNTIME = {
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
     "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
 }
-# Calls in the user's code that produce each kind of sync, used to find the line.
-SCALAR_CALLS = {"item", "float", "int", "bool", "tolist", "print", "<f-string>", "format", "str"}
-NONZERO_CALLS = {"nonzero", "where", "argwhere", "masked_select", "unique", "nonzero_static"}
-COPY_CALLS = {"cpu", "numpy", "to", "tolist", "item", "synchronize"}
+# What to look for in the user's function when a sync op has no Python call of its own (a slot
+# such as bool(t) or t[mask] called from C): calls by name, then syntactic forms.
+SCALAR_FALLBACK = ({"float", "int", "bool"}, ("branch",))
+NONZERO_FALLBACK = ({"nonzero", "where", "argwhere", "masked_select", "unique"}, ("mask",))
+COPY_FALLBACK = ({"cpu", "numpy", "to", "tolist", "item", "synchronize"}, ())
 
 # On a CPU run a scalar read inside library code (an optimizer's CPU step counter, autograd's anomaly
 # checks) is not a device sync on a GPU; only reads the user's code makes on a tensor count.
@@ -42,6 +45,7 @@ def _sync_items(ctx: Context):
             detail = DETAIL.get(op.name, f"{op.name} ({rt.name})") if op else f"{rt.name} called directly"
             items.append((op or rt, rt, exposed[id(rt)] / 1000.0, detail))
     else:
+        items += _host_reads(ctx)
         nested = innermost([e for e in host_ops if e.name in SCALAR_OPS | NONZERO_OPS],
                            [e for e in host_ops if e.name in SCALAR_OPS | NONZERO_OPS])
         for op in host_ops:
@@ -53,6 +57,22 @@ def _sync_items(ctx: Context):
 # A sync exposes the time the host needs to queue new work; beyond this, idle has other causes (an
 # evaluation loop, checkpointing) that the sync did not create.
 MAX_EXPOSED_US = 10_000.0
+
+
+_HOST_READ = re.compile(r"^<built-in method (cpu|numpy|tolist) of Tensor object")
+
+
+def _host_reads(ctx: Context):
+    """On a CPU run `.cpu()`, `.numpy()` and `.tolist()` copy nothing, so no sync op shows; the Python
+    tracer still records the calls. Each one is a device-to-host copy and sync on a GPU."""
+    items = []
+    for ev in ctx.trace.python:
+        m = _HOST_READ.match(ev.name)
+        if m and ctx.step_of(ev.ts) is not None:
+            # an anchor just inside the call, so the frame stack ends with the builtin itself
+            anchor = Event("op", ev.name, ev.ts + min(ev.dur, 0.001) / 2, 0.0, ev.pid, ev.tid, {})
+            items.append((anchor, anchor, ev.dur / 1000.0, f".{m.group(1)}() (device-to-host copy on a GPU)"))
+    return items
 
 
 def _exposed_idle(ctx: Context, syncs) -> dict[int, float]:
@@ -85,13 +105,17 @@ def sync_sites(ctx: Context):
     ctx.need_trace()
     ctx.steps
     items = _sync_items(ctx)
-    calls = SCALAR_CALLS | NONZERO_CALLS | COPY_CALLS
     if not ctx.is_gpu and ctx.frames:
         attributions = ctx.frames.attribute_all([anchor for anchor, _, _, _ in items])
         items = [item for item in items if _user_read(attributions.get(id(item[0])))]
-    collector = SiteCollector(ctx, fallback_calls=calls, branches=True)
-    collector.add_all(items)
-    return collector.result()
+    collector = SiteCollector(ctx, *COPY_FALLBACK)
+    collector.add_all(items, hints={DETAIL["aten::_local_scalar_dense"]: SCALAR_FALLBACK,
+                                    DETAIL["aten::nonzero"]: NONZERO_FALLBACK})
+    sites = collector.result()
+    confirmed = {(ctx.source.display_path(d["path"]), d["line"]) for d in ctx.probes.get("sync_debug", [])}
+    for site in sites:  # torch's own sync debug mode flagged these lines during the run
+        site.extra["confirmed"] = any((site.path, line) in confirmed for line in site.extra.get("lines", []))
+    return sites
 
 
 def _user_read(att) -> bool:

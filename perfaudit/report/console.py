@@ -123,7 +123,7 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
                 console.print(Text(f"skipped {s.rule}: {s.reason}", style="dim"))
         else:
             reasons = sorted({s.reason for s in report.skipped})
-            console.print(Text(f"{len(report.skipped)} rule(s) skipped for missing data ({'; '.join(reasons)}); "
+            console.print(Text(f"{len(report.skipped)} rule(s) not applicable or lacking data ({'; '.join(reasons)}); "
                                "--verbose lists them.", style="dim"))
     for note in report.notes:
         console.print(Text(f"note: {note}", style="dim"))
