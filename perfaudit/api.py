@@ -120,7 +120,7 @@ def _evaluate(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skip
 def evaluate_trace(trace: Trace | None, rules: list[Rule], probes: dict | None = None,
                    source_roots: tuple[str, ...] = ()) -> tuple[list[Finding], list[Skipped], TraceSummary | None]:
     ctx = Context(trace, probes, source_roots)
-    findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])
+    findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])  # job/report: elsewhere
     return findings, skipped, (_summary(trace, ctx) if trace is not None else None)
 
 

@@ -169,6 +169,8 @@ def _locations(sites: list[Site], n_steps: int):
         if not site.path:
             continue
         per_step = site.per_step(n_steps)
+        code_of = {c.line: c.code for c in site.extra.get("calls", [])}
         for line in site.extra.get("lines") or [site.line]:
-            yield Location(site.path, line, site.code if line == site.line else "", site.detail,
-                           per_step["count_per_step"], per_step["ms_per_step"], site.exact)
+            code = site.code if line == site.line else code_of.get(line, "")
+            yield Location(site.path, line, code, site.detail, per_step["count_per_step"],
+                           per_step["ms_per_step"], site.exact)

@@ -40,7 +40,8 @@ class Rule:
 
     @property
     def scope(self) -> str:
-        """`trace`: evaluated on each trace; `job`: once over the traces of several ranks."""
+        """`trace`: evaluated on each trace; `job`: once over the traces of several ranks; `report`:
+        produced by the gate from the finished report (unused suppressions)."""
         return self.spec.get("scope", "trace")
 
     @property

@@ -33,7 +33,7 @@ RULE_SCHEMA = {
         "title": {"type": "string", "minLength": 1},
         "summary": {"type": "string", "minLength": 1},
         "severity": {"enum": ["info", "warning", "error"]},
-        "scope": {"enum": ["trace", "job"]},
+        "scope": {"enum": ["trace", "job", "report"]},
         "tips": {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": "^T[0-9]{2}$"}},
         "thresholds": {"type": "object", "additionalProperties": {"type": ["number", "integer"]}},
         "evidence": {

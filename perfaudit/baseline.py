@@ -1,0 +1,53 @@
+"""Baselines: record today's findings, then fail only on new ones.
+
+A finding is matched on its rule, its file and the code of its line (whitespace-normalised), not on
+the line number, so edits above the line do not make it new again."""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from .errors import UsageError
+from .findings import Finding
+
+VERSION = 1
+_SPACE = re.compile(r"\s+")
+
+
+def fingerprints(f: Finding) -> set[str]:
+    if not f.locations:
+        return {f"{f.rule}::{os.path.basename(f.trace or '')}"}
+    return {f"{f.rule}:{loc.path}:{_normalise(loc.code) or loc.line}" for loc in f.locations}
+
+
+def _normalise(code: str) -> str:
+    return _SPACE.sub(" ", code or "").strip()
+
+
+def write(path: str, findings: list[Finding]) -> None:
+    entries = sorted({fp for f in findings for fp in fingerprints(f)})
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump({"version": VERSION, "tool": "perfaudit", "fingerprints": entries}, fh, indent=1)
+            fh.write("\n")
+    except OSError as exc:
+        raise UsageError(f"cannot write baseline {path}: {exc.strerror}") from exc
+
+
+def read(path: str) -> set[str]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError as exc:
+        raise UsageError(f"baseline not found: {path}; create it with --baseline-write") from exc
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: not a perfaudit baseline ({exc})") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("fingerprints"), list):
+        raise UsageError(f"{path}: not a perfaudit baseline (no fingerprints list)")
+    return set(data["fingerprints"])
+
+
+def new_findings(findings: list[Finding], known: set[str]) -> list[Finding]:
+    """Findings with at least one location not in the baseline."""
+    return [f for f in findings if not fingerprints(f) <= known]

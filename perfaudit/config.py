@@ -1,0 +1,149 @@
+"""Project configuration: `[tool.perfaudit]` in pyproject.toml, or perfaudit.toml, or --config FILE.
+
+Keys (command-line flags override them):
+
+    select = ["SYNC", "T05", "GRAD001"]   # rule ids, families (letters of the id) or tip ids
+    ignore = ["OPT002"]
+    fail-on = "warning"                   # info | warning | error | never
+    warmup = 2
+    steps = 5
+    rules-dirs = ["perf_rules"]           # extra rule directories, relative to the config file
+    [tool.perfaudit.severity]             # per-rule severity overrides
+    SYNC001 = "error"
+    [tool.perfaudit.thresholds.DATA001]   # per-rule threshold overrides
+    min_share_pct = 10
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from .errors import UsageError
+from .findings import SEVERITIES
+
+FAIL_ON = (*SEVERITIES, "never")
+_KEYS = {"select", "ignore", "fail-on", "warmup", "steps", "rules-dirs", "severity", "thresholds"}
+
+
+@dataclass
+class Config:
+    path: str | None = None
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    fail_on: str | None = None
+    warmup: int | None = None
+    steps: int | None = None
+    rules_dirs: list[str] = field(default_factory=list)
+    severity: dict[str, str] = field(default_factory=dict)
+    thresholds: dict[str, dict] = field(default_factory=dict)
+
+    def selects(self, rule) -> bool:
+        """Whether a rule is selected: by id, family or tip id; `ignore` wins over `select`."""
+        keys = {rule.id, rule.family, *rule.tips}
+        if self.select and not keys & set(self.select):
+            return False
+        return not keys & set(self.ignore)
+
+
+def _fail(where: str, key: str, why: str):
+    raise UsageError(f"{where}: invalid key '{key}': {why}")
+
+
+def _str_list(table: dict, key: str, where: str) -> list[str]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        _fail(where, key, "expected a list of strings")
+    return value
+
+
+def _parse(table: dict, where: str) -> Config:
+    unknown = set(table) - _KEYS
+    if unknown:
+        _fail(where, sorted(unknown)[0], f"unknown key (known: {', '.join(sorted(_KEYS))})")
+    cfg = Config(path=where)
+    cfg.select = [s.upper() for s in _str_list(table, "select", where)]
+    cfg.ignore = [s.upper() for s in _str_list(table, "ignore", where)]
+    base = os.path.dirname(os.path.abspath(where))
+    cfg.rules_dirs = [os.path.join(base, d) for d in _str_list(table, "rules-dirs", where)]
+    if "fail-on" in table:
+        if table["fail-on"] not in FAIL_ON:
+            _fail(where, "fail-on", f"expected one of {', '.join(FAIL_ON)}")
+        cfg.fail_on = table["fail-on"]
+    for key in ("warmup", "steps"):
+        if key in table:
+            value = table[key]
+            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "warmup" else 1):
+                _fail(where, key, "expected a non-negative integer" if key == "warmup" else "expected a positive integer")
+            setattr(cfg, key, value)
+    severity = table.get("severity", {})
+    if not isinstance(severity, dict):
+        _fail(where, "severity", "expected a table of RULE = severity")
+    for rule, level in severity.items():
+        if level not in SEVERITIES:
+            _fail(where, f"severity.{rule}", f"expected one of {', '.join(SEVERITIES)}")
+        cfg.severity[rule.upper()] = level
+    thresholds = table.get("thresholds", {})
+    if not isinstance(thresholds, dict):
+        _fail(where, "thresholds", "expected tables of RULE.name = number")
+    for rule, values in thresholds.items():
+        if not isinstance(values, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
+            _fail(where, f"thresholds.{rule}", "expected a table of name = number")
+        cfg.thresholds[rule.upper()] = dict(values)
+    return cfg
+
+
+def _read(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise UsageError(f"cannot read config {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: invalid TOML: {exc}") from exc
+
+
+def load_config(explicit: str | None = None, cwd: str = ".") -> Config:
+    """--config FILE, else ./perfaudit.toml, else [tool.perfaudit] in ./pyproject.toml, else defaults."""
+    if explicit:
+        if not os.path.isfile(explicit):
+            raise UsageError(f"config file not found: {explicit}")
+        data = _read(explicit)
+        table = data.get("tool", {}).get("perfaudit", data) if explicit.endswith("pyproject.toml") else data
+        return _parse(table, explicit)
+    own = os.path.join(cwd, "perfaudit.toml")
+    if os.path.isfile(own):
+        return _parse(_read(own), own)
+    pyproject = os.path.join(cwd, "pyproject.toml")
+    if os.path.isfile(pyproject):
+        table = _read(pyproject).get("tool", {}).get("perfaudit")
+        if table is not None:
+            return _parse(table, pyproject)
+    return Config()
+
+
+def apply_to_rules(cfg: Config, rules: list) -> list:
+    """Selected rules, with threshold overrides checked against each rule's declared thresholds."""
+    from dataclasses import replace
+    known = {r.id for r in rules}
+    for rule_id in list(cfg.severity) + list(cfg.thresholds):
+        if rule_id not in known:
+            _fail(cfg.path or "config", rule_id, "no such rule")
+    out = []
+    for rule in rules:
+        if not cfg.selects(rule):
+            continue
+        overrides = cfg.thresholds.get(rule.id)
+        if overrides:
+            unknown = set(overrides) - set(rule.thresholds)
+            if unknown:
+                _fail(cfg.path or "config", f"thresholds.{rule.id}.{sorted(unknown)[0]}",
+                      f"{rule.id} has no such threshold (it has: {', '.join(rule.thresholds) or 'none'})")
+            rule = replace(rule, spec={**rule.spec, "thresholds": {**rule.thresholds, **overrides}})
+        out.append(rule)
+    return out
