@@ -19,17 +19,21 @@ from ..errors import TraceError
 from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace
 from .steps import segment_steps
 
-# Event args worth keeping, by kind; everything else is dropped at parse time.
+# Memory grows with what is kept, not with the trace: only the args the facts read are kept, and
+# of the runtime calls only those that launch, copy, synchronise or allocate.
 KEPT_ARGS = {
-    "op": ("Input Dims", "Input type", "External id"),
-    "annotation": ("External id",),
-    "runtime": ("correlation", "External id"),
-    "kernel": ("correlation", "device", "stream"),
-    "memcpy": ("correlation", "device", "stream", "bytes"),
-    "memset": ("correlation", "device", "stream", "bytes"),
-    "gpu_annotation": ("device",),
-    "python": ("Python id", "Python parent id"),
+    "runtime": ("correlation",),
+    "kernel": ("correlation",),
+    "memcpy": ("correlation", "bytes"),
+    "memset": ("correlation", "bytes"),
 }
+SHAPED_OPS = frozenset({  # ops whose input shapes the shape facts compare across steps
+    "aten::convolution", "aten::cudnn_convolution", "aten::_convolution", "aten::mkldnn_convolution",
+    "aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::embedding",
+})
+_RUNTIME_KEPT = ("Launch", "Memcpy", "Memset", "Synchronize", "Malloc", "Free", "cudaGraphLaunch")
+_NO_ARGS: dict = {}  # shared by every event without kept args; never mutated
+_names: dict[str, str] = {}  # one string object per distinct event name
 _HEAD_LIMIT = 64 << 20  # metadata before traceEvents larger than this is not a Kineto trace
 
 
@@ -109,15 +113,18 @@ def _to_event(raw) -> Event | None:
     name = raw.get("name")
     if kind is None or not isinstance(name, str):
         return None
+    if kind == "runtime" and not any(k in name for k in _RUNTIME_KEPT):
+        return None  # cudaEventQuery, cudaGetDevice, …: no fact reads them
     ts, dur = _number(raw.get("ts")), _number(raw.get("dur"))
     if ts is None or dur is None or dur < 0:
         raise ValueError("bad ts/dur")
     args = raw.get("args")
-    kept = {}
+    kept = _NO_ARGS
     if isinstance(args, dict):
-        for key in KEPT_ARGS.get(kind, ()):
-            if key in args:
-                kept[key] = args[key]
+        keys = KEPT_ARGS.get(kind, ("Input Dims",) if kind == "op" and name in SHAPED_OPS else ())
+        if keys:
+            kept = {key: args[key] for key in keys if key in args} or _NO_ARGS
+    name = _names.setdefault(name, name)
     return Event(kind, name, float(ts), float(dur), raw.get("pid"), raw.get("tid"), kept)
 
 

@@ -1,0 +1,168 @@
+"""Speed and memory of perfaudit against baselines measured in the same run.
+
+    python benchmarks/bench.py                 # full: a 1 GB trace, the HTA comparison, run overhead
+    python benchmarks/bench.py --size-mb 40    # small (CI)
+
+1. Builds a large uncompressed trace by replicating the ProfilerSteps of a real one
+   (../shared/traces/hta/negative_queue_a100_rank0.json.gz), shifted in time.
+2. Analyses it with `perfaudit analyze` and loads it with plain `json.load`, each in a fresh process,
+   and prints wall time and peak RSS of both and their ratios.
+3. Loads the original trace with HolisticTraceAnalysis' TraceAnalysis when HTA is installed.
+4. Times `perfaudit run` on a sample script against a plain torch.profiler run of the same script
+   with the same window and profiler settings.
+Ratios, not absolute timings, are the result: both sides run on the same machine in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT.parent / "shared" / "traces" / "hta" / "negative_queue_a100_rank0.json.gz"
+SAMPLE = ROOT / "sample_scripts" / "sync_bad.py"
+
+
+def build_trace(src: Path, size_mb: float, out: Path) -> int:
+    """Write a trace of about size_mb by repeating src's events; returns the number of events."""
+    data = json.loads(gzip.open(src).read().decode("utf-8", "replace"))
+    events = data.pop("traceEvents")
+    timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
+    span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000
+    encoded = [json.dumps(e) for e in events]
+    target = size_mb * 1e6
+    written = count = 0
+    with open(out, "w") as f:
+        f.write(json.dumps(data)[:-1] + ', "traceEvents": [\n')
+        copy = 0
+        while written < target:
+            shift = copy * span
+            for e, text in zip(events, encoded):
+                if copy and isinstance(e.get("ts"), (int, float)):
+                    e2 = dict(e, ts=e["ts"] + shift)
+                    if isinstance(e2.get("name"), str) and e2["name"].startswith("ProfilerStep#"):
+                        e2["name"] = f"ProfilerStep#{copy * 1000 + int(e2['name'].split('#')[1])}"
+                    text = json.dumps(e2)
+                elif copy:
+                    continue
+                f.write(("," if count else "") + text + "\n")
+                written += len(text) + 2
+                count += 1
+            copy += 1
+        f.write("]}\n")
+    return count
+
+
+def measure(code: str) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of a fresh Python process running code."""
+    wrapper = (f"import resource, time, sys\nt = time.perf_counter()\n{code}\n"
+               "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+    proc = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    seconds, rss = proc.stdout.strip().splitlines()[-1].split()
+    return float(seconds), float(rss)
+
+
+def bench_analyze(path: Path) -> dict:
+    load = measure(f"import json\nd = json.load(open({str(path)!r}))")
+    ours = measure(f"from perfaudit.api import analyze\nr = analyze([{str(path)!r}])")
+    return {"json.load": load, "perfaudit analyze": ours}
+
+
+def bench_hta(src: Path) -> tuple | None:
+    try:
+        import hta  # noqa: F401
+    except ImportError:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        os.symlink(src, Path(tmp) / "rank0.json.gz")
+        hta_t = measure(f"from hta.trace_analysis import TraceAnalysis\nTraceAnalysis(trace_dir={tmp!r})")
+    ours = measure(f"from perfaudit.api import analyze\nr = analyze([{str(src)!r}])")
+    return hta_t, ours
+
+
+PLAIN = """
+import runpy, sys, torch
+from torch.profiler import profile, ProfilerActivity
+from torch.optim.optimizer import register_optimizer_step_post_hook
+WARMUP, STEPS = {warmup}, {steps}
+prof = profile(activities=[ProfilerActivity.CPU], with_stack=True, record_shapes=True,
+               schedule=torch.profiler.schedule(wait=0, warmup=WARMUP, active=STEPS, repeat=1))
+class Done(BaseException): pass
+count = [0]
+def hook(opt, args, kwargs):
+    prof.step(); count[0] += 1
+    if count[0] >= WARMUP + STEPS: raise Done()
+register_optimizer_step_post_hook(hook)
+sys.argv = [{script!r}]
+prof.start()
+try:
+    runpy.run_path({script!r}, run_name="__main__")
+except Done:
+    pass
+prof.stop()
+prof.export_chrome_trace({out!r})
+"""
+
+
+def bench_run(warmup: int = 2, steps: int = 5, repeats: int = 3) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        plain_code = PLAIN.format(warmup=warmup, steps=steps, script=str(SAMPLE), out=f"{tmp}/plain.json")
+        plain_file = Path(tmp) / "plain.py"
+        plain_file.write_text(plain_code)
+        times = {"plain torch.profiler": [], "perfaudit run": []}
+        for _ in range(repeats):
+            t = time.perf_counter()
+            subprocess.run([sys.executable, str(plain_file)], check=True, capture_output=True, cwd=ROOT)
+            times["plain torch.profiler"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "perfaudit", "run", str(SAMPLE), "--warmup", str(warmup),
+                            "--steps", str(steps), "--out-dir", f"{tmp}/run", "--format", "json",
+                            "--output", f"{tmp}/r.json"], check=True, capture_output=True, cwd=ROOT)
+            times["perfaudit run"].append(time.perf_counter() - t)
+    return {k: min(v) for k, v in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=float, default=1000)
+    parser.add_argument("--skip-run", action="store_true", help="skip the run-overhead comparison")
+    args = parser.parse_args()
+    if not SOURCE.exists():
+        sys.exit(f"source trace not found: {SOURCE}")
+    with tempfile.TemporaryDirectory() as tmp:
+        big = Path(tmp) / "big.json"
+        events = build_trace(SOURCE, args.size_mb, big)
+        size = big.stat().st_size / 1e6
+        print(f"trace: {size:.0f} MB, {events:,} events (steps of {SOURCE.name} replicated)")
+        result = bench_analyze(big)
+    (jt, jr), (pt, pr) = result["json.load"], result["perfaudit analyze"]
+    print(f"{'':24}{'seconds':>10}{'peak RSS MB':>14}")
+    print(f"{'json.load':24}{jt:>10.2f}{jr:>14.0f}")
+    print(f"{'perfaudit analyze':24}{pt:>10.2f}{pr:>14.0f}")
+    print(f"ratio perfaudit/json.load: time {pt / jt:.2f}x, peak RSS {pr / jr:.2f}x; "
+          f"perfaudit peak RSS / file size {pr / size:.2f}")
+    hta = bench_hta(SOURCE)
+    if hta is None:
+        print("HTA: not installed (pip install HolisticTraceAnalysis to compare)")
+    else:
+        (ht, hr), (ot, orr) = hta
+        print(f"HTA TraceAnalysis on {SOURCE.name}: {ht:.2f} s, {hr:.0f} MB; perfaudit {ot:.2f} s, {orr:.0f} MB; "
+              f"perfaudit is {ht / ot:.1f}x faster")
+    if not args.skip_run:
+        run = bench_run()
+        plain, ours = run["plain torch.profiler"], run["perfaudit run"]
+        print(f"run overhead on {SAMPLE.name} (2 warm-up + 5 steps, stacks and shapes, best of 3): plain "
+              f"profiler {plain:.2f} s, perfaudit run {ours:.2f} s, ratio {ours / plain:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
