@@ -60,11 +60,11 @@ def build_trace(src: Path, size_mb: float, out: Path) -> int:
     return count
 
 
-def measure(code: str) -> tuple[float, float]:
+def measure(code: str, python: str = sys.executable) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of a fresh Python process running code."""
     wrapper = (f"import resource, time, sys\nt = time.perf_counter()\n{code}\n"
                "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
-    proc = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([python, "-c", wrapper], capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-2000:])
     seconds, rss = proc.stdout.strip().splitlines()[-1].split()
@@ -77,14 +77,13 @@ def bench_analyze(path: Path) -> dict:
     return {"json.load": load, "perfaudit analyze": ours}
 
 
-def bench_hta(src: Path) -> tuple | None:
-    try:
-        import hta  # noqa: F401
-    except ImportError:
+def bench_hta(src: Path, python: str) -> tuple | None:
+    """HTA's TraceAnalysis loading the trace, in `python` (an interpreter where HTA is installed)."""
+    if subprocess.run([python, "-c", "import hta"], capture_output=True).returncode != 0:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         os.symlink(src, Path(tmp) / "rank0.json.gz")
-        hta_t = measure(f"from hta.trace_analysis import TraceAnalysis\nTraceAnalysis(trace_dir={tmp!r})")
+        hta_t = measure(f"from hta.trace_analysis import TraceAnalysis\nTraceAnalysis(trace_dir={tmp!r})", python)
     ours = measure(f"from perfaudit.api import analyze\nr = analyze([{str(src)!r}])")
     return hta_t, ours
 
@@ -135,22 +134,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=1000)
     parser.add_argument("--skip-run", action="store_true", help="skip the run-overhead comparison")
+    parser.add_argument("--skip-analyze", action="store_true", help="skip the large-trace comparison")
+    parser.add_argument("--hta-python", default=sys.executable,
+                        help="a Python with HolisticTraceAnalysis installed (default: this one)")
     args = parser.parse_args()
     if not SOURCE.exists():
         sys.exit(f"source trace not found: {SOURCE}")
-    with tempfile.TemporaryDirectory() as tmp:
-        big = Path(tmp) / "big.json"
-        events = build_trace(SOURCE, args.size_mb, big)
-        size = big.stat().st_size / 1e6
-        print(f"trace: {size:.0f} MB, {events:,} events (steps of {SOURCE.name} replicated)")
-        result = bench_analyze(big)
-    (jt, jr), (pt, pr) = result["json.load"], result["perfaudit analyze"]
-    print(f"{'':24}{'seconds':>10}{'peak RSS MB':>14}")
-    print(f"{'json.load':24}{jt:>10.2f}{jr:>14.0f}")
-    print(f"{'perfaudit analyze':24}{pt:>10.2f}{pr:>14.0f}")
-    print(f"ratio perfaudit/json.load: time {pt / jt:.2f}x, peak RSS {pr / jr:.2f}x; "
-          f"perfaudit peak RSS / file size {pr / size:.2f}")
-    hta = bench_hta(SOURCE)
+    if not args.skip_analyze:
+        with tempfile.TemporaryDirectory() as tmp:
+            big = Path(tmp) / "big.json"
+            events = build_trace(SOURCE, args.size_mb, big)
+            size = big.stat().st_size / 1e6
+            print(f"trace: {size:.0f} MB, {events:,} events (steps of {SOURCE.name} replicated)")
+            result = bench_analyze(big)
+        (jt, jr), (pt, pr) = result["json.load"], result["perfaudit analyze"]
+        print(f"{'':24}{'seconds':>10}{'peak RSS MB':>14}")
+        print(f"{'json.load':24}{jt:>10.2f}{jr:>14.0f}")
+        print(f"{'perfaudit analyze':24}{pt:>10.2f}{pr:>14.0f}")
+        print(f"ratio perfaudit/json.load: time {pt / jt:.2f}x, peak RSS {pr / jr:.2f}x; "
+              f"perfaudit peak RSS / file size {pr / size:.2f}")
+    hta = bench_hta(SOURCE, args.hta_python)
     if hta is None:
         print("HTA: not installed (pip install HolisticTraceAnalysis to compare)")
     else:

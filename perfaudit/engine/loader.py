@@ -20,6 +20,7 @@ AGGREGATES = {"count_per_step", "ms_per_step", "share_pct", "n_sites", "details"
               "step_ms", "n_steps", "device"}
 SITE_FIELDS = {"count_per_step", "ms_per_step", "step_share", "exact"}
 _VALIDATOR = jsonschema.Draft7Validator(RULE_SCHEMA)
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def load_rule(path: str) -> Rule:
     where = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as f:
-            spec = yaml.safe_load(f)
+            spec = yaml.load(f, Loader=_SAFE_LOADER)  # safe: plain data, no Python objects
     except OSError as exc:
         raise RuleError(f"{where}: cannot read rule file ({exc.strerror})") from exc
     except yaml.YAMLError as exc:

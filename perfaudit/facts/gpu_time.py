@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from functools import lru_cache
 
 from . import intervals as iv
 from .registry import Context, Missing, fact
@@ -79,6 +80,20 @@ def device_capability(ctx: Context) -> float:
     raise Missing("the trace does not say which GPU it ran on (no deviceProperties)")
 
 
+@lru_cache(maxsize=None)
+def kernel_class(name: str) -> str | None:
+    """"half", "tf32" or "fp32" for a matrix kernel (GEMM/conv), None for any other kernel; by name,
+    once per distinct name (names are long C++ templates and repeat thousands of times)."""
+    if _COLLECTIVE.search(name) or not _MATH.search(name):
+        return None
+    return "half" if _HALF.search(name) else "tf32" if _TF32.search(name) else "fp32"
+
+
+@lru_cache(maxsize=None)
+def is_small_elementwise(name: str) -> bool:
+    return bool(_ELEMENTWISE.search(name))
+
+
 @fact("gpu.precision", "GPU time in matrix kernels (GEMM/conv) by precision: fp32, tf32, half "
                        "(fp16/bf16/fp8), in ms per step and as shares of all kernel time (%).")
 def gpu_precision(ctx: Context) -> dict:
@@ -88,10 +103,9 @@ def gpu_precision(ctx: Context) -> dict:
         if e.kind != "kernel" or ctx.step_of(e.ts) is None:
             continue
         totals["kernels"] += e.dur
-        if _COLLECTIVE.search(e.name) or not _MATH.search(e.name):
-            continue
-        kind = "half" if _HALF.search(e.name) else "tf32" if _TF32.search(e.name) else "fp32"
-        totals[kind] += e.dur
+        kind = kernel_class(e.name)
+        if kind is not None:
+            totals[kind] += e.dur
     n = len(ctx.steps)
     kernels = totals["kernels"] or 1.0
     out = {k: totals[k] / n / 1000.0 for k in ("fp32", "tf32", "half")}
@@ -116,7 +130,7 @@ def small_kernels(ctx: Context) -> dict:
         if e.kind != "kernel" or ctx.step_of(e.ts) is None:
             continue
         count += 1
-        if e.dur < 10 and _ELEMENTWISE.search(e.name):
+        if e.dur < 10 and is_small_elementwise(e.name):
             small += 1
             launch_us += launches.get(e.args.get("correlation"), 0.0)
     n = len(ctx.steps)

@@ -32,7 +32,10 @@ def _phase(name: str) -> str | None:
 
 
 def phase_times(ctx: Context) -> list[dict]:
-    """Per measured step, the µs spent in each host phase (top-level ranges only)."""
+    """Per measured step, the µs spent in each host phase (top-level ranges only); computed once."""
+    cached = ctx.__dict__.get("_phase_times")
+    if cached is not None:
+        return cached
     out = []
     for step in ctx.steps:
         times = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
@@ -45,6 +48,7 @@ def phase_times(ctx: Context) -> list[dict]:
                 times[phase] += min(ev.end, step.end) - ev.ts
                 covered_until = ev.end
         out.append(times)
+    ctx.__dict__["_phase_times"] = out
     return out
 
 

@@ -7,6 +7,7 @@ only the fields analyses use are kept.
 from __future__ import annotations
 
 import codecs
+from operator import attrgetter
 import gzip
 import io
 import json
@@ -104,23 +105,47 @@ def _number(value):
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+_kinds: dict = {}  # raw category -> kind, memoised (a handful of distinct values per trace)
+_runtime: dict[str, bool] = {}
+
+
+def _runtime_kept(name: str) -> bool:
+    kept = _runtime.get(name)
+    if kept is None:
+        kept = _runtime[name] = any(k in name for k in _RUNTIME_KEPT)
+    return kept
+
+
+def _kind(cat) -> str | None:
+    try:
+        return _kinds[cat]
+    except KeyError:
+        kind = KIND_BY_CATEGORY.get(cat.lower()) if isinstance(cat, str) else None
+        _kinds[cat] = kind
+        return kind
+    except TypeError:  # an unhashable category
+        return None
+
+
+_NUMBERS = (int, float)
+
+
 def _to_event(raw) -> Event | None:
     """Normalise one raw event, or None when it is not a complete event we analyse."""
-    if not isinstance(raw, dict) or raw.get("ph") != "X":
+    if type(raw) is not dict or raw.get("ph") != "X":
         return None
-    cat = raw.get("cat")
-    kind = KIND_BY_CATEGORY.get(cat.lower()) if isinstance(cat, str) else None
+    kind = _kind(raw.get("cat"))
     name = raw.get("name")
-    if kind is None or not isinstance(name, str):
+    if kind is None or type(name) is not str:
         return None
-    if kind == "runtime" and not any(k in name for k in _RUNTIME_KEPT):
+    if kind == "runtime" and not _runtime_kept(name):
         return None  # cudaEventQuery, cudaGetDevice, …: no fact reads them
-    ts, dur = _number(raw.get("ts")), _number(raw.get("dur"))
-    if ts is None or dur is None or dur < 0:
+    ts, dur = raw.get("ts"), raw.get("dur")
+    if type(ts) not in _NUMBERS or type(dur) not in _NUMBERS or dur < 0:
         raise ValueError("bad ts/dur")
     args = raw.get("args")
     kept = _NO_ARGS
-    if isinstance(args, dict):
+    if args and type(args) is dict:
         keys = KEPT_ARGS.get(kind, ("Input Dims",) if kind == "op" and name in SHAPED_OPS else ())
         if keys:
             kept = {key: args[key] for key in keys if key in args} or _NO_ARGS
@@ -142,23 +167,25 @@ def _memory_event(raw: dict, trace: Trace) -> None:
 
 
 def _events(stream, prefix: str, trace: Trace):
+    host, device, python = trace.host.append, trace.device.append, trace.python.append
+    to_event = _to_event
     for raw in ijson.items(stream, prefix, use_float=True):
-        if isinstance(raw, dict) and raw.get("ph") == "i" and raw.get("name") == "[memory]":
-            _memory_event(raw, trace)
-            continue
         try:
-            ev = _to_event(raw)
+            ev = to_event(raw)
         except ValueError:
             trace.skipped_events += 1
             continue
         if ev is None:
+            if isinstance(raw, dict) and raw.get("ph") == "i" and raw.get("name") == "[memory]":
+                _memory_event(raw, trace)
             continue
-        if ev.kind in DEVICE_KINDS:
-            trace.device.append(ev)
-        elif ev.kind == "python":
-            trace.python.append(ev)
+        kind = ev.kind
+        if kind in DEVICE_KINDS:
+            device(ev)
+        elif kind == "python":
+            python(ev)
         else:
-            trace.host.append(ev)
+            host(ev)
 
 
 class _Prepend(io.RawIOBase):
@@ -213,7 +240,8 @@ def load_trace(path: str) -> Trace:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     if not (trace.host or trace.device or trace.python):
         raise TraceError(f"{path}: the trace holds no profiler events")
-    for events in (trace.host, trace.device, trace.python):
-        events.sort(key=lambda e: (e.ts, -e.dur))
+    for events in (trace.host, trace.device, trace.python):  # by start, enclosing events first
+        events.sort(key=attrgetter("dur"), reverse=True)
+        events.sort(key=attrgetter("ts"))
     segment_steps(trace)
     return trace

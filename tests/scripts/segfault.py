@@ -1,0 +1,12 @@
+import ctypes
+
+import torch
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(100):
+    opt.zero_grad()
+    model(torch.randn(8, 4)).sum().backward()
+    opt.step()
+    if step == 3:
+        ctypes.string_at(0)  # segmentation fault in the child

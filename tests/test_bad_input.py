@@ -1,0 +1,74 @@
+"""Bad input and misbehaving scripts: one clear line, a distinct exit code, nothing lost."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import ROOT, perfaudit
+
+SCRIPTS = ROOT / "tests" / "scripts"
+
+
+def test_ctrl_c_reports_what_was_recorded(tmp_path):
+    out = tmp_path / "report.json"
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "run", str(SCRIPTS / "hang.py"), "--warmup", "1",
+                             "--steps", "5", "--out-dir", str(tmp_path / "run"), "--format", "json", "-o", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    progress = tmp_path / "run" / "progress.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (progress.exists() and '"step"' in progress.read_text()):
+        time.sleep(0.2)
+    time.sleep(1.0)  # the script is now asleep after its last step
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    report = json.loads(out.read_text())
+    assert report["run"]["outcome"]["outcome"] == "interrupted"
+    assert report["run"]["steps"] >= 1 and (tmp_path / "run" / "trace.json.gz").exists()
+    assert "Traceback" not in stderr
+
+
+def test_segfault_in_the_child(tmp_path):
+    proc = perfaudit("run", str(SCRIPTS / "segfault.py"), "--warmup", "1", "--steps", "10", "--out-dir", str(tmp_path))
+    assert proc.returncode == 3
+    assert "crashed (SIGSEGV)" in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_failure_after_the_window_with_full(tmp_path):
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(SCRIPTS / "fail_after_window.py"), "--warmup", "1", "--steps", "2", "--full",
+                     "--out-dir", str(tmp_path / "run"), "-f", f"json={out}")
+    assert proc.returncode == 3
+    outcome = json.loads(out.read_text())["run"]["outcome"]
+    assert outcome["outcome"] == "window_complete" and outcome["after_window"]["exception"] == "ValueError"
+    assert "raised ValueError: evaluation failed after training" in proc.stdout
+
+
+def test_rule_dir_with_an_unknown_fact(tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    text = (ROOT / "perfaudit" / "rules" / "MEM002.yaml").read_text()
+    (rules / "X.yaml").write_text(text.replace("id: MEM002", "id: XTRA001").replace("mem.peak.reserved_pct", "mem.nope"))
+    proc = perfaudit("rules", "--rules-dir", str(rules))
+    assert proc.returncode == 2
+    assert "X.yaml" in proc.stderr and "mem.nope" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_debug_shows_the_traceback():
+    proc = perfaudit("--debug", "analyze", "nope.json.gz")
+    assert proc.returncode == 2 and "Traceback" in proc.stderr
+
+
+def test_unknown_format_is_a_usage_error():
+    proc = perfaudit("analyze", "nope.json.gz", "--format", "pdf")
+    assert proc.returncode == 2 and "unknown format 'pdf'" in proc.stderr
+
+
+def test_no_process_survives_a_run_with_workers(sample_report):
+    sample_report("data_good.py")
+    left = subprocess.run(["pgrep", "-f", "sample_scripts/data_"], capture_output=True, text=True).stdout
+    assert left.strip() == "", left

@@ -1,0 +1,100 @@
+"""Property-based tests: random and mutated traces and rule files never escape as a crash."""
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+from pathlib import Path
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from perfaudit.api import analyze
+from perfaudit.engine.loader import load_rule, load_rules
+from perfaudit.errors import RuleError, TraceError
+
+RULES = load_rules()
+CATS = ["cpu_op", "Operator", "cuda_runtime", "Runtime", "kernel", "Kernel", "gpu_memcpy", "gpu_memset",
+        "user_annotation", "python_function", "cpu_instant_event", "ac2g", "weird"]
+NAMES = ["ProfilerStep#1", "ProfilerStep#2", "aten::_local_scalar_dense", "aten::zero_", "aten::to",
+         "cudaStreamSynchronize", "cudaLaunchKernel", "Memcpy HtoD (Pageable -> Device)", "[memory]",
+         "Optimizer.step#SGD.step", "Optimizer.zero_grad#SGD.zero_grad", "enumerate(DataLoader)#x.__next__",
+         "ampere_sgemm_64x64", "train.py(3): main", "<built-in method item of Tensor object at 0x1>",
+         "aten::convolution", "ncclKernel_AllReduce"]
+scalar = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**7), st.floats(allow_nan=True),
+                   st.text(max_size=5))
+event = st.fixed_dictionaries({}, optional={
+    "ph": st.sampled_from(["X", "i", "M", "f", "B"]) | st.text(max_size=2),
+    "cat": st.sampled_from(CATS) | scalar,
+    "name": st.sampled_from(NAMES) | scalar,
+    "pid": st.integers(0, 3) | scalar, "tid": st.integers(0, 3) | scalar,
+    "ts": st.integers(0, 10_000) | scalar, "dur": st.integers(0, 5_000) | scalar,
+    "args": st.dictionaries(st.sampled_from(["correlation", "bytes", "Input Dims", "Device Type",
+                                             "Total Allocated", "Total Reserved", "Device Id"]),
+                            scalar | st.lists(st.lists(st.integers(0, 8), max_size=3), max_size=3), max_size=4) | scalar,
+})
+meta = st.fixed_dictionaries({}, optional={
+    "deviceProperties": st.lists(st.dictionaries(st.sampled_from(["name", "totalGlobalMem", "computeMajor"]),
+                                                 scalar, max_size=3), max_size=2) | scalar,
+    "distributedInfo": st.dictionaries(st.sampled_from(["rank", "world_size"]), scalar, max_size=2) | scalar,
+    "perfaudit": st.dictionaries(st.sampled_from(["window", "probes", "source_roots", "outcome"]),
+                                 scalar | st.dictionaries(st.text(max_size=4), scalar, max_size=2), max_size=3),
+})
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _analyze_bytes(data: bytes, suffix: str = ".json") -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"t{suffix}"
+        path.write_bytes(data)
+        try:
+            analyze([str(path)], RULES)
+        except TraceError:
+            pass
+
+
+@SETTINGS
+@given(meta, st.lists(event, max_size=40))
+def test_random_traces_analyse_or_fail_cleanly(top, events):
+    _analyze_bytes(json.dumps({**top, "traceEvents": events}).encode())
+
+
+SEED = json.dumps({"deviceProperties": [{"name": "g", "totalGlobalMem": 1 << 30, "computeMajor": 8}],
+                   "traceEvents": [
+                       {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+                       {"ph": "X", "cat": "cpu_op", "name": "aten::_local_scalar_dense", "pid": 1, "tid": 1, "ts": 5, "dur": 10},
+                       {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 1, "ts": 6,
+                        "dur": 5, "args": {"correlation": 3}},
+                       {"ph": "X", "cat": "kernel", "name": "ampere_sgemm", "pid": 0, "tid": 7, "ts": 20, "dur": 30,
+                        "args": {"correlation": 4}}]}).encode()
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, len(SEED) - 1), st.integers(0, 255)), min_size=1, max_size=8),
+       st.booleans(), st.integers(0, len(SEED)))
+def test_mutated_traces_analyse_or_fail_cleanly(flips, compress, cut):
+    data = bytearray(SEED)
+    for pos, value in flips:
+        data[pos] = value
+    data = bytes(data[:cut]) if cut < len(SEED) // 2 else bytes(data)
+    _analyze_bytes(gzip.compress(data) if compress else data, ".json.gz" if compress else ".json")
+
+
+SYNC = yaml.safe_load((Path(__file__).resolve().parent.parent / "perfaudit" / "rules" / "SYNC001.yaml").read_text())
+keys = st.sampled_from(sorted(SYNC) + ["junk"])
+
+
+@SETTINGS
+@given(st.dictionaries(keys, st.recursive(scalar, lambda c: st.lists(c, max_size=3)
+                                          | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=8),
+                       max_size=6), st.booleans())
+def test_random_rule_files_load_or_fail_cleanly(mutation, from_valid):
+    spec = {**SYNC, **mutation} if from_valid else mutation
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "R.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        try:
+            load_rule(path)
+        except RuleError:
+            pass
