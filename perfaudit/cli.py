@@ -202,9 +202,12 @@ def run(
     from .lint import lint
     cfg, all_rules, rules = _setup(config, rules_dir, select, ignore)
     _parse_formats(fmt, output)  # bad formats fail before the script runs
+    needs = set().union(*(r.needs() for r in rules)) if rules else set()
+    # the cheapest recording the selected rules need: stacks and shapes only when a rule reads them
     options = RunOptions(warmup=warmup if warmup is not None else (cfg.warmup if cfg.warmup is not None else 2),
                          steps=steps if steps is not None else (cfg.steps or 5), full=full,
-                         timeout=timeout or None, out_dir=out_dir, with_stack=stack, record_shapes=True)
+                         timeout=timeout or None, out_dir=out_dir, with_stack=stack and "stacks" in needs,
+                         record_shapes="shapes" in needs)
     with err.status(f"running {script} …") as status:
         def progress(event: dict) -> None:
             phase = event.get("phase")

@@ -72,3 +72,44 @@ def test_no_process_survives_a_run_with_workers(sample_report):
     sample_report("data_good.py")
     left = subprocess.run(["pgrep", "-f", "sample_scripts/data_"], capture_output=True, text=True).stdout
     assert left.strip() == "", left
+
+
+def _bad_traces(tmp_path):
+    import gzip as gz
+    good = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}'
+    cases = {
+        "empty.json": (b"", "empty"),
+        "truncated.json.gz": (gz.compress(good * 50)[:40], "truncated or corrupt gzip"),
+        "not.json": (b"<html>not a trace</html>", "not a JSON trace"),
+        "no_events.json": (b'{"schemaVersion": 1, "deviceProperties": []}', "no `traceEvents`"),
+        "zero_steps.json": (b'{"traceEvents": [{"name": "process_name", "ph": "M", "pid": 1}]}', "no profiler events"),
+        "cut.json": (good[:-20], "not valid JSON or truncated"),
+    }
+    for name, (data, _) in cases.items():
+        (tmp_path / name).write_bytes(data)
+    return cases
+
+
+def test_bad_trace_files_through_the_cli(tmp_path):
+    for name, (_, message) in _bad_traces(tmp_path).items():
+        proc = perfaudit("analyze", str(tmp_path / name))
+        assert proc.returncode == 2, name
+        assert message in proc.stderr and "Traceback" not in proc.stderr, (name, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, name
+
+
+def test_bad_rule_files_through_the_cli(tmp_path):
+    base = (ROOT / "perfaudit" / "rules" / "MEM002.yaml").read_text().replace("id: MEM002", "id: XTRA001")
+    cases = {
+        "syntax": ("id: X\ntitle: [unclosed\n", "YAML syntax error"),
+        "unknown_key": (base + "colour: red\n", "colour"),
+        "wrong_type": (base.replace("severity: warning", "severity: 3"), "severity"),
+        "duplicate": (base.replace("id: XTRA001", "id: SYNC001"), "duplicate rule id SYNC001"),
+    }
+    for name, (text, message) in cases.items():
+        rules = tmp_path / name
+        rules.mkdir()
+        (rules / "rule.yaml").write_text(text)
+        proc = perfaudit("rules", "--rules-dir", str(rules))
+        assert proc.returncode == 2, name
+        assert message in proc.stderr and "rule.yaml" in proc.stderr and "Traceback" not in proc.stderr, name

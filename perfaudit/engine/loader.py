@@ -35,6 +35,25 @@ class Rule:
         except KeyError:
             raise AttributeError(key) from None
 
+    def facts(self) -> set[str]:
+        """Registered facts this rule reads (conditions, evidence, cost, templates)."""
+        names = {c["fact"] for c in _conditions(self.spec.get("when"))}
+        for item in self.spec.get("escalate", []) + self.spec.get("notes", []):
+            names |= {c["fact"] for c in _conditions(item.get("when"))}
+        names.add(self.spec.get("evidence", {}).get("sites"))
+        names.add(self.spec.get("cost", {}).get("fact"))
+        for text in [self.spec["message"], self.spec["fix"]] + [n["text"] for n in self.spec.get("notes", [])]:
+            names |= {name for name, _ in PLACEHOLDER.findall(text)}
+        out = set()
+        for name in filter(None, names):
+            parts = name.split(".")
+            out |= {".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in FACTS}
+        return out
+
+    def needs(self) -> set[str]:
+        """What a run must record for this rule: "stacks", "shapes"."""
+        return {need for name in self.facts() for need in FACTS[name].needs}
+
     @property
     def family(self) -> str:
         return re.match(r"[A-Z]+", self.id).group(0)

@@ -92,7 +92,7 @@ def _cpu_copy_sites(ctx: Context) -> list[Site]:
 
 
 @fact("copy.pageable_sites", "Lines whose host-to-device copies come from pageable memory or block "
-                             "the host: measured on a GPU trace, estimated on a CPU run.")
+                             "the host: measured on a GPU trace, estimated on a CPU run.", needs=("stacks",))
 def pageable_sites(ctx: Context) -> list[Site]:
     ctx.need_trace()
     ctx.steps
@@ -118,7 +118,7 @@ def _created_on_host(expr: str) -> bool:
 
 
 @fact("copy.host_created_sites", "Lines that create a tensor on the host and move it to the device in "
-                                 "every step (torch.randn(...).to(device)), from the trace and the source.")
+                                 "every step (torch.randn(...).to(device)), from the trace and the source.", needs=("stacks",))
 def host_created_sites(ctx: Context) -> list[Site]:
     ctx.need_trace()
     ctx.steps

@@ -40,7 +40,7 @@ def _zeroing_ops(ctx: Context):
 
 
 @fact("grad.zero_fill_sites", "Gradient zero-fill ops per step, grouped by the user line that "
-                              "zeroed the gradients (zero_grad(set_to_none=False), p.grad.zero_()).")
+                              "zeroed the gradients (zero_grad(set_to_none=False), p.grad.zero_()).", needs=("stacks",))
 def zero_fill_sites(ctx: Context):
     ctx.need_trace()
     ctx.steps

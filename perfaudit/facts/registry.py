@@ -25,16 +25,17 @@ class FactSpec:
     name: str
     doc: str
     fn: Callable[["Context"], Any]
+    needs: tuple[str, ...] = ()  # what `perfaudit run` must record for it: "stacks", "shapes"
 
 
 FACTS: dict[str, FactSpec] = {}
 
 
-def fact(name: str, doc: str):
+def fact(name: str, doc: str, needs: tuple[str, ...] = ()):
     def register(fn):
         if name in FACTS:
             raise ValueError(f"fact {name} registered twice")
-        FACTS[name] = FactSpec(name, doc, fn)
+        FACTS[name] = FactSpec(name, doc, fn, needs)
         return fn
     return register
 

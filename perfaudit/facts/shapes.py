@@ -24,7 +24,7 @@ def _signature(ctx: Context, names: set[str]) -> list[tuple]:
 
 
 @fact("shapes.conv", "Convolution input shapes across the measured steps: conv count per step, and "
-                     "whether the shapes were the same in every step.")
+                     "whether the shapes were the same in every step.", needs=("shapes",))
 def conv_shapes(ctx: Context) -> dict:
     ctx.need_trace()
     signatures = _signature(ctx, CONV_OPS)
@@ -37,7 +37,7 @@ def conv_shapes(ctx: Context) -> dict:
 
 
 @fact("shapes.varying", "How often the input shapes of matmul/conv/embedding ops changed between steps: "
-                        "share of steps whose shapes differ from the most common step (%).")
+                        "share of steps whose shapes differ from the most common step (%).", needs=("shapes",))
 def varying_shapes(ctx: Context) -> dict:
     ctx.need_trace()
     signatures = _signature(ctx, SHAPED_OPS)

@@ -100,7 +100,7 @@ def _exposed_idle(ctx: Context, syncs) -> dict[int, float]:
 
 @fact("sync.sites", "Host-device sync points in the measured steps, grouped by the user line that "
                     "caused them; on a GPU trace ms is the GPU idle time each sync exposes (the device "
-                    "drained during the wait until the host launched new work).")
+                    "drained during the wait until the host launched new work).", needs=("stacks",))
 def sync_sites(ctx: Context):
     ctx.need_trace()
     ctx.steps
