@@ -10,7 +10,7 @@ class SlowDataset(Dataset):
     """Stands for reading from storage: 0.2 ms of waiting per sample, little CPU."""
 
     def __init__(self):
-        self.x, self.y = torch.randn(4096, 64), torch.randn(4096, 1)
+        self.x, self.y = torch.randn(32768, 64), torch.randn(32768, 1)
 
     def __len__(self):
         return len(self.x)
@@ -21,7 +21,7 @@ class SlowDataset(Dataset):
 
 
 if __name__ == "__main__":
-    loader = DataLoader(SlowDataset(), batch_size=512, shuffle=True, num_workers=4,
+    loader = DataLoader(SlowDataset(), batch_size=1024, shuffle=True, num_workers=4,
                         persistent_workers=True, prefetch_factor=4)
     model = nn.Sequential(nn.Linear(64, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

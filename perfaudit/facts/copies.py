@@ -56,34 +56,41 @@ def _gpu_pageable_sites(ctx: Context) -> list[Site]:
     return collector.result()
 
 
+def _device_moves(ctx: Context):
+    """(step, frame, call) for each `.to(device)`/`.cuda()` call in the user's code that ran in a
+    measured step (its aten::to op attributed to that function; the call found in its source)."""
+    if not ctx.frames:
+        raise Missing("the trace has no Python stacks to find the lines")
+    ops = [e for e in ctx.trace.host if e.kind == "op" and e.name == "aten::to"]
+    attributions = ctx.frames.attribute_all(ops)
+    for op in ops:
+        att, step = attributions.get(id(op)), ctx.step_of(op.ts)
+        if att is None or step is None or att.via not in ("to", "cuda"):
+            continue
+        f = att.frame
+        for call in ctx.source.calls(f.path, f.line, f.func, {att.via}) or []:
+            if _is_device_move(call):
+                yield step, f, call
+
+
 def _cpu_copy_sites(ctx: Context) -> list[Site]:
     """On a CPU run: the lines that move each batch to the device, from the trace's aten::to ops and
     the source (no copy happens on the CPU, but the same line pays on a GPU)."""
-    if not ctx.frames:
-        raise Missing("the trace has no Python stacks to find the copy lines")
-    ops = [e for e in ctx.trace.host if e.kind == "op" and e.name == "aten::to"]
-    attributions = ctx.frames.attribute_all(ops)
     loaders = ctx.probes.get("dataloaders", [])
     if not loaders:
         return []  # no batches from a DataLoader: other moves are COPY002's (tensors made on the host)
     batch_bytes = max((d.get("batch_bytes", 0) for d in loaders), default=0)
     unpinned = [d for d in loaders if not d.get("pin_memory")]
     sites: dict[tuple, Site] = {}
-    for op in ops:
-        att, step = attributions.get(id(op)), ctx.step_of(op.ts)
-        if att is None or step is None or att.via not in ("to", "cuda"):
+    for step, f, call in _device_moves(ctx):
+        blocking = call.kwargs.get("non_blocking") is not True
+        if not blocking and not unpinned:
             continue
-        f = att.frame
-        calls = [c for c in (ctx.source.calls(f.path, f.line, f.func, {att.via}) or []) if _is_device_move(c)]
-        for call in calls:
-            blocking = call.kwargs.get("non_blocking") is not True
-            if not blocking and not unpinned:
-                continue
-            path = ctx.source.display_path(f.path)
-            site = sites.setdefault((path, call.line), Site(
-                path, call.line, f.func, call.code, f"{call.call}", True,
-                extra={"blocking": blocking, "pageable": bool(unpinned), "estimated": True, "lines": [call.line]}))
-            site.steps_seen.add(step)
+        path = ctx.source.display_path(f.path)
+        site = sites.setdefault((path, call.line), Site(
+            path, call.line, f.func, call.code, f"{call.call}", True,
+            extra={"blocking": blocking, "pageable": bool(unpinned), "estimated": True, "lines": [call.line]}))
+        site.steps_seen.add(step)
     per_site_ms = batch_bytes / (PAGEABLE_GBPS * 1e9) * 1000.0 / max(len(sites), 1) if unpinned else 0.0
     for site in sites.values():
         site.count = len(site.steps_seen)
@@ -122,27 +129,17 @@ def _created_on_host(expr: str) -> bool:
 def host_created_sites(ctx: Context) -> list[Site]:
     ctx.need_trace()
     ctx.steps
-    if not ctx.frames:
-        raise Missing("the trace has no Python stacks to find the lines")
-    ops = [e for e in ctx.trace.host if e.kind == "op" and e.name == "aten::to"]
-    attributions = ctx.frames.attribute_all(ops)
     sites: dict[tuple, Site] = {}
-    for op in ops:
-        att, step = attributions.get(id(op)), ctx.step_of(op.ts)
-        if att is None or step is None or att.via not in ("to", "cuda"):
+    for step, f, call in _device_moves(ctx):
+        if not call.in_loop:
             continue
-        f = att.frame
-        assigned = ctx.source.assignments(f.path, f.line, f.func)
-        for call in ctx.source.calls(f.path, f.line, f.func, {att.via}) or []:
-            if not (_is_device_move(call) and call.in_loop):
-                continue
-            origins = [call.receiver] + assigned.get(call.receiver, [])
-            if not any(_created_on_host(o) for o in origins):
-                continue
-            path = ctx.source.display_path(f.path)
-            site = sites.setdefault((path, call.line), Site(path, call.line, f.func, call.code, call.call,
-                                                            extra={"lines": [call.line]}))
-            site.steps_seen.add(step)
+        origins = [call.receiver] + ctx.source.assignments(f.path, f.line, f.func).get(call.receiver, [])
+        if not any(_created_on_host(o) for o in origins):
+            continue
+        path = ctx.source.display_path(f.path)
+        site = sites.setdefault((path, call.line), Site(path, call.line, f.func, call.code, call.call,
+                                                        extra={"lines": [call.line]}))
+        site.steps_seen.add(step)
     for site in sites.values():
         site.count = len(site.steps_seen)
     return list(sites.values())

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .registry import Context, Missing, fact
-from .sites import Site
+from .sites import Site, site_from_probe
 from .steps import BACKWARD_PREFIX
 
 # What each API costs, in words, for the finding.
@@ -29,11 +29,10 @@ def debug_apis_on(ctx: Context) -> list[Site]:
         if call["api"] in ("set_detect_anomaly", "detect_anomaly") and not anomaly_on:
             continue  # turned on and off again outside the window
         where = call.get("site") or {}
-        path = ctx.source.display_path(where["path"]) if where.get("path") else None
-        key = (call["api"], path, where.get("line"))
-        site = sites.setdefault(key, Site(path, where.get("line"), where.get("func"),
-                                          ctx.source.line_text(where["path"], where["line"]) if path else "",
-                                          API_EFFECT.get(call["api"], call["api"]), extra={"api": call["api"]}))
+        key = (call["api"], where.get("path"), where.get("line"))
+        if key not in sites:
+            sites[key] = site_from_probe(ctx, where, API_EFFECT.get(call["api"], call["api"]), api=call["api"])
+        site = sites[key]
         site.count += 1
     if anomaly_on and not any(s.extra["api"] in ("set_detect_anomaly", "detect_anomaly") for s in sites.values()):
         sites[("anomaly",)] = Site(None, None, None, "", "anomaly detection", exact=False,

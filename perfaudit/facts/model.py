@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .registry import Context, Missing, fact
-from .sites import Site
+from .sites import Site, site_from_probe
 
 
 @fact("model.bias_before_norm", "Conv/Linear layers with a bias whose output feeds BatchNorm directly "
@@ -13,12 +13,11 @@ def bias_before_norm(ctx: Context) -> list[Site]:
     sites: dict[tuple, Site] = {}
     for entry in ctx.probes["bias_before_norm"]:
         where = entry.get("site") or {}
-        path = ctx.source.display_path(where["path"]) if where.get("path") else None
-        key = (path, where.get("line"), entry["layer"], entry["norm"])
-        site = sites.setdefault(key, Site(path, where.get("line"), where.get("func"),
-                                          ctx.source.line_text(where["path"], where["line"]) if path else "",
-                                          f"{entry['layer']}(bias=True) -> {entry['norm']}",
-                                          extra={"bias_params": 0, "layers": 0}))
+        key = (where.get("path"), where.get("line"), entry["layer"], entry["norm"])
+        if key not in sites:
+            sites[key] = site_from_probe(ctx, where, f"{entry['layer']}(bias=True) -> {entry['norm']}",
+                                         bias_params=0, layers=0)
+        site = sites[key]
         site.count += 1
         site.extra["bias_params"] += entry.get("bias_params", 0)
         site.extra["layers"] += 1

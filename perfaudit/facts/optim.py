@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .registry import Context, Missing, fact
-from .sites import Site
+from .sites import Site, site_from_probe
 from .steps import OPTIMIZER_STEP
 
 FUSABLE = {"Adam", "AdamW", "SGD", "Adagrad"}  # have fused=True in torch 2.x
@@ -57,13 +57,10 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
         params = probe.get("param_tensors")
         if params is not None and params < 4:
             continue  # a handful of tensors: nothing to batch
-        where = probe.get("site") or {}
-        path = ctx.source.display_path(where["path"]) if where.get("path") else None
-        site = Site(path, where.get("line"), where.get("func"),
-                    ctx.source.line_text(where["path"], where["line"]) if path else "",
-                    f"{cls} single-tensor loop ({m['ops_per_step']:.0f} ops per step"
-                    + (f" over {params} parameter tensors)" if params else ")"),
-                    extra={"class": cls, "fusable": cls in FUSABLE})
+        site = site_from_probe(ctx, probe.get("site"),
+                               f"{cls} single-tensor loop ({m['ops_per_step']:.0f} ops per step"
+                               + (f" over {params} parameter tensors)" if params else ")"),
+                               **{"class": cls, "fusable": cls in FUSABLE})
         site.count, site.ms, site.steps_seen = n, m["ms_per_step"] * n, set(range(n))
         sites.append(site)
     return sites
@@ -78,11 +75,8 @@ def advice_sites(ctx: Context) -> list[Site]:
     for opt in ctx.probes["optimizers"]:
         decay = opt.get("options", {}).get("weight_decay") or 0
         if opt["class"] == "Adam" and decay > 0:
-            where = opt.get("site") or {}
-            path = ctx.source.display_path(where["path"]) if where.get("path") else None
-            sites.append(Site(path, where.get("line"), where.get("func"),
-                              ctx.source.line_text(where["path"], where["line"]) if path else "",
-                              f"Adam(weight_decay={decay}) couples L2 with the adaptive step; AdamW decouples it"))
+            sites.append(site_from_probe(ctx, opt.get("site"), f"Adam(weight_decay={decay}) couples L2 with "
+                                                               "the adaptive step; AdamW decouples it"))
     return sites
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .registry import Context, Missing, fact
-from .sites import Site
+from .sites import Site, site_from_probe
 
 
 def _probe(ctx: Context, key: str) -> list:
@@ -11,19 +11,12 @@ def _probe(ctx: Context, key: str) -> list:
     return ctx.probes[key]
 
 
-def _site(ctx: Context, where: dict | None, detail: str) -> Site:
-    where = where or {}
-    path = ctx.source.display_path(where["path"]) if where.get("path") else None
-    return Site(path, where.get("line"), where.get("func"),
-                ctx.source.line_text(where["path"], where["line"]) if path else "", detail)
-
-
 @fact("dist.data_parallel_sites", "Where the script wraps a model in nn.DataParallel.")
 def data_parallel_sites(ctx: Context) -> list[Site]:
     entries = _probe(ctx, "data_parallel")
     sites = []
     for entry in entries:
-        site = _site(ctx, entry.get("site"), entry.get("class", "DataParallel"))
+        site = site_from_probe(ctx, entry.get("site"), entry.get("class", "DataParallel"))
         site.count = 1
         sites.append(site)
     if not sites and ctx.trace is not None:
@@ -40,7 +33,7 @@ def empty_cache_sites(ctx: Context) -> list[Site]:
     for entry in _probe(ctx, "empty_cache"):
         if not entry.get("window_calls"):
             continue
-        site = _site(ctx, entry.get("site"), "torch.cuda.empty_cache()")
+        site = site_from_probe(ctx, entry.get("site"), "torch.cuda.empty_cache()")
         site.count = entry["window_calls"]
         site.steps_seen = set(range(min(entry["window_calls"], n)))
         sites.append(site)

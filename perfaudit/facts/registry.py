@@ -40,6 +40,27 @@ def fact(name: str, doc: str, needs: tuple[str, ...] = ()):
     return register
 
 
+_PROBE_LISTS = ("optimizers", "dataloaders", "debug_apis", "empty_cache", "bias_before_norm", "data_parallel",
+                "schedulers", "sync_debug")
+
+
+def _sanitise_probes(probes) -> dict:
+    """Keep the probe structure the facts expect: lists of dicts, an environment dict, flags."""
+    if not isinstance(probes, dict):
+        return {}
+    out = {}
+    for key, value in probes.items():
+        if key in _PROBE_LISTS:
+            if isinstance(value, list):
+                out[key] = [v for v in value if isinstance(v, dict)]
+        elif key == "environment":
+            if isinstance(value, dict):
+                out[key] = value
+        else:
+            out[key] = value
+    return out
+
+
 class Context:
     """One trace (and its probes) under analysis; facts are computed once, on first use."""
 
@@ -49,8 +70,10 @@ class Context:
         self.job = job  # for a job-level context: the per-rank contexts
         meta = trace.probes if trace is not None else {}
         self.meta = meta
-        self.probes = probes if probes is not None else meta.get("probes", {})
-        roots = tuple(meta.get("source_roots", ())) + tuple(source_roots)
+        self.probes = _sanitise_probes(probes if probes is not None else meta.get("probes"))
+        embedded_roots = meta.get("source_roots")
+        roots = tuple(r for r in (embedded_roots if isinstance(embedded_roots, list) else ()) if isinstance(r, str))
+        roots += tuple(source_roots)
         self.source = SourceIndex(roots)
         self.frames = FrameIndex(trace, roots) if trace is not None else None
         self._values: dict[str, Any] = {}
@@ -69,6 +92,11 @@ class Context:
         except Missing as exc:
             self._missing[name] = str(exc)
             raise
+        except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
+            # probe data embedded in a trace file is input like any other: malformed, it skips the
+            # rules that need it (with the reason) instead of stopping the report
+            self._missing[name] = f"malformed data for {name} ({type(exc).__name__}: {exc})"
+            raise Missing(self._missing[name]) from exc
         self._values[name] = value
         return value
 

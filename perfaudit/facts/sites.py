@@ -25,6 +25,14 @@ class Site:
                 "step_share": len(self.steps_seen) / n_steps}
 
 
+def site_from_probe(ctx: Context, where: dict | None, detail: str, **extra) -> Site:
+    """A Site at the user line a live-process probe recorded ({path, line, func})."""
+    where = where or {}
+    path = ctx.source.display_path(where["path"]) if where.get("path") else None
+    code = ctx.source.line_text(where["path"], where["line"]) if path and where.get("line") else ""
+    return Site(path, where.get("line"), where.get("func"), code, detail, extra=extra)
+
+
 class SiteCollector:
     """Groups evidence events by the user line they come from."""
 
