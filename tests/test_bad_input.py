@@ -17,7 +17,9 @@ def test_ctrl_c_reports_what_was_recorded(tmp_path):
     out = tmp_path / "report.json"
     proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "run", str(SCRIPTS / "hang.py"), "--warmup", "1",
                              "--steps", "5", "--out-dir", str(tmp_path / "run"), "--format", "json", "-o", str(out)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # as from a terminal: a background job (CI) would inherit SIGINT ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     progress = tmp_path / "run" / "progress.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (progress.exists() and '"step"' in progress.read_text()):
