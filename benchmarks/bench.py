@@ -18,7 +18,6 @@ import argparse
 import gzip
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile

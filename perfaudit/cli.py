@@ -15,8 +15,7 @@ import typer
 from rich.console import Console
 
 from . import __version__
-from .errors import (EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE,
-                     PerfauditError, UsageError)
+from .errors import (EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT_FAILED, PerfauditError, UsageError)
 
 EXIT_INTERNAL = 4
 

@@ -26,7 +26,6 @@ class Interrupted(BaseException):
 
 
 def _user_frame_of(tb) -> dict | None:
-    from .probes import user_site  # noqa: F401  (same filter as the probes)
     from .probes import _LIB_MARKERS, _OWN_DIR, _TORCH_DIR
     last = None
     for frame, line in traceback.walk_tb(tb):
@@ -276,7 +275,6 @@ def main() -> None:
     session.install()
     session._say("running")
     import runpy
-    code = 0
     try:
         runpy.run_path(script_path, run_name="__main__")
         result = {"outcome": "completed"}
@@ -291,7 +289,6 @@ def main() -> None:
         result = {"outcome": "exited", "exit_code": code}
     except BaseException as exc:  # the user's script failed: keep what was recorded
         result = _describe_exception(exc)
-        code = 1
     session.finish(result)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..trace.model import Event
 from .registry import Context
 
 
