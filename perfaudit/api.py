@@ -117,11 +117,14 @@ def _evaluate(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skip
     return findings, skipped
 
 
+def _evaluate_in(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skipped], TraceSummary | None]:
+    findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])  # job/report: elsewhere
+    return findings, skipped, (_summary(ctx.trace, ctx) if ctx.trace is not None else None)
+
+
 def evaluate_trace(trace: Trace | None, rules: list[Rule], probes: dict | None = None,
                    source_roots: tuple[str, ...] = ()) -> tuple[list[Finding], list[Skipped], TraceSummary | None]:
-    ctx = Context(trace, probes, source_roots)
-    findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])  # job/report: elsewhere
-    return findings, skipped, (_summary(trace, ctx) if trace is not None else None)
+    return _evaluate_in(Context(trace, probes, source_roots), rules)
 
 
 def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tuple[str, ...] = ()) -> Report:
@@ -133,8 +136,9 @@ def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tup
     for path in files:
         trace = load_trace(path)
         roots = source_roots + (os.path.dirname(os.path.abspath(path)), os.getcwd())
-        findings, skipped, summary = evaluate_trace(trace, rules, source_roots=roots)
-        contexts.append(Context(trace, None, roots))
+        ctx = Context(trace, None, roots)  # kept: the job-level rules reuse each rank's facts
+        findings, skipped, summary = _evaluate_in(ctx, rules)
+        contexts.append(ctx)
         report.findings.extend(findings)
         report.skipped.extend(s for s in skipped if s not in report.skipped)
         report.traces.append(summary)

@@ -41,10 +41,13 @@ class SiteCollector:
         self.forms = forms
         self.sites: dict[tuple, Site] = {}
 
-    def add_all(self, items: list[tuple], hints: dict[str, tuple[set, tuple]] | None = None) -> None:
+    def add_all(self, items: list[tuple], hints: dict[str, tuple[set, tuple]] | None = None,
+                attributions: dict | None = None) -> None:
         """items: (anchor event to attribute, event that is counted, ms, detail). `hints` maps a
-        detail to the (fallback calls, forms) to search when the op has no Python call of its own."""
-        attributions = self.ctx.frames.attribute_all([item[0] for item in items]) if self.ctx.frames else {}
+        detail to the (fallback calls, forms) to search when the op has no Python call of its own;
+        `attributions` are the anchors' frames when the caller has them already."""
+        if attributions is None:
+            attributions = self.ctx.frames.attribute_all([item[0] for item in items]) if self.ctx.frames else {}
         for anchor, counted, ms, detail in items:
             step = self.ctx.step_of(counted.ts)
             if step is None:

@@ -6,8 +6,10 @@ from bisect import bisect_left
 
 from ..trace.model import Event
 from ..trace.nesting import innermost
+from . import intervals as iv
 from .registry import Context, fact
 from .sites import SiteCollector
+from .steps import DATALOADER_PREFIX
 
 # Ops that read a device value back to the host: they block until the GPU has caught up.
 SCALAR_OPS = {"aten::_local_scalar_dense"}
@@ -78,8 +80,6 @@ def _host_reads(ctx: Context):
 def _exposed_idle(ctx: Context, syncs) -> dict[int, float]:
     """µs of GPU idle each sync exposes: the device drains while the host waits, then sits idle from
     the sync's return until the host has launched new work (the next device event starts)."""
-    from . import intervals as iv
-    from .steps import DATALOADER_PREFIX
     data = iv.union((e.ts, e.end) for e in ctx.trace.host if e.name.startswith(DATALOADER_PREFIX))
     starts = sorted(e.ts for e in ctx.trace.device if e.kind != "gpu_annotation")
     ends = sorted(e.end for e in ctx.trace.device if e.kind != "gpu_annotation")
@@ -105,12 +105,12 @@ def sync_sites(ctx: Context):
     ctx.need_trace()
     ctx.steps
     items = _sync_items(ctx)
+    attributions = ctx.frames.attribute_all([anchor for anchor, _, _, _ in items]) if ctx.frames else {}
     if not ctx.is_gpu and ctx.frames:
-        attributions = ctx.frames.attribute_all([anchor for anchor, _, _, _ in items])
         items = [item for item in items if _user_read(attributions.get(id(item[0])))]
     collector = SiteCollector(ctx, *COPY_FALLBACK)
     collector.add_all(items, hints={DETAIL["aten::_local_scalar_dense"]: SCALAR_FALLBACK,
-                                    DETAIL["aten::nonzero"]: NONZERO_FALLBACK})
+                                    DETAIL["aten::nonzero"]: NONZERO_FALLBACK}, attributions=attributions)
     sites = collector.result()
     confirmed = {(ctx.source.display_path(d["path"]), d["line"]) for d in ctx.probes.get("sync_debug", [])}
     for site in sites:  # torch's own sync debug mode flagged these lines during the run

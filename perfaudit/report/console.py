@@ -104,7 +104,7 @@ def _finding(i: int, f: Finding) -> Group:
     for note in f.notes:
         lines.append(Text("   note: " + note, style="dim"))
     lines.append(Text("   fix: ", style="green").append(f.fix, style="default"))
-    if f.trace and f.trace and not f.locations:
+    if f.trace and not f.locations:
         lines.append(Text(f"   in {f.trace}", style="dim"))
     return Group(*lines, Text(""))
 
