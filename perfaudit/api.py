@@ -1,53 +1,24 @@
-"""The library API: audit a script, or analyse traces. The CLI is a thin layer over these."""
+"""The library API: audit a script, analyse traces, lint sources. Each returns the finished report
+(static pass merged, CI gate applied); the CLI only parses, calls, prints and exits."""
 from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass, field, replace
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import replace
 
+from . import gate
 from .collect.runner import RunOptions, RunResult, run_script
 from .engine.evaluate import evaluate
 from .engine.loader import Rule, load_rules
 from .errors import TraceError, UsageError
 from .facts import Context, Missing
-from .findings import Finding, Skipped, rank, severity_rank
+from .findings import Finding, Report, Skipped, TraceSummary, rank
+from .gate import GateOptions
+from .outcome import Outcome
 from .trace import Trace, load_trace
 
-REPORT_SCHEMA_VERSION = 1
 _TRACE_PATTERNS = ("*.json", "*.json.gz")
-
-
-@dataclass
-class TraceSummary:
-    path: str
-    device: str                  # "cpu", or the GPU's name
-    rank: int | None
-    steps: int
-    step_source: str
-    step_ms: float | None
-    breakdown: dict | None
-    has_stacks: bool
-    environment: dict = field(default_factory=dict)
-    gpu_breakdown: dict | None = None   # compute, copies, sync_wait, data_wait, other_idle (ms/step)
-
-
-@dataclass
-class Report:
-    findings: list[Finding]
-    skipped: list[Skipped]
-    traces: list[TraceSummary]
-    script: str | None = None
-    outcome: dict | None = None      # what happened to the script (perfaudit run only)
-    run_dir: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def worst(self) -> str | None:
-        return max((f.severity for f in self.findings), key=severity_rank, default=None)
-
-    def fails(self, fail_on: str) -> bool:
-        worst = self.worst()
-        return fail_on != "never" and worst is not None and severity_rank(worst) >= severity_rank(fail_on)
 
 
 def expand_trace_paths(paths: list[str]) -> list[str]:
@@ -86,10 +57,9 @@ def _merge_across_traces(findings: list[Finding], ranks: dict) -> list[Finding]:
 
 def _summary(trace: Trace, ctx: Context) -> TraceSummary:
     env = dict(ctx.probes.get("environment", {}))
-    props = trace.meta.get("deviceProperties")
     device = "cpu"
-    if isinstance(props, list) and props and isinstance(props[0], dict) and trace.has_gpu:
-        device = str(props[0].get("name", "GPU"))
+    if trace.device_properties and trace.has_gpu:
+        device = str(trace.device_properties.get("name", "GPU"))
     elif trace.has_gpu:
         device = "GPU"
     elif env.get("device_name"):
@@ -117,17 +87,23 @@ def _evaluate(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skip
     return findings, skipped
 
 
-def _evaluate_in(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skipped], TraceSummary | None]:
-    findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])  # job/report: elsewhere
-    return findings, skipped, (_summary(ctx.trace, ctx) if ctx.trace is not None else None)
-
-
 def evaluate_trace(trace: Trace | None, rules: list[Rule], probes: dict | None = None,
                    source_roots: tuple[str, ...] = ()) -> tuple[list[Finding], list[Skipped], TraceSummary | None]:
-    return _evaluate_in(Context(trace, probes, source_roots), rules)
+    """The per-trace rules on one trace (or on probes alone when no trace was recorded)."""
+    ctx = Context(trace, probes, source_roots)
+    findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])  # job/report: elsewhere
+    return findings, skipped, (_summary(trace, ctx) if trace is not None else None)
 
 
-def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tuple[str, ...] = ()) -> Report:
+def _context_notes(ctx: Context) -> list[str]:
+    notes = list(dict.fromkeys(ctx.errors))
+    if ctx.malformed_probes:
+        notes.append(f"malformed probe data ignored: {', '.join(ctx.malformed_probes)}")
+    return notes
+
+
+def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tuple[str, ...] = (),
+            gate_options: GateOptions | None = None) -> Report:
     """Run the rules on traces recorded elsewhere (or by an earlier `perfaudit run`)."""
     rules = rules if rules is not None else load_rules()
     files = expand_trace_paths(paths)
@@ -137,15 +113,18 @@ def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tup
         trace = load_trace(path)
         roots = source_roots + (os.path.dirname(os.path.abspath(path)), os.getcwd())
         ctx = Context(trace, None, roots)  # kept: the job-level rules reuse each rank's facts
-        findings, skipped, summary = _evaluate_in(ctx, rules)
+        findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])
         contexts.append(ctx)
         report.findings.extend(findings)
         report.skipped.extend(s for s in skipped if s not in report.skipped)
-        report.traces.append(summary)
+        report.traces.append(_summary(trace, ctx))
+        report.notes.extend(n for n in _context_notes(ctx) if n not in report.notes)
         if trace.skipped_events:
             report.notes.append(f"{path}: {trace.skipped_events} malformed events were ignored")
         if len(files) == 1 and trace.probes:  # recorded by `perfaudit run`: the same report again
-            report.script, report.outcome = trace.probes.get("script"), trace.probes.get("outcome")
+            script, outcome = trace.probes.get("script"), trace.probes.get("outcome")
+            report.script = script if isinstance(script, str) else None
+            report.outcome = outcome if isinstance(outcome, dict) else None
     if len(files) > 1:
         report.findings = _merge_across_traces(report.findings, {t.path: t.rank for t in report.traces})
     job_rules = [r for r in rules if r.scope == "job"]
@@ -153,13 +132,14 @@ def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tup
         findings, skipped = _evaluate(Context(None, {}, source_roots, job=contexts), job_rules)
         report.findings.extend(findings)
         report.skipped.extend(skipped)
-    report.findings = rank(report.findings)
-    return report
+    return gate.finalize(report, gate_options or GateOptions(), rules=rules)
 
 
 def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] | None = None,
-          on_progress: Callable[[dict], None] | None = None) -> tuple[Report, RunResult]:
-    """Run a script for a bounded profiler window and evaluate every rule on what was recorded."""
+          on_progress: Callable[[dict], None] | None = None, gate_options: GateOptions | None = None) -> Report:
+    """Run a script for a bounded profiler window, evaluate every rule on what was recorded, and
+    merge what the static pass sees in the script."""
+    from .static import lint as lint_paths
     rules = rules if rules is not None else load_rules()
     result = run_script(script, args, options, on_progress)
     trace = None
@@ -171,17 +151,35 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
             notes.append(f"the recorded trace could not be read: {exc}")
     roots = (os.path.dirname(result.script), os.getcwd())
     probes = None if trace is not None else result.probes
-    findings, skipped, summary = evaluate_trace(trace, rules, probes, roots)
-    report = Report(rank(findings), skipped, [summary] if summary else [], script=result.script,
-                    outcome=result.outcome, run_dir=result.run_dir, notes=notes)
+    ctx = Context(trace, probes, roots)
+    findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])
+    report = Report(findings, skipped, [_summary(trace, ctx)] if trace is not None else [], script=result.script,
+                    outcome=result.outcome, run_dir=result.run_dir, notes=notes + _context_notes(ctx),
+                    interrupted=result.interrupted)
     if trace is None:
         report.notes.append(_no_trace_reason(result))
-    return report, result
+    gate.confirm_static(report, lint_paths([script], rules))
+    return gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
+
+
+def lint(paths: list[str], rules: list[Rule] | None = None, gate_options: GateOptions | None = None) -> Report:
+    """What the source alone shows, without running it (imports no torch)."""
+    from .static import lint as lint_paths
+    from .static import python_files
+    rules = rules if rules is not None else load_rules()
+    files = python_files(paths)
+    report = Report(lint_paths(files, rules), [], [], files=len(files))
+    report.notes.append(f"static pass over {len(files)} file(s); `perfaudit run` measures what it finds")
+    return gate.finalize(report, gate_options or GateOptions(), extra_files=tuple(files), rules=rules)
 
 
 def _no_trace_reason(result: RunResult) -> str:
     o = result.outcome
-    if not o.get("profiling_started", False):
+    if not o.get("profiling_started", False) and Outcome.of(o) not in (Outcome.TIMEOUT, Outcome.INTERRUPTED,
+                                                                        Outcome.CRASHED):
         return ("no trace was recorded: the script never started training (no optimizer, DataLoader "
                 "iteration or backward() was seen before it ended)")
     return "no trace was recorded before the script ended"
+
+
+__all__ = ["GateOptions", "Report", "RunOptions", "analyze", "audit", "evaluate_trace", "expand_trace_paths", "lint", "rank"]

@@ -1,5 +1,6 @@
-"""Command line: `perfaudit run | analyze | explain | rules`. Commands call the library API; only here do
-errors become one line on stderr and an exit code."""
+"""Command line: `perfaudit run | analyze | lint | explain | rules`. Commands parse their options, call
+the library API (which returns the finished report), print it and exit; only here do errors become one
+line on stderr and an exit code."""
 from __future__ import annotations
 
 import difflib
@@ -9,18 +10,19 @@ import os
 import sys
 import traceback
 from enum import Enum
-from typing import List, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
 from . import __version__
-from .errors import (EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT_FAILED, PerfauditError, UsageError)
+from .errors import EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT_FAILED, PerfauditError, UsageError
 
 EXIT_INTERNAL = 4
+_HELP = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Audit PyTorch training performance: ranked, located, costed fixes.")
+                  context_settings=_HELP, help="Audit PyTorch training performance: ranked, located, costed fixes.")
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -38,9 +40,28 @@ class Format(str, Enum):
 
 
 REPORT_FORMATS = ("console", "json", "sarif", "junit", "markdown", "github")
-FORMAT_HELP = ("Report format, repeatable, optionally with a file: console, json, sarif, junit, markdown, "
-               "github (e.g. --format sarif=perfaudit.sarif --format markdown=summary.md).")
 
+# Options shared by the commands, declared once.
+FormatOpt = Annotated[Optional[list[str]], typer.Option(
+    "--format", "-f", help="Report format, repeatable, optionally with a file: console, json, sarif, junit, "
+                           "markdown, github (e.g. -f sarif=perfaudit.sarif -f markdown=summary.md).")]
+OutputOpt = Annotated[Optional[str], typer.Option(
+    "--output", "-o", help="Write the report to FILE (JSON unless --format says).")]
+FailOnOpt = Annotated[Optional[FailOn], typer.Option(
+    help="Exit 1 when a finding at or above this severity exists (default: config, else never).")]
+ConfigOpt = Annotated[Optional[str], typer.Option(
+    "--config", help="Config file (default: ./perfaudit.toml, else [tool.perfaudit] in ./pyproject.toml).")]
+SelectOpt = Annotated[Optional[list[str]], typer.Option(
+    "--select", help="Only these rules: ids, families (SYNC) or tips (T05); comma-separated, repeatable.")]
+IgnoreOpt = Annotated[Optional[list[str]], typer.Option("--ignore", help="Skip these rules: ids, families or tips.")]
+BaselineOpt = Annotated[Optional[str], typer.Option(
+    "--baseline", help="Report (and fail on) only findings not in this baseline file.")]
+BaselineWriteOpt = Annotated[Optional[str], typer.Option(
+    "--baseline-write", help="Record today's findings as the baseline.")]
+RulesDirOpt = Annotated[Optional[list[str]], typer.Option(help="Extra rule directory (repeatable).")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="List skipped rules and their reasons.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")]
+FormatChoiceOpt = Annotated[Format, typer.Option("--format", help="Output format.")]
 
 _state = {"debug": False}
 
@@ -55,6 +76,7 @@ def _exit_with_error(exc: BaseException, code: int) -> None:
 def handles_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        _state["debug"] = _state["debug"] or bool(kwargs.get("debug"))
         try:
             return fn(*args, **kwargs)
         except typer.Exit:
@@ -63,7 +85,7 @@ def handles_errors(fn):
             _exit_with_error(exc, exc.exit_code)
         except KeyboardInterrupt:
             err.print("perfaudit: interrupted")
-            raise typer.Exit(EXIT_INTERRUPTED)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except Exception as exc:  # a bug in perfaudit: one line, the traceback with --debug
             _exit_with_error(RuntimeError(f"internal error: {type(exc).__name__}: {exc} "
                                           "(run with --debug for the traceback)"), EXIT_INTERNAL)
@@ -78,33 +100,53 @@ def _version(value: bool):
 
 @app.callback()
 def main_options(
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    debug: DebugOpt = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version.")] = False,
 ):
     _state["debug"] = debug
 
 
-def _setup(config_path: Optional[str], rules_dir: Optional[List[str]], select: Optional[List[str]],
-           ignore: Optional[List[str]]):
-    """Config file (flags override it) and the selected rules."""
-    from .config import apply_to_rules, load_config
-    from .engine.loader import load_rules
-    cfg = load_config(config_path)
-    if select:
-        cfg.select = [v.upper() for item in select for v in item.split(",") if v]
-    if ignore:
-        cfg.ignore = cfg.ignore + [v.upper() for item in ignore for v in item.split(",") if v]
-    all_rules = load_rules(tuple(cfg.rules_dirs) + tuple(rules_dir or ()))
-    return cfg, all_rules, apply_to_rules(cfg, all_rules)
+# -- the shared beginning and ending of a command ------------------------------------------------------
+class Setup:
+    """What every reporting command needs before it runs: config, rules, report destinations, gate."""
+
+    def __init__(self, config_path, rules_dir, select, ignore, formats, output, baseline, baseline_write):
+        from .config import apply_to_rules, load_config
+        from .engine.loader import load_rules
+        from .gate import GateOptions
+        self.cfg = load_config(config_path)
+        if select:
+            self.cfg.override("select", select, "--select")
+        if ignore:
+            self.cfg.override("ignore", ignore, "--ignore", extend=True)
+        self.all_rules = load_rules(tuple(self.cfg.rules_dirs) + tuple(rules_dir or ()))
+        self.rules = apply_to_rules(self.cfg, self.all_rules)
+        self.specs = _parse_formats(formats, output)
+        _check_writable([path for _, path in self.specs if path] + ([baseline_write] if baseline_write else []))
+        if baseline:
+            from . import baseline as baseline_file
+            baseline_file.read(baseline)  # a missing or corrupt baseline fails now, not after the run
+        self.gate = GateOptions(self.cfg, baseline, baseline_write)
+
+    def finish(self, report, fail_on: Optional[FailOn], verbose: bool, extra_exit: int | None = None):
+        """Print and write the report, then exit: `extra_exit` (the script failed, the run was
+        interrupted) wins over the gate."""
+        _emit(report, self.specs, self.all_rules, verbose)
+        level = fail_on.value if fail_on else (self.cfg.fail_on or "never")
+        raise typer.Exit(extra_exit if extra_exit is not None else EXIT_FINDINGS if report.fails(level) else EXIT_OK)
 
 
-def _parse_formats(formats: Optional[List[str]], output: Optional[str]) -> list[tuple[str, Optional[str]]]:
+def _parse_formats(formats: Optional[list[str]], output: Optional[str]) -> list[tuple[str, Optional[str]]]:
     specs = []
     for item in formats or ["console"]:
         fmt, _, path = item.partition("=")
         fmt = fmt.strip().lower()
         if fmt not in REPORT_FORMATS:
             raise UsageError(f"unknown format '{fmt}'; choose from {', '.join(REPORT_FORMATS)}")
+        if fmt == "console" and path:
+            raise UsageError("the console report goes to the terminal; for a file use another format "
+                             "(-f markdown=FILE, -f json=FILE)")
         specs.append((fmt, path or None))
     if output:  # --output FILE: the first format without a file (the JSON report when only console)
         for i, (fmt, path) in enumerate(specs):
@@ -118,89 +160,79 @@ def _parse_formats(formats: Optional[List[str]], output: Optional[str]) -> list[
     return specs
 
 
-def _render(report, fmt: str, rules, verbose: bool) -> str:
+def _check_writable(paths: list[str]) -> None:
+    """Report files are checked before anything runs: a typo must not cost a ten-minute run."""
+    for path in paths:
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise UsageError(f"cannot write {path}: it is a directory")
+        if not os.path.isdir(folder):
+            raise UsageError(f"cannot write {path}: folder {folder} does not exist")
+        if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+            raise UsageError(f"cannot write {path}: permission denied")
+
+
+def _render(report, fmt: str, rules) -> str:
     from .report import github, json_report, junit, markdown, sarif
-    if fmt == "json":
-        return json_report.render(report)
-    if fmt == "sarif":
-        return sarif.render(report, rules)
-    if fmt == "junit":
-        return junit.render(report, rules)
-    if fmt == "markdown":
-        return markdown.render(report)
-    return github.render(report)
+    renderers = {"json": lambda: json_report.render(report), "sarif": lambda: sarif.render(report, rules),
+                 "junit": lambda: junit.render(report, rules), "markdown": lambda: markdown.render(report),
+                 "github": lambda: github.render(report)}
+    return renderers[fmt]()
 
 
-def _emit(report, formats: Optional[List[str]], output: Optional[str], rules, verbose: bool) -> None:
+def _stdout_gone() -> None:
+    """The reader of our output went away (`| head`): stop writing, keep the exit code meaningful."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def _emit(report, specs, rules, verbose: bool) -> None:
     from .report import console as console_report
-    specs = _parse_formats(formats, output)
     to_stdout = [fmt for fmt, path in specs if path is None and fmt != "console"]
-    for fmt, path in specs:
-        if fmt == "console":
-            continue
-        text = _render(report, fmt, rules, verbose)
-        if path:
-            _write(path, text.rstrip("\n"))
-        else:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    if ("console", None) in specs or not to_stdout:
-        console_report.render(report, out, verbose)
-
-
-def _write(path: str, text: str) -> None:
     try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}") from exc
+        for fmt, path in specs:
+            if fmt != "console" and path is None:
+                text = _render(report, fmt, rules)
+                sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        if ("console", None) in specs or not to_stdout:
+            console_report.render(report, out, verbose)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_gone()
+    failed = []
+    for fmt, path in specs:  # files after the console: a file that cannot be written loses nothing else
+        if path:
+            try:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(_render(report, fmt, rules).rstrip("\n") + "\n")
+            except OSError as exc:
+                failed.append(f"cannot write {path}: {exc.strerror}")
+    if failed:
+        raise UsageError("; ".join(failed))
 
 
-def _gate(report, fail_on: Optional[FailOn], cfg) -> int:
-    level = fail_on.value if fail_on else (cfg.fail_on or "never")
-    return EXIT_FINDINGS if report.fails(level) else EXIT_OK
-
-
-_FORMAT_OPT = typer.Option(None, "--format", "-f", help=FORMAT_HELP)
-_OUTPUT_OPT = typer.Option(None, "--output", "-o", help="Write the report to FILE (JSON unless --format says).")
-_FAIL_OPT = typer.Option(None, help="Exit 1 when a finding at or above this severity exists (default: config, else never).")
-_CONFIG_OPT = typer.Option(None, "--config", help="Config file (default: ./perfaudit.toml, else [tool.perfaudit] in ./pyproject.toml).")
-_SELECT_OPT = typer.Option(None, "--select", help="Only these rules: ids, families (SYNC) or tips (T05); comma-separated, repeatable.")
-_IGNORE_OPT = typer.Option(None, "--ignore", help="Skip these rules: ids, families or tips.")
-_BASELINE_OPT = typer.Option(None, "--baseline", help="Report (and fail on) only findings not in this baseline file.")
-_BASELINE_WRITE_OPT = typer.Option(None, "--baseline-write", help="Record today's findings as the baseline.")
-_RULES_DIR_OPT = typer.Option(None, help="Extra rule directory (repeatable).")
-_VERBOSE_OPT = typer.Option(False, "--verbose", "-v", help="List skipped rules and their reasons.")
-
-
-@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+# -- commands ------------------------------------------------------------------------------------------
+@app.command()
 @handles_errors
 def run(
-    script: str = typer.Argument(..., help="The training script, run as `python SCRIPT ARGS`."),
-    args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after `--`."),
-    warmup: Optional[int] = typer.Option(None, min=0, help="Steps to run before recording (default 2)."),
-    steps: Optional[int] = typer.Option(None, min=1, help="Steps to record (default 5)."),
-    full: bool = typer.Option(False, "--full", help="Let the script run to its end after the window."),
-    timeout: float = typer.Option(600.0, min=0, help="Stop the script after this many seconds (0: never)."),
-    out_dir: Optional[str] = typer.Option(None, help="Run folder (default ./.perfaudit/runs/<timestamp>)."),
-    stack: bool = typer.Option(True, "--stack/--no-stack", help="Record Python stacks (needed for file:line)."),
-    fmt: Optional[List[str]] = _FORMAT_OPT,
-    output: Optional[str] = _OUTPUT_OPT,
-    fail_on: Optional[FailOn] = _FAIL_OPT,
-    config: Optional[str] = _CONFIG_OPT,
-    select: Optional[List[str]] = _SELECT_OPT,
-    ignore: Optional[List[str]] = _IGNORE_OPT,
-    baseline: Optional[str] = _BASELINE_OPT,
-    baseline_write: Optional[str] = _BASELINE_WRITE_OPT,
-    rules_dir: Optional[List[str]] = _RULES_DIR_OPT,
-    verbose: bool = _VERBOSE_OPT,
+    script: Annotated[str, typer.Argument(help="The training script, run as `python SCRIPT ARGS`.")],
+    args: Annotated[Optional[list[str]], typer.Argument(help="Arguments for the script, after `--`.")] = None,
+    warmup: Annotated[Optional[int], typer.Option(min=0, help="Steps to run before recording (default 2).")] = None,
+    steps: Annotated[Optional[int], typer.Option(min=1, help="Steps to record (default 5).")] = None,
+    full: Annotated[bool, typer.Option("--full", help="Let the script run to its end after the window.")] = False,
+    timeout: Annotated[float, typer.Option(min=0, help="Stop the script after this many seconds (0: never).")] = 600.0,
+    out_dir: Annotated[Optional[str], typer.Option(help="Run folder (default ./.perfaudit/runs/<timestamp>).")] = None,
+    stack: Annotated[bool, typer.Option("--stack/--no-stack", help="Record Python stacks (needed for file:line).")] = True,
+    fmt: FormatOpt = None, output: OutputOpt = None, fail_on: FailOnOpt = None, config: ConfigOpt = None,
+    select: SelectOpt = None, ignore: IgnoreOpt = None, baseline: BaselineOpt = None,
+    baseline_write: BaselineWriteOpt = None, rules_dir: RulesDirOpt = None, verbose: VerboseOpt = False,
+    debug: DebugOpt = False,
 ):
     """Run SCRIPT for a bounded profiler window and report ranked fixes."""
     from .api import audit
     from .collect.runner import RunOptions
-    from .gate import confirm_static, finalize
-    from .lint import lint
-    cfg, all_rules, rules = _setup(config, rules_dir, select, ignore)
-    _parse_formats(fmt, output)  # bad formats fail before the script runs
+    setup = Setup(config, rules_dir, select, ignore, fmt, output, baseline, baseline_write)
+    cfg, rules = setup.cfg, setup.rules
     needs = set().union(*(r.needs() for r in rules)) if rules else set()
     # the cheapest recording the selected rules need: stacks and shapes only when a rule reads them
     options = RunOptions(warmup=warmup if warmup is not None else (cfg.warmup if cfg.warmup is not None else 2),
@@ -208,97 +240,69 @@ def run(
                          timeout=timeout or None, out_dir=out_dir, with_stack=stack and "stacks" in needs,
                          record_shapes="shapes" in needs)
     with err.status(f"running {script} …") as status:
-        def progress(event: dict) -> None:
-            phase = event.get("phase")
-            if phase == "profiling":
-                status.update(f"profiling {script} on {event.get('device', 'cpu')}: warming up …")
-            elif phase == "step":
-                n, w = event["step"], event["warmup"]
-                label = f"warm-up {n}/{w}" if n <= w else f"recorded step {n - w}/{event['steps']}"
-                status.update(f"profiling {script}: {label}")
-            elif phase == "exporting":
-                status.update("writing the trace …")
-        report, result = audit(script, args or [], options, rules, progress)
-    confirm_static(report, lint([script], rules))
-    finalize(report, cfg, baseline, baseline_write, extra_files=(script,), rules=rules)
-    _emit(report, fmt, output, all_rules, verbose)
-    if result.interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
-    if result.failed:
-        raise typer.Exit(EXIT_SCRIPT_FAILED)
-    raise typer.Exit(_gate(report, fail_on, cfg))
+        report = audit(script, args or [], options, rules, _progress(status, script), setup.gate)
+    extra = EXIT_INTERRUPTED if report.interrupted else EXIT_SCRIPT_FAILED if report.script_failed else None
+    setup.finish(report, fail_on, verbose, extra)
+
+
+def _progress(status, script: str):
+    def progress(event: dict) -> None:
+        phase = event.get("phase")
+        if phase == "profiling":
+            status.update(f"profiling {script} on {event.get('device', 'cpu')}: warming up …")
+        elif phase == "step":
+            n, w = event["step"], event["warmup"]
+            label = f"warm-up {n}/{w}" if n <= w else f"recorded step {n - w}/{event['steps']}"
+            status.update(f"profiling {script}: {label}")
+        elif phase == "exporting":
+            status.update("writing the trace …")
+    return progress
 
 
 @app.command()
 @handles_errors
 def analyze(
-    traces: List[str] = typer.Argument(..., help="Trace files (.json / .json.gz) or directories of them."),
-    fmt: Optional[List[str]] = _FORMAT_OPT,
-    output: Optional[str] = _OUTPUT_OPT,
-    fail_on: Optional[FailOn] = _FAIL_OPT,
-    source_root: Optional[List[str]] = typer.Option(None, help="Where to find the sources named in the trace."),
-    config: Optional[str] = _CONFIG_OPT,
-    select: Optional[List[str]] = _SELECT_OPT,
-    ignore: Optional[List[str]] = _IGNORE_OPT,
-    baseline: Optional[str] = _BASELINE_OPT,
-    baseline_write: Optional[str] = _BASELINE_WRITE_OPT,
-    rules_dir: Optional[List[str]] = _RULES_DIR_OPT,
-    verbose: bool = _VERBOSE_OPT,
+    traces: Annotated[list[str], typer.Argument(help="Trace files (.json / .json.gz) or directories of them.")],
+    source_root: Annotated[Optional[list[str]], typer.Option(help="Where to find the sources named in the trace.")] = None,
+    fmt: FormatOpt = None, output: OutputOpt = None, fail_on: FailOnOpt = None, config: ConfigOpt = None,
+    select: SelectOpt = None, ignore: IgnoreOpt = None, baseline: BaselineOpt = None,
+    baseline_write: BaselineWriteOpt = None, rules_dir: RulesDirOpt = None, verbose: VerboseOpt = False,
+    debug: DebugOpt = False,
 ):
     """Evaluate the rules on torch.profiler / Kineto traces recorded elsewhere."""
     from .api import analyze as analyze_traces
-    from .gate import finalize
-    cfg, all_rules, rules = _setup(config, rules_dir, select, ignore)
-    _parse_formats(fmt, output)
+    setup = Setup(config, rules_dir, select, ignore, fmt, output, baseline, baseline_write)
     with err.status("reading traces …"):
-        report = analyze_traces(traces, rules, tuple(source_root or ()))
-    finalize(report, cfg, baseline, baseline_write, rules=rules)
-    _emit(report, fmt, output, all_rules, verbose)
-    raise typer.Exit(_gate(report, fail_on, cfg))
+        report = analyze_traces(traces, setup.rules, tuple(source_root or ()), setup.gate)
+    setup.finish(report, fail_on, verbose)
 
 
 @app.command()
 @handles_errors
 def lint(
-    paths: List[str] = typer.Argument(..., help="Python files or directories."),
-    fmt: Optional[List[str]] = _FORMAT_OPT,
-    output: Optional[str] = _OUTPUT_OPT,
-    fail_on: Optional[FailOn] = _FAIL_OPT,
-    config: Optional[str] = _CONFIG_OPT,
-    select: Optional[List[str]] = _SELECT_OPT,
-    ignore: Optional[List[str]] = _IGNORE_OPT,
-    baseline: Optional[str] = _BASELINE_OPT,
-    baseline_write: Optional[str] = _BASELINE_WRITE_OPT,
-    rules_dir: Optional[List[str]] = _RULES_DIR_OPT,
-    verbose: bool = _VERBOSE_OPT,
+    paths: Annotated[list[str], typer.Argument(help="Python files or directories.")],
+    fmt: FormatOpt = None, output: OutputOpt = None, fail_on: FailOnOpt = None, config: ConfigOpt = None,
+    select: SelectOpt = None, ignore: IgnoreOpt = None, baseline: BaselineOpt = None,
+    baseline_write: BaselineWriteOpt = None, rules_dir: RulesDirOpt = None, verbose: VerboseOpt = False,
+    debug: DebugOpt = False,
 ):
     """Report what the source alone shows, without running it (no torch import)."""
-    from .api import Report
-    from .findings import rank
-    from .gate import finalize
-    from .lint import lint as lint_paths
-    from .lint import python_files
-    cfg, all_rules, rules = _setup(config, rules_dir, select, ignore)
-    _parse_formats(fmt, output)
-    files = python_files(paths)
-    report = Report(rank(lint_paths(files, rules)), [], [])
-    report.notes.append(f"static pass over {len(files)} file(s); `perfaudit run` measures what it finds")
-    finalize(report, cfg, baseline, baseline_write, extra_files=tuple(files), rules=rules)
-    _emit(report, fmt, output, all_rules, verbose)
-    raise typer.Exit(_gate(report, fail_on, cfg))
+    from .api import lint as lint_paths
+    setup = Setup(config, rules_dir, select, ignore, fmt, output, baseline, baseline_write)
+    setup.finish(lint_paths(paths, setup.rules, setup.gate), fail_on, verbose)
 
 
 @app.command()
 @handles_errors
 def explain(
-    rule_id: str = typer.Argument(..., metavar="RULE", help="A rule id (SYNC001) or a tip id (T01)."),
-    fmt: Format = typer.Option(Format.console, "--format", help="Output format."),
+    rule_id: Annotated[str, typer.Argument(metavar="RULE", help="A rule id (SYNC001) or a tip id (T01).")],
+    fmt: FormatChoiceOpt = Format.console, rules_dir: RulesDirOpt = None, debug: DebugOpt = False,
 ):
     """Print a rule's documentation (or the rules implementing a tip)."""
+    from .engine.loader import load_rules
     from .report.docs import render_rule_docs, rule_docs_dict
     from .tips import TIPS
-    from .engine.loader import load_rules
-    rules = {r.id: r for r in load_rules()}
+    rules = {r.id: r for r in load_rules(tuple(rules_dir or ()))}
     key = rule_id.upper()
     if key in rules:
         chosen = [rules[key]]
@@ -319,17 +323,14 @@ def explain(
 
 @app.command("rules")
 @handles_errors
-def list_rules(
-    fmt: Format = typer.Option(Format.console, "--format", help="Output format."),
-    rules_dir: Optional[List[str]] = typer.Option(None, help="Extra rule directory (repeatable)."),
-):
+def list_rules(fmt: FormatChoiceOpt = Format.console, rules_dir: RulesDirOpt = None, debug: DebugOpt = False):
     """List every rule with its tips, severity and summary."""
     from rich.table import Table
 
     from .engine.loader import load_rules
     rules = sorted(load_rules(tuple(rules_dir or ())), key=lambda r: r.id)
     if fmt == Format.json:
-        rows = [{"id": r.id, "family": r.family, "title": r.title, "tips": r.tips, "severity": r.severity,
+        rows = [{"id": r.id, "family": r.family, "title": r.title, "tips": list(r.tips), "severity": r.severity,
                  "summary": r.summary, "path": os.path.relpath(r.path) if not r.path.startswith("..") else r.path}
                 for r in rules]
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
@@ -343,7 +344,24 @@ def list_rules(
 
 
 def main() -> None:
-    app(prog_name="perfaudit")
+    try:
+        code = app(prog_name="perfaudit", standalone_mode=False)
+    except BrokenPipeError:  # `perfaudit rules | head`: the reader left; that is not a failure
+        _stdout_gone()
+        code = EXIT_OK
+    except Exception as exc:
+        if type(exc).__name__ == "Abort":
+            err.print("perfaudit: interrupted")
+            sys.exit(EXIT_INTERRUPTED)
+        if not (hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)):
+            raise
+        # click's usage errors (typer vendors click in recent versions): one line, as every other error
+        where = exc.ctx.command_path if getattr(exc, "ctx", None) else "perfaudit"
+        if exc.format_message():  # (no arguments at all: the help was printed, nothing to add)
+            err.print(f"[bold red]perfaudit: error:[/] {exc.format_message()} (`{where} -h` for help)",
+                      markup=True, highlight=False)
+        sys.exit(exc.exit_code)
+    sys.exit(code or 0)
 
 
 if __name__ == "__main__":

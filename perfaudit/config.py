@@ -41,6 +41,13 @@ class Config:
     rules_dirs: list[str] = field(default_factory=list)
     severity: dict[str, str] = field(default_factory=dict)
     thresholds: dict[str, dict] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)  # "select"/"ignore" -> where they were set
+
+    def override(self, key: str, ids: list[str], where: str, extend: bool = False) -> None:
+        """Ids from the command line: `--select` replaces the config's selection, `--ignore` adds."""
+        ids = [v.strip().upper() for item in ids for v in item.split(",") if v.strip()]
+        setattr(self, key, (getattr(self, key) if extend else []) + ids)
+        self.origin[key] = where if not extend or not self.origin.get(key) else f"{self.origin[key]} and {where}"
 
     def selects(self, rule) -> bool:
         """Whether a rule is selected: by id, family or tip id; `ignore` wins over `select`."""
@@ -68,6 +75,7 @@ def _parse(table: dict, where: str) -> Config:
     cfg = Config(path=where)
     cfg.select = [s.upper() for s in _str_list(table, "select", where)]
     cfg.ignore = [s.upper() for s in _str_list(table, "ignore", where)]
+    cfg.origin = {"select": where, "ignore": where}
     base = os.path.dirname(os.path.abspath(where))
     cfg.rules_dirs = [os.path.join(base, d) for d in _str_list(table, "rules-dirs", where)]
     if "fail-on" in table:
@@ -129,11 +137,22 @@ def load_config(explicit: str | None = None, cwd: str = ".") -> Config:
 
 def apply_to_rules(cfg: Config, rules: list) -> list:
     """Selected rules, with threshold overrides checked against each rule's declared thresholds."""
+    import difflib
     from dataclasses import replace
+
+    from .tips import TIPS
     known = {r.id for r in rules}
     for rule_id in list(cfg.severity) + list(cfg.thresholds):
         if rule_id not in known:
             _fail(cfg.path or "config", rule_id, "no such rule")
+    names = known | {r.family for r in rules} | set(TIPS)
+    for key in ("select", "ignore"):
+        for name in getattr(cfg, key):
+            if name not in names:  # a typo must not select nothing and pass the gate
+                near = difflib.get_close_matches(name, sorted(names), n=3, cutoff=0.5)
+                hint = f"; did you mean {', '.join(near)}?" if near else "; `perfaudit rules` lists them"
+                raise UsageError(f"unknown rule, family or tip '{name}' in {key} "
+                                 f"({cfg.origin.get(key) or cfg.path or 'config'}){hint}")
     out = []
     for rule in rules:
         if not cfg.selects(rule):
@@ -144,6 +163,6 @@ def apply_to_rules(cfg: Config, rules: list) -> list:
             if unknown:
                 _fail(cfg.path or "config", f"thresholds.{rule.id}.{sorted(unknown)[0]}",
                       f"{rule.id} has no such threshold (it has: {', '.join(rule.thresholds) or 'none'})")
-            rule = replace(rule, spec={**rule.spec, "thresholds": {**rule.thresholds, **overrides}})
+            rule = replace(rule, thresholds={**rule.thresholds, **overrides})
         out.append(rule)
     return out

@@ -1,7 +1,9 @@
-"""What an audit produces: frozen result types shared by the engine, the API and the reporters."""
+"""What an audit produces: the result types shared by the engine, the API and the reporters."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from .outcome import Outcome, is_failure
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -61,3 +63,50 @@ def rank(findings: list[Finding]) -> list[Finding]:
         -severity_rank(f.severity),
         f.rule,
     ))
+
+
+@dataclass
+class TraceSummary:
+    """What one trace shows in the report header."""
+    path: str
+    device: str                  # "cpu", or the GPU's name
+    rank: int | None
+    steps: int
+    step_source: str
+    step_ms: float | None
+    breakdown: dict | None
+    has_stacks: bool
+    environment: dict = field(default_factory=dict)
+    gpu_breakdown: dict | None = None   # compute, copies, sync_wait, data_wait, other_idle (ms/step)
+
+
+@dataclass
+class Report:
+    """The finished report of `run`, `analyze` or `lint`: ranked findings, what was skipped and why,
+    the traces read, and for a run what happened to the script."""
+    findings: list[Finding]
+    skipped: list[Skipped]
+    traces: list[TraceSummary]
+    script: str | None = None
+    outcome: dict | None = None      # what happened to the script (perfaudit run only; see outcome.py)
+    run_dir: str | None = None
+    notes: list[str] = field(default_factory=list)
+    files: int | None = None         # lint: how many files were read
+    interrupted: bool = False        # the user stopped the run (Ctrl-C, SIGTERM, SIGHUP)
+
+    def worst(self) -> str | None:
+        return max((f.severity for f in self.findings), key=severity_rank, default=None)
+
+    def fails(self, fail_on: str) -> bool:
+        worst = self.worst()
+        return fail_on != "never" and worst is not None and severity_rank(worst) >= severity_rank(fail_on)
+
+    @property
+    def script_failed(self) -> bool:
+        """The script raised, exited non-zero, crashed or timed out (in the window or after it)."""
+        outcome = self.outcome or {}
+        return is_failure(outcome) or is_failure(outcome.get("after_window"))
+
+    @property
+    def outcome_kind(self) -> Outcome | None:
+        return Outcome.of(self.outcome)

@@ -2,30 +2,31 @@
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from . import baseline as baseline_file
 from . import suppress
-from .api import Report
 from .config import Config
-from .findings import Finding, rank
-
-_PLACEHOLDER = re.compile(r"\{[A-Za-z_][\w.]*(?::[^{}]*)?\}")
+from .findings import Finding, Report, rank
 
 
-def static_fix(rule) -> str:
-    """A rule's fix text without run figures (for findings from the source alone)."""
-    return _PLACEHOLDER.sub("…", rule.fix)
+@dataclass
+class GateOptions:
+    """What the team's CI gate adds: configuration (severity overrides), a baseline to compare with or
+    to write. Line suppressions always apply."""
+    config: Config = field(default_factory=Config)
+    baseline: str | None = None
+    baseline_write: str | None = None
 
 
-def finalize(report: Report, cfg: Config, baseline: str | None = None, baseline_write: str | None = None,
-             extra_files: tuple[str, ...] = (), rules: list | None = None) -> Report:
+def finalize(report: Report, options: GateOptions, extra_files: tuple[str, ...] = (),
+             rules: list | None = None) -> Report:
+    cfg, baseline, baseline_write = options.config, options.baseline, options.baseline_write
     findings: list[Finding] = [replace(f, severity=cfg.severity[f.rule]) if f.rule in cfg.severity else f
                                for f in report.findings]
     files = {loc.path for f in findings for loc in f.locations} | {p for p in extra_files if p}
-    report_stale = rules is None or any(r.id == suppress.STALE_RULE for r in rules)
-    findings, stale = suppress.apply(findings, {p for p in files if os.path.isfile(p)}, report_stale)
+    stale_rule = next((r for r in rules or () if r.id == suppress.STALE_RULE), None)
+    findings, stale = suppress.apply(findings, {p for p in files if os.path.isfile(p)}, stale_rule)
     findings += stale
     if baseline_write:
         baseline_file.write(baseline_write, findings)

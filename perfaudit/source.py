@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from .calls import call_name, literal_kwargs
+
 _FORMAT_VIAS = {"__format__", "__repr__", "__str__", "_str", "_tensor_str"}
 _FORMAT_CALLS = {"print", "format", "str", "repr"}
 
@@ -35,27 +37,6 @@ def _parse(path: str) -> tuple[ast.Module, list[str]] | None:
         return ast.parse(text), text.splitlines()
     except (OSError, SyntaxError, ValueError):
         return None
-
-
-def _call_name(node: ast.Call) -> str | None:
-    fn = node.func
-    if isinstance(fn, ast.Attribute):
-        return fn.attr
-    if isinstance(fn, ast.Name):
-        return fn.id
-    return None
-
-
-def _literal_kwargs(node: ast.Call) -> dict:
-    out = {}
-    for kw in node.keywords:
-        if kw.arg is None:
-            continue
-        try:
-            out[kw.arg] = ast.literal_eval(kw.value)
-        except (ValueError, SyntaxError, TypeError):
-            out[kw.arg] = ...  # present, not a literal
-    return out
 
 
 def _walk_own(nodes):
@@ -122,10 +103,10 @@ class SourceIndex:
             return None
         sites = []
         for node, in_loop in _walk_own(body):
-            if isinstance(node, ast.Call) and _call_name(node) in names:
+            if isinstance(node, ast.Call) and call_name(node) in names:
                 receiver = ast.unparse(node.func.value)[:200] if isinstance(node.func, ast.Attribute) else ""
-                sites.append(CallSite(node.lineno, _call_name(node), lines[node.lineno - 1].strip(),
-                                      _literal_kwargs(node), ast.unparse(node)[:200], in_loop, receiver))
+                sites.append(CallSite(node.lineno, call_name(node), lines[node.lineno - 1].strip(),
+                                      literal_kwargs(node), ast.unparse(node)[:200], in_loop, receiver))
             elif isinstance(node, ast.JoinedStr) and "<f-string>" in names:
                 sites.append(CallSite(node.lineno, "<f-string>", lines[node.lineno - 1].strip(), in_loop=in_loop))
         # work repeated every step runs in a loop: when the function has a loop, prefer its calls

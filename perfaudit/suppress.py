@@ -37,8 +37,9 @@ def scan(path: str) -> list[Suppression]:
     return out
 
 
-def apply(findings: list[Finding], files: set[str], enabled: bool = True) -> tuple[list[Finding], list[Finding]]:
-    """Drop suppressed locations (and findings left with none); return (kept, stale-suppression findings)."""
+def apply(findings: list[Finding], files: set[str], stale_rule=None) -> tuple[list[Finding], list[Finding]]:
+    """Drop suppressed locations (and findings left with none); return (kept, stale-suppression findings
+    under `stale_rule`, the NOQA001 rule, when it is selected)."""
     table: dict[tuple[str, int], Suppression] = {}
     for path in files:
         for s in scan(path):
@@ -60,11 +61,11 @@ def apply(findings: list[Finding], files: set[str], enabled: bool = True) -> tup
         if locations:
             kept.append(f if len(locations) == len(f.locations) else replace(f, locations=tuple(locations)))
     stale = [
-        Finding(STALE_RULE, "Unused perfaudit suppression", (), "info",
+        Finding(stale_rule.id, stale_rule.title, stale_rule.tips, stale_rule.severity,
                 f"`# perfaudit: ignore{('[' + ', '.join(sorted(s.rules)) + ']') if s.rules else ''}` matches no finding",
-                "Remove the comment, or fix its rule ids.", Cost(None, None),
+                stale_rule.fix, Cost(None, None),
                 (Location(os.path.relpath(s.path) if not os.path.relpath(s.path).startswith("..") else s.path,
                           s.line, "", "unused suppression"),))
         for key, s in sorted(table.items()) if key not in used
-    ] if enabled else []
+    ] if stale_rule is not None else []
     return kept, stale

@@ -25,4 +25,9 @@ TIPS = {
     "T22": "Pinning memory reserves host RAM",
     "T23": "For small datasets the gain from pinning is negligible",
     "T24": "LR schedules and AdamW instead of Adam with L2",
+    "T25": "torch.compile graph breaks inside the training step",
+    "T26": "Recompilation during training",
+    "T27": "DistributedDataParallel set up for the worst case",
+    "T28": "Communication left exposed (not overlapped, or gloo for CUDA tensors)",
+    "T29": "Slow start: seconds before the first training step",
 }

@@ -5,7 +5,7 @@ from torch import nn
 model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
 data = torch.randn(64, 32)
 target = torch.randn(64, 1)
-optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=1e-2)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=1e-2)  # expect-run: OPT002
 
 for step in range(1_000_000):
     optimizer.zero_grad()

@@ -6,9 +6,9 @@ from torch import nn
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)  # bias=True by default
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)  # bias=True by default; expect: BN001
         self.bn1 = nn.BatchNorm2d(16)
-        self.conv2 = nn.Conv2d(16, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 16, 3, padding=1)  # expect: BN001
         self.bn2 = nn.BatchNorm2d(16)
         self.head = nn.Linear(16, 10)
 

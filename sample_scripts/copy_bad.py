@@ -11,7 +11,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
 for epoch in range(1_000_000):
     for x, y in loader:
-        x, y = x.to(device), y.to(device)  # pageable source, blocking copy
+        x, y = x.to(device), y.to(device)  # pageable source, blocking copy; expect-run: COPY001
         optimizer.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()

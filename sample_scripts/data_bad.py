@@ -20,7 +20,7 @@ class SlowDataset(Dataset):
         return self.x[i], self.y[i]
 
 
-loader = DataLoader(SlowDataset(), batch_size=16, shuffle=True)
+loader = DataLoader(SlowDataset(), batch_size=16, shuffle=True)  # expect: DATA001
 model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 

@@ -19,7 +19,7 @@ class VerySlowDataset(Dataset):
 
 if __name__ == "__main__":
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 1))
-    loader = DataLoader(VerySlowDataset(), batch_size=8, num_workers=2, prefetch_factor=1)
+    loader = DataLoader(VerySlowDataset(), batch_size=8, num_workers=2, prefetch_factor=1)  # expect-run: DATA002
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for epoch in range(1_000_000):
         for x, y in loader:

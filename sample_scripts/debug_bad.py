@@ -2,7 +2,7 @@
 import torch
 from torch import nn
 
-torch.autograd.set_detect_anomaly(True)
+torch.autograd.set_detect_anomaly(True)  # expect: DEBUG001
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1)).to(device)

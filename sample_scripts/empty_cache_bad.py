@@ -14,7 +14,7 @@ def train_step():
     loss = nn.functional.mse_loss(model(data), target)
     loss.backward()
     optimizer.step()
-    torch.cuda.empty_cache()  # "to save memory"
+    torch.cuda.empty_cache()  # "to save memory"; expect: MEM001
 
 
 for step in range(1_000_000):

@@ -11,6 +11,6 @@ for step in range(1_000_000):
     optimizer.zero_grad()
     noise = torch.randn(64, 16)
     # host fill, then a host-to-device copy
-    noise = noise.to(device)
+    noise = noise.to(device)  # expect: COPY002
     nn.functional.mse_loss(generator(noise), target).backward()
     optimizer.step()

@@ -10,7 +10,7 @@ model = nn.Sequential(*layers, nn.Linear(64, 1)).to(device)
 data = torch.randn(32, 64, device=device)
 target = torch.randn(32, 1, device=device)
 
-optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)  # expect: OPT001
 for step in range(1_000_000):
     optimizer.zero_grad()
     nn.functional.mse_loss(model(data), target).backward()

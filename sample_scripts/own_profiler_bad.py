@@ -8,7 +8,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 data = torch.randn(64, 32)
 target = torch.randn(64, 1)
 
-with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:  # expect-run: DEBUG001
     for step in range(1_000_000):
         optimizer.zero_grad()
         nn.functional.mse_loss(model(data), target).backward()

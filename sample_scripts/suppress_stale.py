@@ -14,5 +14,5 @@ for step in range(1_000_000):
     loss.backward()
     optimizer.step()
     detached = loss.detach()
-    scaled = detached * 2  # perfaudit: ignore[SYNC001]
-    running += loss.item()  # perfaudit: ignore[SYNC001]
+    scaled = detached * 2  # perfaudit: ignore[SYNC001]; expect: NOQA001
+    running += loss.item()  # perfaudit: ignore[SYNC001]; ok: SYNC001

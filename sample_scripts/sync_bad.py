@@ -15,4 +15,4 @@ for epoch in range(1_000_000):
     loss.backward()
     optimizer.step()
     # every step: the host waits for the device to hand over the loss
-    running += loss.item()
+    running += loss.item()  # expect: SYNC001

@@ -15,9 +15,9 @@ for step in range(1_000_000):
     loss = nn.functional.mse_loss(out, target)
     loss.backward()
     optimizer.step()
-    history.append(out.detach().cpu())               # copy to host
-    preds = out.squeeze(1).tolist()                  # copy to host
-    if loss > 1.0:                                   # bool() on a tensor
+    history.append(out.detach().cpu())               # copy to host; expect: SYNC001
+    preds = out.squeeze(1).tolist()                  # copy to host; expect: SYNC001
+    if loss > 1.0:                                   # bool() on a tensor; expect-run: SYNC001
         pass
-    positive = out[out > 0]                          # mask indexing: size known only on the device
-    print(loss)                                      # formatting reads the value
+    positive = out[out > 0]                          # mask indexing: size known only on the device; expect-run: SYNC001
+    print(loss)                                      # formatting reads the value; expect-run: SYNC001

@@ -16,4 +16,4 @@ for step in range(1_000_000):
     optimizer.step()
     running += loss.detach()
     if step % 100 == 0:  # one sync per 100 steps
-        print(f"step {step}: mean loss {running.item() / (step + 1):.4f}")
+        print(f"step {step}: mean loss {running.item() / (step + 1):.4f}")  # ok: SYNC001

@@ -9,7 +9,7 @@ data = torch.randn(32, 64, device=device)
 target = torch.randn(32, 1, device=device)
 
 for step in range(1_000_000):
-    optimizer.zero_grad(set_to_none=False)  # writes zeros into every gradient
+    optimizer.zero_grad(set_to_none=False)  # writes zeros into every gradient; expect: GRAD001
     loss = nn.functional.mse_loss(model(data), target)
     loss.backward()
     optimizer.step()

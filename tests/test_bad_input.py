@@ -52,7 +52,7 @@ def test_failure_after_the_window_with_full(tmp_path):
 def test_rule_dir_with_an_unknown_fact(tmp_path):
     rules = tmp_path / "rules"
     rules.mkdir()
-    text = (ROOT / "perfaudit" / "rules" / "MEM002.yaml").read_text()
+    text = (ROOT / "rules" / "MEM002.yaml").read_text()
     (rules / "X.yaml").write_text(text.replace("id: MEM002", "id: XTRA001").replace("mem.peak.reserved_pct", "mem.nope"))
     proc = perfaudit("rules", "--rules-dir", str(rules))
     assert proc.returncode == 2
@@ -100,7 +100,7 @@ def test_bad_trace_files_through_the_cli(tmp_path):
 
 
 def test_bad_rule_files_through_the_cli(tmp_path):
-    base = (ROOT / "perfaudit" / "rules" / "MEM002.yaml").read_text().replace("id: MEM002", "id: XTRA001")
+    base = (ROOT / "rules" / "MEM002.yaml").read_text().replace("id: MEM002", "id: XTRA001")
     cases = {
         "syntax": ("id: X\ntitle: [unclosed\n", "YAML syntax error"),
         "unknown_key": (base + "colour: red\n", "colour"),

@@ -8,25 +8,24 @@ import xml.etree.ElementTree as ET
 import jsonschema
 import pytest
 import yaml
-
 from conftest import ROOT, SAMPLES, SHARED, perfaudit
+from markers import marked
 
 SARIF_SCHEMA = SHARED / "schemas" / "sarif-schema-2.1.0.json"
 
-# what the source alone shows in each bad sample: (rule, line)
-STATIC = {
-    "bias_bn_bad.py": [("BN001", 9), ("BN001", 11)],
-    "data_bad.py": [("DATA001", 23)],
-    "debug_bad.py": [("DEBUG001", 5)],
-    "dp_bad.py": [("DIST001", 7)],
-    "empty_cache_bad.py": [("MEM001", 17)],
-    "host_tensor_bad.py": [("COPY002", 14)],
-    "optim_bad.py": [("OPT001", 13)],
-    "sync_bad.py": [("SYNC001", 18)],
-    "sync_forms_bad.py": [("SYNC001", 18), ("SYNC001", 19)],
-    "suppress_stale.py": [("NOQA001", 17)],  # its line 18 is suppressed; the comment on 17 is stale
-    "zero_grad_bad.py": [("GRAD001", 12)],
-}
+
+
+def _static_expected() -> dict[str, list]:
+    """What the source alone shows in each sample, read from its `# expect:` markers."""
+    out = {}
+    for path in sorted(SAMPLES.glob("*.py")):
+        found = sorted(marked(path, "lint"))
+        if found:
+            out[path.name] = found
+    return out
+
+
+STATIC = _static_expected()
 
 
 @pytest.fixture(scope="module")

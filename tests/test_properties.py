@@ -81,7 +81,7 @@ def test_mutated_traces_analyse_or_fail_cleanly(flips, compress, cut):
     _analyze_bytes(gzip.compress(data) if compress else data, ".json.gz" if compress else ".json")
 
 
-SYNC = yaml.safe_load((Path(__file__).resolve().parent.parent / "perfaudit" / "rules" / "SYNC001.yaml").read_text())
+SYNC = yaml.safe_load((Path(__file__).resolve().parent.parent / "rules" / "SYNC001.yaml").read_text())
 keys = st.sampled_from(sorted(SYNC) + ["junk"])
 
 

@@ -5,8 +5,8 @@ import re
 from collections import Counter
 
 import pytest
-
 from conftest import SHARED, perfaudit
+
 from perfaudit.engine.loader import load_rules
 from perfaudit.report.docs import SECTIONS
 from perfaudit.tips import TIPS
@@ -23,8 +23,8 @@ def test_rule_ids_unique_and_well_formed():
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.id)
 def test_rule_is_documented_and_has_examples(rule):
     for key, _ in SECTIONS:
-        assert rule.docs[key], f"{rule.id} lacks docs.{key}"
-    expects = {e["expect"] for e in rule.examples}
+        assert getattr(rule.docs, key), f"{rule.id} lacks docs.{key}"
+    expects = {e.expect for e in rule.examples}
     assert expects == {"fire", "silent"}, f"{rule.id} needs a positive and a negative example"
     assert all(t in TIPS for t in rule.tips)
 

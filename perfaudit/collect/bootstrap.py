@@ -16,6 +16,9 @@ import sys
 import time
 import traceback
 
+from ..outcome import Outcome
+
+
 # The profiler window's own exception: a BaseException so `except Exception` in user code lets it pass.
 class WindowDone(BaseException):
     pass
@@ -26,19 +29,18 @@ class Interrupted(BaseException):
 
 
 def _user_frame_of(tb) -> dict | None:
-    from .probes import _LIB_MARKERS, _OWN_DIR, _TORCH_DIR
+    from .probes import is_user_file
     last = None
     for frame, line in traceback.walk_tb(tb):
-        path = frame.f_code.co_filename
-        if not (path.startswith("<") or path.startswith(_OWN_DIR) or path.startswith(_TORCH_DIR)
-                or any(m in path for m in _LIB_MARKERS)):
-            last = {"path": path, "line": line, "func": frame.f_code.co_name}
+        if is_user_file(frame.f_code.co_filename):
+            last = {"path": frame.f_code.co_filename, "line": line, "func": frame.f_code.co_name}
     return last
 
 
 class Session:
     def __init__(self, config: dict, script: str):
         import torch
+
         from .probes import Probes
         from .steps import StepDetector
 
@@ -96,7 +98,7 @@ class Session:
 
         def guarded_exit(code=0):
             if os.getpid() == self.pid:
-                self.finish({"outcome": "os_exit", "exit_code": code})
+                self.finish({"outcome": Outcome.OS_EXIT, "exit_code": code})
             original_exit(code)
 
         os._exit = guarded_exit
@@ -171,7 +173,7 @@ class Session:
             self.probes.start_sync_debug()  # measured steps only: the warnings cost time
         self._say("step", step=self.step_index, warmup=self.warmup, steps=self.steps)
         if self.step_index >= self.warmup + self.steps:
-            self._close_window({"outcome": "window_complete"})
+            self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
             if not self.full and raise_done:
                 raise WindowDone()
             return
@@ -250,7 +252,7 @@ class Session:
             path = os.path.join(self.run_dir, "result.json")
             with open(path) as f:
                 previous = json.load(f)
-            if result["outcome"] not in ("completed", "window_complete"):
+            if result["outcome"] not in (Outcome.COMPLETED, Outcome.WINDOW_COMPLETE):
                 previous["after_window"] = result
             with open(path, "w") as f:
                 json.dump(previous, f, default=str)
@@ -258,7 +260,7 @@ class Session:
 
 
 def _describe_exception(exc: BaseException) -> dict:
-    return {"outcome": "raised", "exception": type(exc).__name__,
+    return {"outcome": Outcome.RAISED, "exception": type(exc).__name__,
             "message": str(exc).splitlines()[0][:500] if str(exc) else "",
             "site": _user_frame_of(exc.__traceback__),
             "traceback": "".join(traceback.format_exception(exc))[-4000:]}
@@ -277,16 +279,16 @@ def main() -> None:
     import runpy
     try:
         runpy.run_path(script_path, run_name="__main__")
-        result = {"outcome": "completed"}
+        result = {"outcome": Outcome.COMPLETED}
     except WindowDone:
-        result = {"outcome": "window_complete"}
+        result = {"outcome": Outcome.WINDOW_COMPLETE}
     except Interrupted as exc:
-        result = {"outcome": "interrupted", "signal": str(exc)}
+        result = {"outcome": Outcome.INTERRUPTED, "signal": str(exc)}
     except KeyboardInterrupt:
-        result = {"outcome": "interrupted", "signal": "SIGINT"}
+        result = {"outcome": Outcome.INTERRUPTED, "signal": "SIGINT"}
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        result = {"outcome": "exited", "exit_code": code}
+        result = {"outcome": Outcome.EXITED, "exit_code": code}
     except BaseException as exc:  # the user's script failed: keep what was recorded
         result = _describe_exception(exc)
     session.finish(result)

@@ -18,14 +18,18 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _LIB_MARKERS = ("site-packages", "dist-packages", os.sep + "lib" + os.sep + "python3")
 
 
+def is_user_file(path: str) -> bool:
+    """A file of the user's code: not perfaudit, torch, the standard library or an installed package."""
+    return not (path.startswith("<") or path.startswith(_OWN_DIR) or path.startswith(_TORCH_DIR)
+                or any(m in path for m in _LIB_MARKERS))
+
+
 def user_site(depth: int = 2) -> dict | None:
     """The innermost frame of the user's code on the current stack: {path, line, func}."""
     frame = sys._getframe(depth)
     while frame is not None:
-        path = frame.f_code.co_filename
-        if not (path.startswith("<") or path.startswith(_OWN_DIR) or path.startswith(_TORCH_DIR)
-                or any(m in path for m in _LIB_MARKERS)):
-            return {"path": path, "line": frame.f_lineno, "func": frame.f_code.co_name}
+        if is_user_file(frame.f_code.co_filename):
+            return {"path": frame.f_code.co_filename, "line": frame.f_lineno, "func": frame.f_code.co_name}
         frame = frame.f_back
     return None
 
@@ -69,7 +73,7 @@ class Probes:
         self.debug_calls: list[dict] = []
         self.empty_cache: dict[tuple, dict] = {}
         self.anomaly_in_window = False
-        self.layer_sites: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self.layer_sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.bias_before_norm: list[dict] = []
         self.module_order: list[str] = []
         self._outputs: dict[int, torch.nn.Module] = {}

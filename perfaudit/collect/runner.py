@@ -11,11 +11,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable
 
 from ..errors import UsageError
+from ..outcome import Outcome, is_failure
 
 GRACE_SECONDS = 20  # how long a signalled child gets to write what it recorded
 
@@ -43,18 +44,11 @@ class RunResult:
     @property
     def failed(self) -> bool:
         """The script raised, exited non-zero, crashed or timed out (in the window or after it)."""
-        return _is_failure(self.outcome) or _is_failure(self.outcome.get("after_window") or {})
+        return is_failure(self.outcome) or is_failure(self.outcome.get("after_window"))
 
     @property
     def interrupted(self) -> bool:
-        return self.outcome.get("outcome") == "interrupted" and self.outcome.get("by") == "user"
-
-
-def _is_failure(outcome: dict) -> bool:
-    kind, code = outcome.get("outcome"), outcome.get("exit_code")
-    if kind in ("exited", "os_exit"):
-        return code not in (0, None)
-    return kind in ("raised", "crashed", "timeout")
+        return Outcome.of(self.outcome) == Outcome.INTERRUPTED and self.outcome.get("by") == "user"
 
 
 def _check_script(script: str) -> str:
@@ -157,14 +151,14 @@ def _collect(script: str, run_dir: str, log_path: str, returncode: int, stopped_
             result = json.load(f)
     outcome = {k: v for k, v in result.items() if k not in ("probes", "trace")}
     if stopped_by == "timeout":
-        outcome.update(outcome="timeout", timeout_s=options.timeout)
+        outcome.update(outcome=Outcome.TIMEOUT, timeout_s=options.timeout)
     elif stopped_by == "user":
-        outcome.update(outcome="interrupted", by="user")
+        outcome.update(outcome=Outcome.INTERRUPTED, by="user")
     elif not result:
         if returncode is not None and returncode < 0:
-            outcome = {"outcome": "crashed", "signal": signal.Signals(-returncode).name}
+            outcome = {"outcome": Outcome.CRASHED, "signal": signal.Signals(-returncode).name}
         else:
-            outcome = {"outcome": "crashed", "exit_code": returncode}
+            outcome = {"outcome": Outcome.CRASHED, "exit_code": returncode}
     trace = result.get("trace")
     return RunResult(script, run_dir, trace if trace and os.path.exists(trace) else None, outcome,
                      log_path, result.get("probes", {}))

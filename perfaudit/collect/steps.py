@@ -6,7 +6,7 @@ batches. A weaker source is used only while no stronger one has been seen.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 OPTIMIZER, BACKWARD, BATCH = "optimizer", "backward", "dataloader"
 _RANK = {OPTIMIZER: 0, BACKWARD: 1, BATCH: 2}

@@ -1,17 +1,11 @@
 """Evaluate rules against the facts of one trace: conditions, evidence, cost, severity, message."""
 from __future__ import annotations
 
-import operator
-
 from ..facts import Context, Missing, Site
 from ..findings import Cost, Finding, Location, Skipped
-from .loader import PLACEHOLDER, Rule
-
-_OPS = {
-    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
-    "==": operator.eq, "!=": operator.ne,
-    "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
-}
+from .loader import Rule
+from .ops import OPS as _OPS
+from .template import PLACEHOLDER, format_value
 
 
 class _Evaluation:
@@ -73,12 +67,7 @@ class _Evaluation:
                     value = self.fact(name)
                 except Missing:
                     value = None
-            if value is None:
-                return "n/a"
-            try:
-                return format(value, spec)
-            except (ValueError, TypeError):
-                return str(value)
+            return format_value(value, spec)
         return PLACEHOLDER.sub(sub, template)
 
 
@@ -130,18 +119,18 @@ def evaluate(rule: Rule, ctx: Context) -> Finding | Skipped | None:
             _aggregate(ev, sites, n_steps, step_ms)
         if "when" in spec and not ev.holds(spec["when"]):
             return None
-        severity = spec["severity"]
+        severity = rule.severity
         for item in spec.get("escalate", []):
             if ev.holds_optional(item["when"]):
                 severity = item["severity"]
         cost = _cost(ev, step_ms)
         notes = tuple(ev.render(n["text"]) for n in spec.get("notes", []) if "when" not in n or ev.holds_optional(n["when"]))
-        message = ev.render(spec["message"])
-        fix = ev.render(spec["fix"])
+        message = ev.render(rule.message)
+        fix = ev.render(rule.fix)
     except Missing as exc:
         return Skipped(rule.id, str(exc))
     locations = tuple(_locations(sites, n_steps))
-    return Finding(rule.id, spec["title"], tuple(spec["tips"]), severity, message, fix, cost, locations, notes,
+    return Finding(rule.id, rule.title, rule.tips, severity, message, fix, cost, locations, notes,
                    evidence={k: v for k, v in ev.aggregates.items()}, trace=ctx.trace.path if ctx.trace else None)
 
 

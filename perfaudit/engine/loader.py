@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 import jsonschema
@@ -14,8 +14,8 @@ from ..errors import RuleError
 from ..facts import FACTS
 from ..tips import TIPS
 from .schema import RULE_SCHEMA
+from .template import PLACEHOLDER, valid_spec
 
-PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)(?::([^{}]*))?\}")
 AGGREGATES = {"count_per_step", "ms_per_step", "share_pct", "n_sites", "details", "where", "lines",
               "step_ms", "n_steps", "device"}
 SITE_FIELDS = {"count_per_step", "ms_per_step", "step_share", "exact"}
@@ -24,16 +24,66 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when pre
 
 
 @dataclass(frozen=True)
-class Rule:
-    id: str
-    spec: dict
-    path: str
+class Docs:
+    """A rule's documentation, ruff's sections: what, why, example, use instead, references."""
+    what: str
+    why: str
+    example: str
+    use_instead: str
+    references: tuple[str, ...]
 
-    def __getattr__(self, key):  # rule.title, rule.severity, …: the validated spec's fields
-        try:
-            return self.__dict__["spec"][key]
-        except KeyError:
-            raise AttributeError(key) from None
+
+@dataclass(frozen=True)
+class Example:
+    """A positive or negative example, run by the test suite: a sample script or a trace. Where a
+    script's finding must stand is marked in the script itself (`# expect: RULE`)."""
+    expect: str                      # "fire" or "silent"
+    script: str | None = None
+    trace: str | None = None
+    args: tuple[str, ...] = ()
+    severity: str | None = None
+
+    @property
+    def target(self) -> str:
+        return self.script or self.trace or ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A validated rule file. `spec` keeps the parts the engine reads as data (conditions, evidence,
+    cost, notes); everything else is a typed field."""
+    id: str
+    title: str
+    summary: str
+    severity: str
+    tips: tuple[str, ...]
+    message: str
+    fix: str
+    docs: Docs
+    examples: tuple[Example, ...]
+    path: str
+    scope: str = "trace"             # trace: each trace; job: the traces of several ranks; report: the gate
+    thresholds: dict = field(default_factory=dict, compare=False)
+    spec: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_spec(cls, spec: dict, path: str) -> Rule:
+        docs = spec["docs"]
+        return cls(spec["id"], spec["title"], spec["summary"], spec["severity"], tuple(spec["tips"]),
+                   spec["message"], spec["fix"],
+                   Docs(docs["what"], docs["why"], docs["example"], docs["use_instead"], tuple(docs["references"])),
+                   tuple(Example(e["expect"], e.get("script"), e.get("trace"), tuple(e.get("args", ())),
+                                 e.get("severity")) for e in spec["examples"]),
+                   path, spec.get("scope", "trace"), dict(spec.get("thresholds", {})), spec)
+
+    @property
+    def family(self) -> str:
+        return re.match(r"[A-Z]+", self.id).group(0)
+
+    @property
+    def static_fix(self) -> str:
+        """The fix text without run figures (for findings from the source alone)."""
+        return PLACEHOLDER.sub("…", self.fix)
 
     def facts(self) -> set[str]:
         """Registered facts this rule reads (conditions, evidence, cost, templates)."""
@@ -42,7 +92,7 @@ class Rule:
             names |= {c["fact"] for c in _conditions(item.get("when"))}
         names.add(self.spec.get("evidence", {}).get("sites"))
         names.add(self.spec.get("cost", {}).get("fact"))
-        for text in [self.spec["message"], self.spec["fix"]] + [n["text"] for n in self.spec.get("notes", [])]:
+        for text in [self.message, self.fix] + [n["text"] for n in self.spec.get("notes", [])]:
             names |= {name for name, _ in PLACEHOLDER.findall(text)}
         out = set()
         for name in filter(None, names):
@@ -51,22 +101,8 @@ class Rule:
         return out
 
     def needs(self) -> set[str]:
-        """What a run must record for this rule: "stacks", "shapes"."""
+        """What a run must record for this rule: "stacks", "shapes", "probes"."""
         return {need for name in self.facts() for need in FACTS[name].needs}
-
-    @property
-    def family(self) -> str:
-        return re.match(r"[A-Z]+", self.id).group(0)
-
-    @property
-    def scope(self) -> str:
-        """`trace`: evaluated on each trace; `job`: once over the traces of several ranks; `report`:
-        produced by the gate from the finished report (unused suppressions)."""
-        return self.spec.get("scope", "trace")
-
-    @property
-    def thresholds(self) -> dict:
-        return self.spec.get("thresholds", {})
 
 
 def fact_exists(name: str) -> bool:
@@ -116,12 +152,15 @@ def _check_names(spec: dict, where: str) -> None:
         raise RuleError(f"{where}: cost names unknown fact '{cost_fact}'")
     for tip in spec["tips"]:
         if tip not in TIPS:
-            raise RuleError(f"{where}: tip '{tip}' is not in the catalogue (T01-T24)")
+            raise RuleError(f"{where}: tip '{tip}' is not in the catalogue ({min(TIPS)}-{max(TIPS)})")
     texts = [spec["message"], spec["fix"]] + [n["text"] for n in spec.get("notes", [])]
     for text in texts:
-        for name, _ in PLACEHOLDER.findall(text):
+        for name, fmt in PLACEHOLDER.findall(text):
             if not (name in AGGREGATES or name in thresholds or fact_exists(name)):
                 raise RuleError(f"{where}: template placeholder '{{{name}}}' is not a known value")
+            if fmt and not valid_spec(fmt):
+                raise RuleError(f"{where}: template placeholder '{{{name}:{fmt}}}' has an unsupported format "
+                                "(width at most 99, precision at most 99)")
 
 
 def load_rule(path: str) -> Rule:
@@ -142,11 +181,11 @@ def load_rule(path: str) -> Rule:
         key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
         raise RuleError(f"{where}: invalid key '{key}': {error.message}")
     _check_names(spec, where)
-    return Rule(spec["id"], spec, where)
+    return Rule.from_spec(spec, where)
 
 
 def builtin_rules_dir() -> str:
-    return str(resources.files("perfaudit") / "rules")
+    return str(resources.files("perfaudit.rules"))
 
 
 def load_rules(extra_dirs: tuple[str, ...] = ()) -> list[Rule]:

@@ -1,13 +1,15 @@
 """The closed schema of a rule file. Unknown keys are errors; `docs` and `examples` are required."""
 from __future__ import annotations
 
+from .ops import OPS
+
 _VALUE = {"oneOf": [
     {"type": ["number", "string", "boolean", "null"]},
     {"type": "array", "items": {"type": ["number", "string", "boolean", "null"]}},
     {"type": "object", "additionalProperties": False, "required": ["threshold"],
      "properties": {"threshold": {"type": "string"}}},
 ]}
-_OPS = [">", ">=", "<", "<=", "==", "!=", "in", "not in"]
+_OPS = list(OPS)
 _LEAF = {"type": "object", "additionalProperties": False, "required": ["fact", "op", "value"],
          "properties": {"fact": {"type": "string"}, "op": {"enum": _OPS}, "value": _VALUE}}
 _CONDITION = {"$ref": "#/definitions/condition"}
@@ -82,7 +84,6 @@ RULE_SCHEMA = {
                 "trace": {"type": "string"},
                 "args": {"type": "array", "items": {"type": "string"}},
                 "expect": {"enum": ["fire", "silent"]},
-                "lines": {"type": "array", "items": {"type": "integer"}},
                 "severity": {"enum": ["info", "warning", "error"]},
             },
             "oneOf": [{"required": ["script"]}, {"required": ["trace"]}],

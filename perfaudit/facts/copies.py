@@ -1,6 +1,7 @@
 """Host-to-device copies: pageable memory and blocking copies (tips T04, T22, T23)."""
 from __future__ import annotations
 
+from ..calls import DEVICE_COPIES, creates_on_host_text
 from ..trace.nesting import innermost
 from .gpu import runtime_of_device
 from .registry import Context, Missing, fact
@@ -9,7 +10,6 @@ from .sites import Site, SiteCollector
 # Typical effective PCIe bandwidths, used only to estimate on a CPU run what a copy would cost on a
 # GPU: pageable copies are staged through a bounce buffer and block the host.
 PAGEABLE_GBPS = 6.0
-COPY_CALLS = {"to", "cuda", "copy_"}
 
 
 def _is_device_move(call) -> bool:
@@ -51,7 +51,7 @@ def _gpu_pageable_sites(ctx: Context) -> list[Site]:
         if anchor is copy:
             continue  # no host side to attribute: counted in copy.h2d only
         items.append((anchor, copy, copy.dur / 1000.0, "pageable HtoD copy"))
-    collector = SiteCollector(ctx, fallback_calls=COPY_CALLS)
+    collector = SiteCollector(ctx, fallback_calls=DEVICE_COPIES)
     collector.add_all(items)
     return collector.result()
 
@@ -108,20 +108,7 @@ def pageable_sites(ctx: Context) -> list[Site]:
 
 @fact("data.unpinned_loaders", "DataLoaders that fed batches during the run with pin_memory=False.")
 def unpinned_loaders(ctx: Context) -> list[dict]:
-    if "dataloaders" not in ctx.probes:
-        raise Missing("no live-process probes (trace not recorded by `perfaudit run`)")
-    return [d for d in ctx.probes["dataloaders"] if not d.get("pin_memory")]
-
-
-_CREATION = ("randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace", "eye",
-             "tensor", "as_tensor", "from_numpy", "randperm", "normal")
-
-
-def _created_on_host(expr: str) -> bool:
-    """`torch.randn(…)` and friends without a device= argument."""
-    expr = expr.replace(" ", "")
-    return (any(expr.startswith(f"torch.{name}(") for name in _CREATION)
-            and "device=" not in expr)
+    return [d for d in ctx.probe("dataloaders") if not d.get("pin_memory")]
 
 
 @fact("copy.host_created_sites", "Lines that create a tensor on the host and move it to the device in "
@@ -134,7 +121,7 @@ def host_created_sites(ctx: Context) -> list[Site]:
         if not call.in_loop:
             continue
         origins = [call.receiver] + ctx.source.assignments(f.path, f.line, f.func).get(call.receiver, [])
-        if not any(_created_on_host(o) for o in origins):
+        if not any(creates_on_host_text(o) for o in origins):
             continue
         path = ctx.source.display_path(f.path)
         site = sites.setdefault((path, call.line), Site(path, call.line, f.func, call.code, call.call,

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-
 from statistics import median
 
 from .registry import Context, Missing, fact

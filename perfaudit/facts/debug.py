@@ -1,7 +1,7 @@
 """Debugging APIs left on during training (tip T07)."""
 from __future__ import annotations
 
-from .registry import Context, Missing, fact
+from .registry import Context, fact
 from .sites import Site, site_from_probe
 from .steps import BACKWARD_PREFIX
 
@@ -20,9 +20,7 @@ API_EFFECT = {
 @fact("debug.apis_on", "Debugging APIs that were enabled while the window ran, with the line that "
                        "turned each on (anomaly detection, emit_nvtx, gradcheck).")
 def debug_apis_on(ctx: Context) -> list[Site]:
-    if "debug_apis" not in ctx.probes:
-        raise Missing("no live-process probes (debug modes are only seen by `perfaudit run`)")
-    calls = [c for c in ctx.probes["debug_apis"] if c.get("enabled")]
+    calls = [c for c in ctx.probe("debug_apis") if c.get("enabled")]
     anomaly_on = ctx.probes.get("anomaly_enabled_in_window", False)
     sites: dict[tuple, Site] = {}
     for call in calls:
@@ -50,6 +48,4 @@ def autograd_nodes(ctx: Context) -> float:
 @fact("debug.anomaly_nodes_per_step", "Backward nodes per step that paid for anomaly detection (0 when "
                                       "anomaly mode was off in the window).")
 def anomaly_nodes(ctx: Context) -> float:
-    if "anomaly_enabled_in_window" not in ctx.probes:
-        raise Missing("no live-process probes (debug modes are only seen by `perfaudit run`)")
-    return ctx.get("autograd.nodes_per_step") if ctx.probes["anomaly_enabled_in_window"] else 0.0
+    return ctx.get("autograd.nodes_per_step") if ctx.probe("anomaly_enabled_in_window") else 0.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 
 from . import intervals as iv
 from .registry import Context, Missing, fact
@@ -69,9 +69,10 @@ def gpu_step_breakdown(ctx: Context) -> dict:
                            "deviceProperties or the live process.")
 def device_capability(ctx: Context) -> float:
     _require_gpu(ctx)
-    props = ctx.trace.meta.get("deviceProperties")
-    if isinstance(props, list) and props and isinstance(props[0], dict) and "computeMajor" in props[0]:
-        return float(f"{props[0]['computeMajor']}.{props[0].get('computeMinor', 0)}")
+    props = ctx.trace.device_properties
+    if isinstance(props.get("computeMajor"), int):
+        minor = props.get("computeMinor") if isinstance(props.get("computeMinor"), int) else 0
+        return float(f"{props['computeMajor']}.{minor}")
     cap = (ctx.probes.get("environment") or {}).get("capability")
     if cap:
         return float(cap)
@@ -80,7 +81,7 @@ def device_capability(ctx: Context) -> float:
     raise Missing("the trace does not say which GPU it ran on (no deviceProperties)")
 
 
-@lru_cache(maxsize=None)
+@cache
 def kernel_class(name: str) -> str | None:
     """"half", "tf32" or "fp32" for a matrix kernel (GEMM/conv), None for any other kernel; by name,
     once per distinct name (names are long C++ templates and repeat thousands of times)."""
@@ -89,7 +90,7 @@ def kernel_class(name: str) -> str | None:
     return "half" if _HALF.search(name) else "tf32" if _TF32.search(name) else "fp32"
 
 
-@lru_cache(maxsize=None)
+@cache
 def is_small_elementwise(name: str) -> bool:
     return bool(_ELEMENTWISE.search(name))
 
@@ -150,10 +151,9 @@ def memory_peak(ctx: Context) -> dict:
         peak = {"peak_allocated": env["max_memory_allocated"], "peak_reserved": env["max_memory_reserved"]}
     else:
         raise Missing("no memory data (record with profile_memory=True, or use `perfaudit run` on a GPU)")
-    props = ctx.trace.meta.get("deviceProperties")
-    total = env.get("device_memory")
-    if isinstance(props, list) and props and isinstance(props[0], dict):
-        total = props[0].get("totalGlobalMem", total)
+    total = ctx.trace.device_properties.get("totalGlobalMem", env.get("device_memory"))
+    if not isinstance(total, (int, float)) or isinstance(total, bool):
+        total = env.get("device_memory")
     if not total:
         raise Missing("the device's memory size is unknown")
     gib = 1024 ** 3

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from ..trace.nesting import enclosing
-from .registry import Context, fact
 from .gpu import device_events_by_op
+from .registry import Context, fact
 from .sites import SiteCollector
 from .steps import ZERO_GRAD
 

@@ -1,17 +1,15 @@
 """Facts about the model's structure, read from the live process (tip T03)."""
 from __future__ import annotations
 
-from .registry import Context, Missing, fact
+from .registry import Context, fact
 from .sites import Site, site_from_probe
 
 
 @fact("model.bias_before_norm", "Conv/Linear layers with a bias whose output feeds BatchNorm directly "
                                 "(seen by forward hooks over one step), at the line that built them.")
 def bias_before_norm(ctx: Context) -> list[Site]:
-    if "bias_before_norm" not in ctx.probes:
-        raise Missing("no live-process probes (module order is only seen by `perfaudit run`)")
     sites: dict[tuple, Site] = {}
-    for entry in ctx.probes["bias_before_norm"]:
+    for entry in ctx.probe("bias_before_norm"):
         where = entry.get("site") or {}
         key = (where.get("path"), where.get("line"), entry["layer"], entry["norm"])
         if key not in sites:

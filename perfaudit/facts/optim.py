@@ -1,12 +1,10 @@
 """Optimizers: implementation (single-tensor loop, foreach, fused) and training advice (T10, T24)."""
 from __future__ import annotations
 
+from ..calls import FOREACH_OPTIMIZERS, FUSABLE_OPTIMIZERS
 from .registry import Context, Missing, fact
 from .sites import Site, site_from_probe
 from .steps import OPTIMIZER_STEP
-
-FUSABLE = {"Adam", "AdamW", "SGD", "Adagrad"}  # have fused=True in torch 2.x
-FOREACH_CAPABLE = {"Adam", "AdamW", "SGD", "Adagrad", "Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"}
 
 
 def _step_ops(ctx: Context) -> dict[str, dict]:
@@ -46,7 +44,7 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
     sites = []
     n = len(ctx.steps)
     for cls, m in measured.items():
-        if m["mode"] != "single_tensor" or cls not in FOREACH_CAPABLE:
+        if m["mode"] != "single_tensor" or cls not in FOREACH_OPTIMIZERS:
             continue
         probe = probes.get(cls, {})
         options = probe.get("options", {})
@@ -60,7 +58,7 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
         site = site_from_probe(ctx, probe.get("site"),
                                f"{cls} single-tensor loop ({m['ops_per_step']:.0f} ops per step"
                                + (f" over {params} parameter tensors)" if params else ")"),
-                               **{"class": cls, "fusable": cls in FUSABLE})
+                               **{"class": cls, "fusable": cls in FUSABLE_OPTIMIZERS})
         site.count, site.ms, site.steps_seen = n, m["ms_per_step"] * n, set(range(n))
         sites.append(site)
     return sites
@@ -69,10 +67,8 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
 @fact("optim.advice_sites", "Optimizer choices that affect convergence rather than speed: Adam with "
                             "weight_decay (L2) instead of AdamW, no learning-rate schedule.")
 def advice_sites(ctx: Context) -> list[Site]:
-    if "optimizers" not in ctx.probes:
-        raise Missing("no live-process probes (optimizer options are only seen by `perfaudit run`)")
     sites = []
-    for opt in ctx.probes["optimizers"]:
+    for opt in ctx.probe("optimizers"):
         decay = opt.get("options", {}).get("weight_decay") or 0
         if opt["class"] == "Adam" and decay > 0:
             sites.append(site_from_probe(ctx, opt.get("site"), f"Adam(weight_decay={decay}) couples L2 with "
@@ -82,6 +78,4 @@ def advice_sites(ctx: Context) -> list[Site]:
 
 @fact("optim.has_scheduler", "Whether the script built a learning-rate scheduler.")
 def has_scheduler(ctx: Context) -> bool:
-    if "schedulers" not in ctx.probes:
-        raise Missing("no live-process probes")
-    return bool(ctx.probes["schedulers"])
+    return bool(ctx.probe("schedulers"))

@@ -1,19 +1,13 @@
 """Patterns only the live process shows: DataParallel wrappers, empty_cache() calls (T15, T18)."""
 from __future__ import annotations
 
-from .registry import Context, Missing, fact
+from .registry import Context, fact
 from .sites import Site, site_from_probe
-
-
-def _probe(ctx: Context, key: str) -> list:
-    if key not in ctx.probes:
-        raise Missing("no live-process probes (seen only by `perfaudit run`)")
-    return ctx.probes[key]
 
 
 @fact("dist.data_parallel_sites", "Where the script wraps a model in nn.DataParallel.")
 def data_parallel_sites(ctx: Context) -> list[Site]:
-    entries = _probe(ctx, "data_parallel")
+    entries = ctx.probe("data_parallel")
     sites = []
     for entry in entries:
         site = site_from_probe(ctx, entry.get("site"), entry.get("class", "DataParallel"))
@@ -30,7 +24,7 @@ def data_parallel_sites(ctx: Context) -> list[Site]:
 def empty_cache_sites(ctx: Context) -> list[Site]:
     n = len(ctx.steps)
     sites = []
-    for entry in _probe(ctx, "empty_cache"):
+    for entry in ctx.probe("empty_cache"):
         if not entry.get("window_calls"):
             continue
         site = site_from_probe(ctx, entry.get("site"), "torch.cuda.empty_cache()")

@@ -6,11 +6,14 @@ is absent, so that a rule needing it is reported as skipped instead of guessing.
 """
 from __future__ import annotations
 
+import os
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
+from ..probe_schema import checked_probes
 from ..source import SourceIndex
 from ..trace.frames import FrameIndex
 from ..trace.model import Event, Step, Trace
@@ -24,7 +27,7 @@ class Missing(Exception):
 class FactSpec:
     name: str
     doc: str
-    fn: Callable[["Context"], Any]
+    fn: Callable[[Context], Any]
     needs: tuple[str, ...] = ()  # what `perfaudit run` must record for it: "stacks", "shapes"
 
 
@@ -40,37 +43,23 @@ def fact(name: str, doc: str, needs: tuple[str, ...] = ()):
     return register
 
 
-_PROBE_LISTS = ("optimizers", "dataloaders", "debug_apis", "empty_cache", "bias_before_norm", "data_parallel",
-                "schedulers", "sync_debug")
-
-
-def _sanitise_probes(probes) -> dict:
-    """Keep the probe structure the facts expect: lists of dicts, an environment dict, flags."""
-    if not isinstance(probes, dict):
-        return {}
-    out = {}
-    for key, value in probes.items():
-        if key in _PROBE_LISTS:
-            if isinstance(value, list):
-                out[key] = [v for v in value if isinstance(v, dict)]
-        elif key == "environment":
-            if isinstance(value, dict):
-                out[key] = value
-        else:
-            out[key] = value
-    return out
+def strict_default() -> bool:
+    """PERFAUDIT_STRICT=1 (the test suite sets it): a bug in a fact raises instead of skipping rules."""
+    return os.environ.get("PERFAUDIT_STRICT", "") not in ("", "0")
 
 
 class Context:
     """One trace (and its probes) under analysis; facts are computed once, on first use."""
 
     def __init__(self, trace: Trace | None, probes: dict | None = None, source_roots: tuple[str, ...] = (),
-                 job: list["Context"] | None = None):
+                 job: list[Context] | None = None, strict: bool | None = None):
         self.trace = trace
         self.job = job  # for a job-level context: the per-rank contexts
+        self.strict = strict_default() if strict is None else strict
         meta = trace.probes if trace is not None else {}
         self.meta = meta
-        self.probes = _sanitise_probes(probes if probes is not None else meta.get("probes"))
+        self.probes, self.malformed_probes = checked_probes(probes if probes is not None else meta.get("probes"))
+        self.errors: list[str] = []  # facts that failed with a bug (non-strict mode): said in the report
         embedded_roots = meta.get("source_roots")
         roots = tuple(r for r in (embedded_roots if isinstance(embedded_roots, list) else ()) if isinstance(r, str))
         roots += tuple(source_roots)
@@ -92,13 +81,25 @@ class Context:
         except Missing as exc:
             self._missing[name] = str(exc)
             raise
-        except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
-            # probe data embedded in a trace file is input like any other: malformed, it skips the
-            # rules that need it (with the reason) instead of stopping the report
-            self._missing[name] = f"malformed data for {name} ({type(exc).__name__}: {exc})"
+        except Exception as exc:
+            # only data from outside may be missing, and it is checked where it comes in (the trace
+            # parser, checked_probes): anything else is a bug in perfaudit, never "data missing"
+            if self.strict:
+                raise
+            self._missing[name] = (f"internal error in fact {name} ({type(exc).__name__}: {exc}); "
+                                   "a bug in perfaudit, please report it")
+            self.errors.append(self._missing[name])
             raise Missing(self._missing[name]) from exc
         self._values[name] = value
         return value
+
+    def probe(self, key: str):
+        """A part of the live-process snapshot, or Missing with the reason it is absent."""
+        if key in self.probes:
+            return self.probes[key]
+        if key in self.malformed_probes:
+            raise Missing(f"the embedded probe data for '{key}' is malformed")
+        raise Missing("no live-process probes (seen only by `perfaudit run`)")
 
     # -- helpers shared by the fact modules --------------------------------------------------
     def need_trace(self) -> Trace:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 
+from ..calls import HOST_READS, NONZERO_CALLS, SCALAR_READ_CALLS, SYNC_CALLS
 from ..trace.model import Event
 from ..trace.nesting import innermost
 from . import intervals as iv
@@ -20,9 +21,9 @@ SYNC_RUNTIME = {
 }
 # What to look for in the user's function when a sync op has no Python call of its own (a slot
 # such as bool(t) or t[mask] called from C): calls by name, then syntactic forms.
-SCALAR_FALLBACK = ({"float", "int", "bool"}, ("branch",))
-NONZERO_FALLBACK = ({"nonzero", "where", "argwhere", "masked_select", "unique"}, ("mask",))
-COPY_FALLBACK = ({"cpu", "numpy", "to", "tolist", "item", "synchronize"}, ())
+SCALAR_FALLBACK = (SCALAR_READ_CALLS, ("branch",))
+NONZERO_FALLBACK = (NONZERO_CALLS, ("mask",))
+COPY_FALLBACK = (SYNC_CALLS, ())
 
 # On a CPU run a scalar read inside library code (an optimizer's CPU step counter, autograd's anomaly
 # checks) is not a device sync on a GPU; only reads the user's code makes on a tensor count.
@@ -61,7 +62,7 @@ def _sync_items(ctx: Context):
 MAX_EXPOSED_US = 10_000.0
 
 
-_HOST_READ = re.compile(r"^<built-in method (cpu|numpy|tolist) of Tensor object")
+_HOST_READ = re.compile(rf"^<built-in method ({'|'.join(sorted(HOST_READS - {'item'}))}) of Tensor object")
 
 
 def _host_reads(ctx: Context):

@@ -6,8 +6,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..api import Report
-from ..findings import Finding
+from ..findings import Finding, Report
+from ..outcome import Outcome
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _PHASES = ("data", "forward", "backward", "optimizer", "other")
@@ -19,30 +19,30 @@ def describe_outcome(outcome: dict | None) -> str | None:
     """One line saying what happened to the script, or None when the window completed normally."""
     if not outcome:
         return None
-    kind = outcome.get("outcome")
+    kind = Outcome.of(outcome)
     steps = outcome.get("steps_recorded")
     seen = f" after {steps} recorded step(s)" if steps is not None else ""
-    if kind in ("window_complete", None):
+    if kind == Outcome.WINDOW_COMPLETE or outcome.get("outcome") is None:
         after = outcome.get("after_window")
         return describe_outcome(after) if after else None
-    if kind == "completed":
+    if kind == Outcome.COMPLETED:
         return f"the script finished{seen}" if steps is not None and steps < outcome.get("warmup", 0) + 1 else None
-    if kind == "exited":
+    if kind == Outcome.EXITED:
         return f"the script exited with code {outcome.get('exit_code')}{seen}"
-    if kind == "os_exit":
+    if kind == Outcome.OS_EXIT:
         return f"the script called os._exit({outcome.get('exit_code')}){seen}"
-    if kind == "raised":
+    if kind == Outcome.RAISED:
         site = outcome.get("site") or {}
         where = f" at {site.get('path')}:{site.get('line')}" if site.get("path") else ""
         return f"the script raised {outcome.get('exception')}: {outcome.get('message')}{where}{seen}"
-    if kind == "timeout":
+    if kind == Outcome.TIMEOUT:
         return f"the script was stopped after the {outcome.get('timeout_s'):g} s timeout{seen}"
-    if kind == "interrupted":
+    if kind == Outcome.INTERRUPTED:
         return f"the run was interrupted{seen}"
-    if kind == "crashed":
+    if kind == Outcome.CRASHED:
         why = outcome.get("signal") or f"exit code {outcome.get('exit_code')}"
         return f"the script crashed ({why}) before perfaudit could save its trace"
-    return f"the script ended: {kind}"
+    return f"the script ended: {outcome.get('outcome')}"
 
 
 def _header(report: Report) -> Panel:

@@ -14,11 +14,11 @@ SECTIONS = (("what", "What it does"), ("why", "Why is this slow?"), ("example", 
 def rule_docs_dict(rule: Rule) -> dict:
     return {"id": rule.id, "title": rule.title, "severity": rule.severity, "summary": rule.summary,
             "tips": {t: TIPS[t] for t in rule.tips}, "thresholds": rule.thresholds, "fix": rule.fix,
-            **{key: rule.docs[key] for key, _ in SECTIONS}}
+            **{key: list(v) if isinstance(v := getattr(rule.docs, key), tuple) else v for key, _ in SECTIONS}}
 
 
 def rule_markdown(rule: Rule) -> str:
-    docs = rule.docs
+    docs = {key: getattr(rule.docs, key) for key, _ in SECTIONS}
     tips = ", ".join(f"{t} ({TIPS[t]})" for t in rule.tips)
     parts = [f"# {rule.id}: {rule.title}", f"*{rule.severity}* · tips: {tips}", rule.summary]
     for key, heading in SECTIONS:

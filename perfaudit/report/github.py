@@ -1,7 +1,7 @@
 """GitHub Actions workflow commands: one annotation per finding location."""
 from __future__ import annotations
 
-from ..api import Report
+from ..findings import Report
 
 COMMAND = {"error": "error", "warning": "warning", "info": "notice"}
 

@@ -5,8 +5,9 @@ import json
 from dataclasses import asdict
 
 from .. import __version__
-from ..api import REPORT_SCHEMA_VERSION, Report
-from ..findings import Finding
+from ..findings import Finding, Report
+
+REPORT_SCHEMA_VERSION = 1
 
 
 def _finding(f: Finding) -> dict:

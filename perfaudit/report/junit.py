@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..api import Report
+from ..findings import Report
 
 
 def render(report: Report, rules: list) -> str:

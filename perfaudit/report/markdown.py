@@ -1,7 +1,7 @@
 """A Markdown summary for $GITHUB_STEP_SUMMARY or a pull-request comment."""
 from __future__ import annotations
 
-from ..api import Report
+from ..findings import Report
 from .console import describe_outcome
 
 

@@ -6,7 +6,7 @@ import json
 import os
 
 from .. import __version__
-from ..api import Report
+from ..findings import Report
 from .docs import rule_markdown
 
 LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -27,8 +27,8 @@ def to_dict(report: Report, rules: list, root: str | None = None) -> dict:
         "name": "".join(w.capitalize() for w in r.title.split()[:6] if w.isalnum()) or r.id,
         "shortDescription": {"text": r.title},
         "fullDescription": {"text": r.summary},
-        "help": {"text": r.docs["what"] + "\n\n" + r.docs["why"], "markdown": rule_markdown(r)},
-        "helpUri": r.docs["references"][0],
+        "help": {"text": r.docs.what + "\n\n" + r.docs.why, "markdown": rule_markdown(r)},
+        "helpUri": r.docs.references[0],
         "defaultConfiguration": {"level": LEVEL[r.severity]},
         "properties": {"tags": ["performance", *r.tips]},
     } for r in rules]

@@ -74,6 +74,13 @@ class Trace:
         return self.meta.get("perfaudit", {}) if isinstance(self.meta.get("perfaudit"), dict) else {}
 
     @property
+    def device_properties(self) -> dict:
+        """The first GPU's entry of the trace's deviceProperties (name, computeMajor, totalGlobalMem…),
+        or {} when the trace does not say."""
+        props = self.meta.get("deviceProperties")
+        return props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
+
+    @property
     def measured_steps(self) -> list[Step]:
         return [s for s in self.steps if not s.warmup]
 

@@ -7,12 +7,12 @@ only the fields analyses use are kept.
 from __future__ import annotations
 
 import codecs
-from operator import attrgetter
 import gzip
 import io
 import json
 import os
 import zlib
+from operator import attrgetter
 
 import ijson
 

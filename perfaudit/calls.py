@@ -1,0 +1,72 @@
+"""The torch calls perfaudit looks for, named once, and how to read a call in Python's AST.
+
+Shared by the static pass (`perfaudit.static`), the source locator (`perfaudit.source`) and the facts
+that find lines from the trace, so that the three agree on what a sync, a copy or a creation is.
+Imports no torch.
+"""
+from __future__ import annotations
+
+import ast
+
+# Tensor methods that copy a device value to the host (and so wait for the device).
+HOST_READS = frozenset({"item", "cpu", "numpy", "tolist"})
+# Calls that move a tensor to the device.
+DEVICE_COPIES = frozenset({"to", "cuda", "copy_"})
+# torch factory functions: without `device=` they create on the host.
+CREATION = frozenset({"randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace", "eye",
+                      "tensor", "as_tensor", "from_numpy", "randperm", "normal"})
+# Optimizers with a foreach and (for the first four) a fused implementation in torch 2.x.
+FUSABLE_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
+FOREACH_OPTIMIZERS = FUSABLE_OPTIMIZERS | {"Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"}
+
+# What to look for in the user's function when a sync op has no Python call of its own (a slot such
+# as bool(t) or t[mask] called from C): call names, then syntactic forms ("branch", "mask").
+SCALAR_READ_CALLS = frozenset({"float", "int", "bool"})
+NONZERO_CALLS = frozenset({"nonzero", "where", "argwhere", "masked_select", "unique"})
+SYNC_CALLS = HOST_READS | {"to", "synchronize"}
+
+
+def call_name(node: ast.Call) -> str | None:
+    """`item` for `x.item()`, `print` for `print(x)`."""
+    fn = node.func
+    if isinstance(fn, ast.Attribute):
+        return fn.attr
+    if isinstance(fn, ast.Name):
+        return fn.id
+    return None
+
+
+def literal(node):
+    """The value of a literal expression, `...` when it is not one."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return ...
+
+
+def literal_kwargs(node: ast.Call) -> dict:
+    """Keyword arguments with literal values; a non-literal value is `...` (present, unknown)."""
+    return {kw.arg: literal(kw.value) for kw in node.keywords if kw.arg is not None}
+
+
+def has_star_kwargs(node: ast.Call) -> bool:
+    """`f(**kwargs)`: any keyword may be set without the source showing it."""
+    return any(kw.arg is None for kw in node.keywords)
+
+
+def creates_on_host(node) -> bool:
+    """`torch.randn(...)` and the other factories called without `device=`."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"
+            and node.func.attr in CREATION and "device" not in literal_kwargs(node) and not has_star_kwargs(node))
+
+
+def creates_on_host_text(expr: str) -> bool:
+    """The same test on an expression's source text (the locator keeps calls as text)."""
+    try:
+        node = ast.parse(expr.strip(), mode="eval").body
+    except SyntaxError:
+        return False
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not creates_on_host(node):
+        node = node.func.value  # torch.randn(3).float(): look through chained methods
+    return creates_on_host(node)

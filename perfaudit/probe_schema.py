@@ -1,0 +1,60 @@
+"""What the live-process probes record, described once: `Probes.snapshot()` writes this shape into
+`result.json` and the trace (under `perfaudit.probes`), and the facts read it back through
+`checked_probes`, which drops any part that does not match (a trace file is input like any other).
+Imports no torch."""
+from __future__ import annotations
+
+import jsonschema
+
+_SITE = {"oneOf": [{"type": "null"}, {"type": "object", "required": ["path", "line"], "properties": {
+    "path": {"type": "string"}, "line": {"type": "integer"}, "func": {"type": ["string", "null"]}}}]}
+_INT = {"type": "integer", "minimum": 0}
+_OPT_INT = {"type": ["integer", "null"]}
+
+
+def _list_of(required: dict, optional: dict | None = None) -> dict:
+    return {"type": "array", "items": {"type": "object", "required": list(required),
+                                       "properties": {**required, **(optional or {})}}}
+
+
+PROBE_FIELDS: dict[str, dict] = {
+    "optimizers": _list_of({"class": {"type": "string"}, "site": _SITE},
+                           {"options": {"type": "object"}, "param_tensors": _INT}),
+    "dataloaders": _list_of({"site": _SITE, "num_workers": _INT, "pin_memory": {"type": "boolean"},
+                             "batches_seen": _INT},
+                            {"persistent_workers": {"type": "boolean"}, "prefetch_factor": _OPT_INT,
+                             "batch_size": _OPT_INT, "batch_bytes": _INT, "batch_pinned": {"type": "boolean"}}),
+    "debug_apis": _list_of({"api": {"type": "string"}, "enabled": {"type": "boolean"}, "site": _SITE}),
+    "anomaly_enabled_in_window": {"type": "boolean"},
+    "empty_cache": _list_of({"site": _SITE, "calls": _INT, "window_calls": _INT}),
+    "bias_before_norm": _list_of({"layer": {"type": "string"}, "norm": {"type": "string"}, "site": _SITE},
+                                 {"bias_params": _INT}),
+    "data_parallel": _list_of({"site": _SITE, "class": {"type": "string"}}),
+    "schedulers": _list_of({"site": _SITE, "class": {"type": "string"}}),
+    "sync_debug": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "count": _INT}),
+    "module_order": {"type": "array", "items": {"type": "string"}},
+    "environment": {"type": "object", "properties": {
+        "torch": {"type": ["string", "null"]}, "cpu_count": _OPT_INT, "cuda_available": {"type": "boolean"},
+        "device": {"type": "string"}, "device_name": {"type": "string"}, "capability": {"type": "string"},
+        "device_memory": _INT, "cudnn_benchmark": {"type": "boolean"},
+        "max_memory_allocated": _INT, "max_memory_reserved": _INT}},
+}
+SNAPSHOT_SCHEMA = {"type": "object", "required": list(PROBE_FIELDS), "properties": PROBE_FIELDS}
+_VALIDATORS = {key: jsonschema.Draft7Validator(schema) for key, schema in PROBE_FIELDS.items()}
+
+
+def checked_probes(probes) -> tuple[dict, list[str]]:
+    """The parts of a probe snapshot that match their description, and the names of those that did
+    not (they are left out: the rules that need them are skipped, with the reason)."""
+    if not isinstance(probes, dict):
+        return {}, ([] if probes is None else ["probes"])
+    out, bad = {}, []
+    for key, value in probes.items():
+        validator = _VALIDATORS.get(key)
+        if validator is None:
+            continue  # a newer perfaudit's field, or noise: not read by any fact
+        if validator.is_valid(value):
+            out[key] = value
+        else:
+            bad.append(key)
+    return out, bad

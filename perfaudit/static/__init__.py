@@ -1,0 +1,65 @@
+"""`perfaudit lint`: what the source alone shows, in milliseconds per file and without importing torch.
+
+Each check (one function in a family module, registered with `@check`) reports under the rule id
+whose runtime evidence would confirm it; the rule file gives the severity and the fix. Checks look at
+training steps (loop or function bodies that call backward() or .step()) where per-step cost
+matters, and skip logging branches (`if step % 100 == 0:`).
+"""
+from __future__ import annotations
+
+import ast
+import os
+
+from ..errors import UsageError
+from ..findings import Cost, Finding, Location
+from . import copies, data, debug, dist, grads, memory, model, optim, sync  # noqa: F401  (registers checks)
+from .registry import CHECKS, Hit, check
+from .walk import check_tree
+
+__all__ = ["CHECKS", "Hit", "check", "lint", "lint_source", "python_files"]
+
+
+def lint_source(text: str, path: str) -> list[Hit]:
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError as exc:
+        raise UsageError(f"syntax error in {path}:{exc.lineno}: {exc.msg}") from exc
+    return check_tree(tree)
+
+
+def python_files(paths: list[str]) -> list[str]:
+    out = []
+    for path in paths:
+        if os.path.isdir(path):
+            for root, dirs, files in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "venv"))
+                out += [os.path.join(root, f) for f in sorted(files) if f.endswith(".py")]
+        elif os.path.isfile(path):
+            out.append(path)
+        else:
+            raise UsageError(f"not found: {path}")
+    return out
+
+
+def lint(paths: list[str], rules: list) -> list[Finding]:
+    """Static findings for the given files or directories, under the rules that are selected."""
+    spec = {r.id: r for r in rules}
+    findings = []
+    for path in python_files(paths):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
+        lines = text.splitlines()
+        shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
+        for hit in lint_source(text, path):
+            rule = spec.get(hit.rule)
+            if rule is None:
+                continue
+            code = lines[hit.line - 1].strip() if hit.line <= len(lines) else ""
+            findings.append(Finding(rule.id, rule.title, tuple(rule.tips), rule.severity, hit.message,
+                                    rule.static_fix, Cost(None, None), (Location(shown, hit.line, code, "static"),),
+                                    ("static: seen in the source; `perfaudit run` measures it",),
+                                    evidence={"static": True}))
+    return findings

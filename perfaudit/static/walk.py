@@ -1,0 +1,78 @@
+"""Walk a module's AST once, keeping the scope, and run the registered checks on every node."""
+from __future__ import annotations
+
+import ast
+
+from ..calls import call_name, creates_on_host
+from .registry import CHECKS, Hit, Scope
+
+_LOOPS = (ast.For, ast.While, ast.AsyncFor)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_OWN_SCOPE = (*_LOOPS, *_FUNCTIONS, ast.ClassDef, ast.Lambda)
+
+
+def steps_here(body) -> bool:
+    """Whether these statements call backward() or .step() outside any nested loop or function."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _OWN_SCOPE):
+            continue
+        if isinstance(node, ast.Call) and call_name(node) in ("backward", "step"):
+            return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def logging_branch(test) -> bool:
+    """`if step % 100 == 0:` and the like: taken once every N steps."""
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(test))
+
+
+class Walker(ast.NodeVisitor):
+    def __init__(self):
+        self.scope = Scope()
+        self.hits: list[Hit] = []
+
+    def visit(self, node):
+        for spec in CHECKS.get(type(node), ()):
+            self.hits.extend(spec.fn(node, self.scope))
+        return super().visit(node)
+
+    def _loop(self, node):
+        scope = self.scope
+        scope.loops += 1
+        scope.steps.append(steps_here(node.body))
+        self.generic_visit(node)
+        scope.steps.pop()
+        scope.loops -= 1
+
+    visit_For = visit_While = visit_AsyncFor = _loop
+
+    def visit_If(self, node):
+        logging = bool(self.scope.loops and logging_branch(node.test))
+        self.visit(node.test)
+        self.scope.logging += logging
+        for child in node.body:
+            self.visit(child)
+        self.scope.logging -= logging
+        for child in node.orelse:
+            self.visit(child)
+
+    def visit_FunctionDef(self, node):
+        outer, self.scope = self.scope, Scope(steps=[steps_here(node.body)])  # a train_step(): runs every step
+        self.generic_visit(node)
+        self.scope = outer
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Assign(self, node):
+        if creates_on_host(node.value):
+            self.scope.host_vars.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        self.generic_visit(node)
+
+
+def check_tree(tree: ast.AST) -> list[Hit]:
+    walker = Walker()
+    walker.visit(tree)
+    return sorted({(h.rule, h.line): h for h in walker.hits}.values(), key=lambda h: (h.line, h.rule))
