@@ -42,6 +42,16 @@ def test_json_report_validates_and_analyze_of_the_saved_trace_agrees(sample_repo
     assert again["run"]["outcome"]["outcome"] == "window_complete"
 
 
+def test_probe_snapshot_matches_its_description(run_dir, sample_report):
+    """What the probes write is what the facts read: one schema, perfaudit/probe_schema.py."""
+    from perfaudit.probe_schema import SNAPSHOT_SCHEMA
+    from perfaudit.trace import load_trace
+    for name in ("sync_bad", "copy_bad", "debug_bad"):
+        sample_report(f"{name}.py")
+        probes = load_trace(f"{run_dir}/{name}/trace.json.gz").probes["probes"]
+        jsonschema.validate(probes, SNAPSHOT_SCHEMA)
+
+
 @pytest.mark.parametrize("fail_on,code", [("warning", 1), ("info", 1), ("error", 0), ("never", 0)])
 def test_fail_on_gate(run_dir, fail_on, code):
     proc = perfaudit("analyze", f"{run_dir}/sync_bad/trace.json.gz", "--fail-on", fail_on)

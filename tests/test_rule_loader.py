@@ -64,3 +64,47 @@ def test_rule_text_is_never_evaluated(tmp_path):
     findings, _, _ = evaluate_trace(trace, [rule])
     assert findings and findings[0].message == payload  # rendered as plain text
     assert not marker.exists()
+
+
+def test_absurd_format_width_is_rejected(tmp_path):
+    path = _write(tmp_path, lambda s: s.update(message="{ms_per_step:999999999.2f} ms"))
+    with pytest.raises(RuleError, match="unsupported format"):
+        load_rule(path)
+
+
+def test_a_bug_in_a_fact_fails_in_strict_mode_and_is_said_otherwise():
+    """Only data from outside may be missing: a fact that raises TypeError is a bug, never 'no data'."""
+    from perfaudit.facts import FACTS, Context, Missing
+    from perfaudit.facts.registry import FactSpec
+
+    def broken(ctx):
+        return None + 1
+
+    FACTS["test.broken"] = FactSpec("test.broken", "a fact with a bug", broken)
+    try:
+        with pytest.raises(TypeError):
+            Context(None, {}, strict=True).get("test.broken")
+        lenient = Context(None, {}, strict=False)
+        with pytest.raises(Missing, match="internal error in fact test.broken"):
+            lenient.get("test.broken")
+        assert lenient.errors and "please report" in lenient.errors[0]
+    finally:
+        del FACTS["test.broken"]
+
+
+def test_malformed_probe_data_is_dropped_at_the_boundary():
+    from perfaudit.facts import Context, Missing
+    ctx = Context(None, {"optimizers": [{"class": 3}], "schedulers": [], "environment": {"cpu_count": "many"}},
+                  strict=True)
+    assert ctx.malformed_probes == ["optimizers", "environment"]
+    assert ctx.get("optim.has_scheduler") is False
+    with pytest.raises(Missing, match="malformed"):
+        ctx.get("optim.advice_sites")
+
+
+def test_explain_shows_rules_from_rules_dir(tmp_path):
+    from conftest import perfaudit
+    (tmp_path / "X.yaml").write_text(SYNC.read_text().replace("id: SYNC001", "id: XTRA001"))
+    proc = perfaudit("explain", "XTRA001", "--rules-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "XTRA001" in proc.stdout and "Why is this slow?" in proc.stdout
