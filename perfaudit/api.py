@@ -19,22 +19,55 @@ from .outcome import Outcome
 from .trace import Trace, load_trace
 
 _TRACE_PATTERNS = ("*.json", "*.json.gz")
+_NOT_TRAINING = {"dataloader": "DataLoader batches", "inference": "calls of the top-level module under no_grad"}
 
 
-def expand_trace_paths(paths: list[str]) -> list[str]:
-    """Files as given; a directory stands for the traces inside it (one per rank, say)."""
+def expand_trace_paths(paths: list[str]) -> list[tuple[str, bool]]:
+    """(file, found in a folder) for the paths given; a folder stands for the traces inside it (one per
+    rank, say)."""
     out = []
     for path in paths:
         if os.path.isdir(path):
             found = sorted({f for pat in _TRACE_PATTERNS for f in glob.glob(os.path.join(path, pat))})
             if not found:
-                raise UsageError(f"no trace files (*.json, *.json.gz) in directory {path}")
-            out.extend(found)
+                raise UsageError(f"no trace files (*.json, *.json.gz) in folder {path}")
+            out.extend((f, True) for f in found)
         else:
-            out.append(path)
+            out.append((path, False))
     if not out:
         raise UsageError("no trace files given")
     return out
+
+
+def looks_like_trace(path: str) -> bool:
+    """Whether a JSON file found in a folder is a profiler trace (its first MiB names traceEvents),
+    not a neighbour such as perfaudit's own result.json."""
+    import gzip
+    try:
+        with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
+            return b'"traceEvents"' in f.read(1 << 20)
+    except (OSError, EOFError, ValueError):
+        return True  # unreadable: let the parser say why
+
+
+def _load_all(paths: list[str], notes: list[str]) -> list[Trace]:
+    """Every trace named or found; in a folder, files that are not traces are skipped and a trace that
+    cannot be read is named and skipped, as long as one trace can be read."""
+    traces, errors = [], []
+    for path, in_folder in expand_trace_paths(paths):
+        if in_folder and not looks_like_trace(path):
+            notes.append(f"skipped {path}: not a profiler trace")
+            continue
+        try:
+            traces.append(load_trace(path))
+        except TraceError as exc:
+            if not in_folder:
+                raise
+            errors.append(exc)
+            notes.append(f"skipped {exc}")
+    if not traces:
+        raise errors[0] if errors else UsageError(f"no profiler traces in {', '.join(paths)}")
+    return traces
 
 
 def _merge_across_traces(findings: list[Finding], ranks: dict) -> list[Finding]:
@@ -106,11 +139,11 @@ def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tup
             gate_options: GateOptions | None = None) -> Report:
     """Run the rules on traces recorded elsewhere (or by an earlier `perfaudit run`)."""
     rules = rules if rules is not None else load_rules()
-    files = expand_trace_paths(paths)
     report = Report([], [], [])
+    traces = _load_all(paths, report.notes)
     contexts = []
-    for path in files:
-        trace = load_trace(path)
+    for trace in traces:
+        path = trace.path
         roots = source_roots + (os.path.dirname(os.path.abspath(path)), os.getcwd())
         ctx = Context(trace, None, roots)  # kept: the job-level rules reuse each rank's facts
         findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])
@@ -121,14 +154,14 @@ def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tup
         report.notes.extend(n for n in _context_notes(ctx) if n not in report.notes)
         if trace.skipped_events:
             report.notes.append(f"{path}: {trace.skipped_events} malformed events were ignored")
-        if len(files) == 1 and trace.probes:  # recorded by `perfaudit run`: the same report again
+        if len(traces) == 1 and trace.probes:  # recorded by `perfaudit run`: the same report again
             script, outcome = trace.probes.get("script"), trace.probes.get("outcome")
             report.script = script if isinstance(script, str) else None
             report.outcome = outcome if isinstance(outcome, dict) else None
-    if len(files) > 1:
+    if len(traces) > 1:
         report.findings = _merge_across_traces(report.findings, {t.path: t.rank for t in report.traces})
     job_rules = [r for r in rules if r.scope == "job"]
-    if len(files) > 1 and job_rules:
+    if len(traces) > 1 and job_rules:
         findings, skipped = _evaluate(Context(None, {}, source_roots, job=contexts), job_rules)
         report.findings.extend(findings)
         report.skipped.extend(skipped)
@@ -155,9 +188,15 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
     findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])
     report = Report(findings, skipped, [_summary(trace, ctx)] if trace is not None else [], script=result.script,
                     outcome=result.outcome, run_dir=result.run_dir, notes=notes + _context_notes(ctx),
-                    interrupted=result.interrupted)
+                    stop_signal=result.stop_signal)
     if trace is None:
         report.notes.append(_no_trace_reason(result))
+    elif result.outcome.get("step_source") in _NOT_TRAINING:
+        report.notes.append(f"no optimizer step or backward() was seen: the steps are "
+                            f"{_NOT_TRAINING[result.outcome['step_source']]} (inference or evaluation)")
+    if result.outcome.get("budget_hit"):
+        report.notes.append(f"recording stopped at its time budget ({options.record_budget_s:g} s) after "
+                            f"{len(trace.measured_steps) if trace else 0} measured step(s); --steps sets fewer")
     gate.confirm_static(report, lint_paths([script], rules))
     return gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
 
@@ -168,18 +207,27 @@ def lint(paths: list[str], rules: list[Rule] | None = None, gate_options: GateOp
     from .static import python_files
     rules = rules if rules is not None else load_rules()
     files = python_files(paths)
-    report = Report(lint_paths(files, rules), [], [], files=len(files))
+    report = Report([], [], [], files=len(files))
+    report.findings = lint_paths(files, rules, report.notes)
     report.notes.append(f"static pass over {len(files)} file(s); `perfaudit run` measures what it finds")
     return gate.finalize(report, gate_options or GateOptions(), extra_files=tuple(files), rules=rules)
 
 
 def _no_trace_reason(result: RunResult) -> str:
     o = result.outcome
-    if not o.get("profiling_started", False) and Outcome.of(o) not in (Outcome.TIMEOUT, Outcome.INTERRUPTED,
-                                                                        Outcome.CRASHED):
-        return ("no trace was recorded: the script never started training (no optimizer, DataLoader "
-                "iteration or backward() was seen before it ended)")
-    return "no trace was recorded before the script ended"
+    if Outcome.of(o) == Outcome.SPAWNED:
+        return ("nothing was measured: the script starts its training in new processes "
+                f"({o.get('api')}), which perfaudit does not watch; call the training function directly "
+                "(one process) or launch it with torchrun")
+    if o.get("profiling_started"):
+        return "no trace was recorded before the script ended"
+    if Outcome.of(o) in (Outcome.TIMEOUT, Outcome.INTERRUPTED, Outcome.CRASHED):
+        return "nothing was measured: the script was stopped before its second training step"
+    if o.get("optimizers_built"):
+        return ("nothing was measured: an optimizer was built but never stepped, and no training step "
+                "was seen before the script ended")
+    return ("nothing was measured: the script never started training (no optimizer step, backward(), "
+            "DataLoader batch or inference call was seen before it ended)")
 
 
 __all__ = ["GateOptions", "Report", "RunOptions", "analyze", "audit", "evaluate_trace", "expand_trace_paths", "lint", "rank"]

@@ -1,7 +1,8 @@
 """Baselines: record today's findings, then fail only on new ones.
 
 A finding is matched on its rule, its file and the code of its line (whitespace-normalised), not on
-the line number, so edits above the line do not make it new again."""
+the line number, so edits above the line do not make it new again. Files are named relative to the
+baseline's own folder, so the same baseline works from any working directory."""
 from __future__ import annotations
 
 import json
@@ -15,10 +16,15 @@ VERSION = 1
 _SPACE = re.compile(r"\s+")
 
 
-def fingerprints(f: Finding) -> set[str]:
+def fingerprints(f: Finding, base: str = ".") -> set[str]:
     if not f.locations:
         return {f"{f.rule}::{os.path.basename(f.trace or '')}"}
-    return {f"{f.rule}:{loc.path}:{_normalise(loc.code) or loc.line}" for loc in f.locations}
+    return {f"{f.rule}:{_relative(loc.path, base)}:{_normalise(loc.code) or loc.line}" for loc in f.locations}
+
+
+def _relative(path: str, base: str) -> str:
+    rel = os.path.relpath(os.path.realpath(path), os.path.realpath(base))
+    return rel.replace(os.sep, "/")
 
 
 def _normalise(code: str) -> str:
@@ -26,7 +32,8 @@ def _normalise(code: str) -> str:
 
 
 def write(path: str, findings: list[Finding]) -> None:
-    entries = sorted({fp for f in findings for fp in fingerprints(f)})
+    base = os.path.dirname(os.path.abspath(path))
+    entries = sorted({fp for f in findings for fp in fingerprints(f, base)})
     try:
         with open(path, "w", encoding="utf-8") as fh:
             json.dump({"version": VERSION, "tool": "perfaudit", "fingerprints": entries}, fh, indent=1)
@@ -48,6 +55,7 @@ def read(path: str) -> set[str]:
     return set(data["fingerprints"])
 
 
-def new_findings(findings: list[Finding], known: set[str]) -> list[Finding]:
-    """Findings with at least one location not in the baseline."""
-    return [f for f in findings if not fingerprints(f) <= known]
+def new_findings(findings: list[Finding], known: set[str], path: str) -> list[Finding]:
+    """Findings with at least one location not in the baseline at `path`."""
+    base = os.path.dirname(os.path.abspath(path))
+    return [f for f in findings if not fingerprints(f, base) <= known]

@@ -129,12 +129,19 @@ class Setup:
             baseline_file.read(baseline)  # a missing or corrupt baseline fails now, not after the run
         self.gate = GateOptions(self.cfg, baseline, baseline_write)
 
-    def finish(self, report, fail_on: Optional[FailOn], verbose: bool, extra_exit: int | None = None):
+    def finish(self, report, fail_on: Optional[FailOn], verbose: bool, extra_exit: int | None = None,
+               needs_training: bool = False):
         """Print and write the report, then exit: `extra_exit` (the script failed, the run was
-        interrupted) wins over the gate."""
-        _emit(report, self.specs, self.all_rules, verbose)
+        interrupted) wins over the gate. With `needs_training`, an active gate fails a run in which no
+        training step was measured (nothing measured is not a pass), unless allowed."""
         level = fail_on.value if fail_on else (self.cfg.fail_on or "never")
-        raise typer.Exit(extra_exit if extra_exit is not None else EXIT_FINDINGS if report.fails(level) else EXIT_OK)
+        unmeasured = needs_training and level != "never" and not report.measured and not self.cfg.allow_no_training
+        if unmeasured:
+            report.notes.append(f"gate (--fail-on {level}): no training step was measured, so nothing was "
+                                "checked; this fails the gate (--allow-no-training to let it pass)")
+        _emit(report, self.specs, self.all_rules, verbose)
+        failed = report.fails(level) or unmeasured
+        raise typer.Exit(extra_exit if extra_exit is not None else EXIT_FINDINGS if failed else EXIT_OK)
 
 
 def _parse_formats(formats: Optional[list[str]], output: Optional[str]) -> list[tuple[str, Optional[str]]]:
@@ -223,6 +230,8 @@ def run(
     timeout: Annotated[float, typer.Option(min=0, help="Stop the script after this many seconds (0: never).")] = 600.0,
     out_dir: Annotated[Optional[str], typer.Option(help="Run folder (default ./.perfaudit/runs/<timestamp>).")] = None,
     stack: Annotated[bool, typer.Option("--stack/--no-stack", help="Record Python stacks (needed for file:line).")] = True,
+    allow_no_training: Annotated[bool, typer.Option(
+        "--allow-no-training", help="Let the gate pass a run that never reached a training step.")] = False,
     fmt: FormatOpt = None, output: OutputOpt = None, fail_on: FailOnOpt = None, config: ConfigOpt = None,
     select: SelectOpt = None, ignore: IgnoreOpt = None, baseline: BaselineOpt = None,
     baseline_write: BaselineWriteOpt = None, rules_dir: RulesDirOpt = None, verbose: VerboseOpt = False,
@@ -233,16 +242,17 @@ def run(
     from .collect.runner import RunOptions
     setup = Setup(config, rules_dir, select, ignore, fmt, output, baseline, baseline_write)
     cfg, rules = setup.cfg, setup.rules
+    cfg.allow_no_training = cfg.allow_no_training or allow_no_training
     needs = set().union(*(r.needs() for r in rules)) if rules else set()
     # the cheapest recording the selected rules need: stacks and shapes only when a rule reads them
     options = RunOptions(warmup=warmup if warmup is not None else (cfg.warmup if cfg.warmup is not None else 2),
                          steps=steps if steps is not None else (cfg.steps or 5), full=full,
                          timeout=timeout or None, out_dir=out_dir, with_stack=stack and "stacks" in needs,
-                         record_shapes="shapes" in needs)
+                         record_shapes="shapes" in needs, keep_runs=cfg.keep_runs)
     with err.status(f"running {script} …") as status:
         report = audit(script, args or [], options, rules, _progress(status, script), setup.gate)
-    extra = EXIT_INTERRUPTED if report.interrupted else EXIT_SCRIPT_FAILED if report.script_failed else None
-    setup.finish(report, fail_on, verbose, extra)
+    extra = 128 + report.stop_signal if report.stop_signal else EXIT_SCRIPT_FAILED if report.script_failed else None
+    setup.finish(report, fail_on, verbose, extra, needs_training=True)
 
 
 def _progress(status, script: str):

@@ -27,7 +27,8 @@ from .errors import UsageError
 from .findings import SEVERITIES
 
 FAIL_ON = (*SEVERITIES, "never")
-_KEYS = {"select", "ignore", "fail-on", "warmup", "steps", "rules-dirs", "severity", "thresholds"}
+_KEYS = {"select", "ignore", "fail-on", "warmup", "steps", "rules-dirs", "severity", "thresholds",
+         "allow-no-training", "keep-runs"}
 
 
 @dataclass
@@ -39,6 +40,8 @@ class Config:
     warmup: int | None = None
     steps: int | None = None
     rules_dirs: list[str] = field(default_factory=list)
+    allow_no_training: bool = False   # the gate passes a run that never reached a training step
+    keep_runs: int = 10               # run folders kept under .perfaudit/runs (0: all)
     severity: dict[str, str] = field(default_factory=dict)
     thresholds: dict[str, dict] = field(default_factory=dict)
     origin: dict[str, str] = field(default_factory=dict)  # "select"/"ignore" -> where they were set
@@ -82,6 +85,15 @@ def _parse(table: dict, where: str) -> Config:
         if table["fail-on"] not in FAIL_ON:
             _fail(where, "fail-on", f"expected one of {', '.join(FAIL_ON)}")
         cfg.fail_on = table["fail-on"]
+    if "allow-no-training" in table:
+        if not isinstance(table["allow-no-training"], bool):
+            _fail(where, "allow-no-training", "expected true or false")
+        cfg.allow_no_training = table["allow-no-training"]
+    if "keep-runs" in table:
+        value = table["keep-runs"]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            _fail(where, "keep-runs", "expected a non-negative integer (0 keeps every run)")
+        cfg.keep_runs = value
     for key in ("warmup", "steps"):
         if key in table:
             value = table[key]

@@ -92,7 +92,7 @@ class Report:
     run_dir: str | None = None
     notes: list[str] = field(default_factory=list)
     files: int | None = None         # lint: how many files were read
-    interrupted: bool = False        # the user stopped the run (Ctrl-C, SIGTERM, SIGHUP)
+    stop_signal: int | None = None   # the signal that stopped the run (Ctrl-C: SIGINT, SIGTERM, SIGHUP)
 
     def worst(self) -> str | None:
         return max((f.severity for f in self.findings), key=severity_rank, default=None)
@@ -110,3 +110,8 @@ class Report:
     @property
     def outcome_kind(self) -> Outcome | None:
         return Outcome.of(self.outcome)
+
+    @property
+    def measured(self) -> bool:
+        """Whether any training step was measured (false for a run that never started training)."""
+        return any(t.steps for t in self.traces)

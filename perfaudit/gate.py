@@ -33,7 +33,7 @@ def finalize(report: Report, options: GateOptions, extra_files: tuple[str, ...] 
         report.notes.append(f"baseline written to {baseline_write} ({len(findings)} finding(s))")
     if baseline:
         known = baseline_file.read(baseline)
-        new = baseline_file.new_findings(findings, known)
+        new = baseline_file.new_findings(findings, known, baseline)
         report.notes.append(f"baseline {baseline}: {len(findings) - len(new)} known finding(s) not reported")
         findings = new
     report.findings = rank(findings)

@@ -14,6 +14,7 @@ class Outcome(str, Enum):
     INTERRUPTED = "interrupted"          # Ctrl-C, SIGTERM or SIGHUP
     TIMEOUT = "timeout"                  # stopped at --timeout
     CRASHED = "crashed"                  # died without a word (a signal, a segfault)
+    SPAWNED = "spawned"                  # handed its training to torch.multiprocessing.spawn
 
     def __str__(self) -> str:
         return self.value

@@ -51,13 +51,49 @@ def _walk_own(nodes):
                 stack.append((child, in_loop or (loop and child not in (getattr(node, "iter", None),))))
 
 
+_COMPREHENSIONS = {"<listcomp>": ast.ListComp, "<setcomp>": ast.SetComp, "<dictcomp>": ast.DictComp,
+                   "<genexpr>": ast.GeneratorExp, "<lambda>": ast.Lambda}
+
+
+def _function_body(module: ast.Module, line: int, func: str) -> list | None:
+    """The statements of the function `func` that the profiler named by `line`. Kineto names a frame by
+    its def line, except a frame already running when recording started: that one carries the line it
+    was on. So: the function defined at `line`, else the innermost one named `func` that spans it.
+    Comprehensions and lambdas are frames of their own (`<listcomp>`): the expression at that line."""
+    kind = _COMPREHENSIONS.get(func)
+    spanning = []
+    for node in ast.walk(module):
+        if kind is not None:
+            if isinstance(node, kind) and node.lineno <= line <= node.end_lineno:
+                spanning.append(node)
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == func:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            if line in (first, node.lineno):
+                return node.body
+            if first <= line <= node.end_lineno:
+                spanning.append(node)
+    if not spanning:
+        return None
+    inner = max(spanning, key=lambda n: (n.lineno, -n.end_lineno))
+    return [inner] if kind is not None else inner.body
+
+
 class SourceIndex:
     """Source files of the user's code, found through the roots a run or trace gives."""
 
-    def __init__(self, roots: tuple[str, ...] = ()):
+    def __init__(self, roots: tuple[str, ...] = (), aliases: dict[str, str] | None = None):
         self.roots = tuple(r for r in roots if r)
+        self.aliases = dict(aliases or {})  # ASCII link -> real path (scripts with non-ASCII paths)
+
+    def unalias(self, path: str) -> str:
+        for alias, real in self.aliases.items():
+            if path == alias or path.startswith(alias + os.sep):
+                return real + path[len(alias):]
+        return path
 
     def resolve(self, path: str) -> str | None:
+        path = self.unalias(path)
         if os.path.isabs(path):
             return path if os.path.isfile(path) else None
         for root in self.roots:
@@ -68,7 +104,7 @@ class SourceIndex:
 
     def display_path(self, path: str) -> str:
         """The path as the user knows it: relative to the working directory when inside it."""
-        resolved = self.resolve(path) or path
+        resolved = self.resolve(path) or self.unalias(path)
         try:
             rel = os.path.relpath(resolved)
         except ValueError:
@@ -89,12 +125,7 @@ class SourceIndex:
         module, lines = parsed
         if func == "<module>":
             return lines, module.body
-        for node in ast.walk(module):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == func:
-                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                if def_line in (first, node.lineno):
-                    return lines, node.body
-        return lines, None
+        return lines, _function_body(module, def_line, func)
 
     def calls(self, path: str, def_line: int, func: str, names: set[str]) -> list[CallSite] | None:
         """Calls named in `names` inside the function; None when the source is not available."""

@@ -6,6 +6,7 @@ import subprocess
 
 import jsonschema
 import pytest
+
 from conftest import ROOT, SAMPLES, perfaudit
 
 SCRIPTS = ROOT / "tests" / "scripts"

@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 import jsonschema
 import pytest
 import yaml
+
 from conftest import ROOT, SAMPLES, SHARED, perfaudit
 from markers import marked
 

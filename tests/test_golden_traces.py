@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TRACES, needs_shared
 
+from conftest import TRACES, needs_shared
 from perfaudit.api import analyze
 
 EXPECTED = json.loads((Path(__file__).with_name("golden") / "expected.json").read_text())

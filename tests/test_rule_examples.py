@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from conftest import ROOT, SAMPLES
 from markers import expected_lines, marked, quiet_lines
-
 from perfaudit.engine.loader import load_rules
 
 RULES = load_rules()

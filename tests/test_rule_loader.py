@@ -54,7 +54,6 @@ def test_duplicate_rule_id_across_directories(tmp_path):
 
 def test_rule_text_is_never_evaluated(tmp_path):
     from conftest import TRACES, needs_shared
-
     from perfaudit.api import evaluate_trace
     from perfaudit.trace import load_trace
     marker = tmp_path / "pwned"

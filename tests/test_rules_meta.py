@@ -5,8 +5,8 @@ import re
 from collections import Counter
 
 import pytest
-from conftest import SHARED, perfaudit
 
+from conftest import SHARED, perfaudit
 from perfaudit.engine.loader import load_rules
 from perfaudit.report.docs import SECTIONS
 from perfaudit.tips import TIPS

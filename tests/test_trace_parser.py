@@ -5,8 +5,8 @@ import gzip
 import json
 
 import pytest
-from conftest import TRACES, needs_shared
 
+from conftest import TRACES, needs_shared
 from perfaudit.errors import TraceError
 from perfaudit.trace import load_trace
 

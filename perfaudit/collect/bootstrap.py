@@ -28,6 +28,10 @@ class Interrupted(BaseException):
     pass
 
 
+class Spawned(BaseException):
+    """The script hands its training to other processes (torch.multiprocessing.spawn)."""
+
+
 def _user_frame_of(tb) -> dict | None:
     from .probes import is_user_file
     last = None
@@ -51,7 +55,7 @@ class Session:
         self.warmup, self.steps, self.full = config["warmup"], config["steps"], config["full"]
         self.pid = os.getpid()       # DataLoader workers fork this process: they must not report
         self.probes = Probes()
-        self.detector = StepDetector(self._step_boundary, self._relearned)
+        self.detector = StepDetector(self._step_boundary, self._restart)
         self.prof = None
         self.step_rf = None
         self.step_index = 0          # steps completed inside the profiled window
@@ -59,6 +63,11 @@ class Session:
         self.finished = False
         self.pending = False         # a step ended; its boundary waits for the next flush point
         self.started_at = None
+        self.budget_s = config.get("record_budget_s")  # recording stops after this many seconds
+        self.budget_hit = False
+        self.restarts: list[str] = []
+        self._forward_hooks = None
+        self._depth = 0
         self._progress = open(os.path.join(self.run_dir, "progress.jsonl"), "a", buffering=1)
 
     # -- progress ------------------------------------------------------------------------------
@@ -68,7 +77,8 @@ class Session:
     # -- hooks ---------------------------------------------------------------------------------
     def install(self) -> None:
         torch = self.torch
-        self.probes.on_training_activity = self._start_profiler
+        self.probes.on_optimizer_built = self._optimizer_built
+        self.probes.on_spawn = self._spawned
         self.probes.window_step = lambda: (self.step_index if self.prof is not None and not self.window_closed
                                            and self.step_index >= self.warmup else None)
         self.probes.on_batch = self.detector.batch_fetched
@@ -76,7 +86,7 @@ class Session:
         self.probes.install()
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
         register_optimizer_step_pre_hook(lambda opt, args, kwargs: self.flush())
-        register_optimizer_step_post_hook(lambda opt, args, kwargs: self.detector.optimizer_stepped(id(opt)))
+        register_optimizer_step_post_hook(lambda opt, args, kwargs: self.detector.optimizer_stepped(_role(opt)))
         original_zero_grad = torch.optim.Optimizer.zero_grad
 
         def zero_grad(opt, *args, **kwargs):
@@ -87,9 +97,9 @@ class Session:
         original_backward = torch.autograd.backward
 
         def backward(*args, **kwargs):
-            self._start_profiler()
             self.flush()
             result = original_backward(*args, **kwargs)
+            self._stop_inference_watch()
             self.detector.backward_done()
             return result
 
@@ -102,8 +112,41 @@ class Session:
             original_exit(code)
 
         os._exit = guarded_exit
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
+        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
+        self._start_inference_watch()
+        _watch_parent(os.getppid())
+
+    # -- inference: top-level module calls with gradients off, while nothing trains -----------------
+    def _start_inference_watch(self) -> None:
+        torch = self.torch
+
+        def pre(module, inputs):
+            if self._depth == 0 and not torch.is_grad_enabled() and os.getpid() == self.pid:
+                self.flush()
+            self._depth += 1
+
+        def post(module, inputs, output):
+            self._depth = max(self._depth - 1, 0)
+            if self._depth == 0 and not torch.is_grad_enabled() and os.getpid() == self.pid:
+                self.detector.inference_call()
+
+        mods = torch.nn.modules.module
+        self._forward_hooks = (mods.register_module_forward_pre_hook(pre), mods.register_module_forward_hook(post))
+
+    def _stop_inference_watch(self) -> None:
+        if self._forward_hooks is not None:
+            for handle in self._forward_hooks:
+                handle.remove()
+            self._forward_hooks = None
+
+    def _optimizer_built(self) -> None:
+        self._stop_inference_watch()
+        self.detector.optimizer_built()
+
+    def _spawned(self, api: str) -> None:
+        if os.getpid() == self.pid and not self.finished:
+            raise Spawned(api)
 
     def _on_signal(self, signum, frame):
         if os.getpid() != self.pid:  # a forked worker: behave as it would without perfaudit
@@ -141,11 +184,15 @@ class Session:
         self.step_rf = self.torch.profiler.record_function(f"ProfilerStep#{self.step_index}")
         self.step_rf.__enter__()
 
-    def _relearned(self) -> None:
-        """A second optimizer showed up in the first iteration: the boundary already placed after the
-        first one was mid-iteration, so one more warm-up step absorbs it."""
-        if self.step_index <= self.warmup:
-            self.warmup += 1
+    def _restart(self, why: str) -> None:
+        """The steps counted so far belong to another phase (pre-training, a weaker step marker) or the
+        iteration was cut mid-way: warm up again from here, so the measured steps are this phase's.
+        The current step is mixed, so it does not count as warm-up."""
+        if self.prof is None or self.window_closed:
+            return
+        self.restarts.append(why)
+        self.warmup = max(self.warmup, self.step_index + 1 + self.config["warmup"])
+        self._say("restart", why=why, warmup=self.warmup)
 
     def _close_step(self) -> None:
         if self.step_rf is not None:
@@ -156,13 +203,17 @@ class Session:
         """A step ended. Its boundary is placed at the next flush point (next batch, zero_grad,
         backward or optimizer step), so that work after optimizer.step() stays in its step and
         the Optimizer.step range is not cut."""
-        if self.prof is not None and not self.window_closed:
+        if not self.window_closed:
             self.pending = True
 
     def flush(self, raise_done: bool = True) -> None:
         if not self.pending or os.getpid() != self.pid:
             return
         self.pending = False
+        if self.prof is None:  # the first step ended: recording starts with the second
+            if raise_done:
+                self._start_profiler()
+            return
         if self.step_index >= self.warmup:
             self.probes.sample_window_state()
         self._close_step()
@@ -172,7 +223,11 @@ class Session:
         if self.step_index == self.warmup:
             self.probes.start_sync_debug()  # measured steps only: the warnings cost time
         self._say("step", step=self.step_index, warmup=self.warmup, steps=self.steps)
-        if self.step_index >= self.warmup + self.steps:
+        over_budget = (self.budget_s and self.step_index > self.warmup
+                       and time.time() - self.started_at > self.budget_s)
+        if over_budget:
+            self.budget_hit = True
+        if self.step_index >= self.warmup + self.steps or over_budget:
             self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
             if not self.full and raise_done:
                 raise WindowDone()
@@ -223,8 +278,10 @@ class Session:
             "argv": sys.argv[1:],
             "cwd": os.getcwd(),
             "source_roots": [os.path.dirname(os.path.abspath(self.script)), os.getcwd()],
+            "path_aliases": self.config.get("path_aliases") or {},
             "window": {"warmup": self.warmup, "steps": self.steps, "recorded": self.step_index,
-                       "step_source": self.detector.source},
+                       "step_source": self.detector.source, "restarts": self.restarts,
+                       "budget_s": self.budget_s, "budget_hit": self.budget_hit},
             "outcome": result,
             "probes": self.probes.snapshot(),
         }
@@ -232,7 +289,8 @@ class Session:
     def _write_result(self, result: dict, trace_path: str | None) -> None:
         out = {**result, "trace": trace_path, "steps_recorded": self.step_index,
                "warmup": self.warmup, "step_source": self.detector.source,
-               "profiling_started": self.prof is not None}
+               "profiling_started": self.prof is not None, "budget_hit": self.budget_hit,
+               "optimizers_built": self.detector.optimizers_built}
         if self.prof is None:
             out["probes"] = self.probes.snapshot()
         tmp = os.path.join(self.run_dir, "result.json.tmp")
@@ -259,6 +317,29 @@ class Session:
         self._say("done")
 
 
+def _role(optimizer) -> tuple:
+    """An optimizer's role in the script: its class and first parameter, so that an optimizer rebuilt
+    over the same parameters (every epoch, say) is the same one for step detection."""
+    try:
+        first = id(optimizer.param_groups[0]["params"][0])
+    except (AttributeError, IndexError, KeyError, TypeError):
+        first = id(optimizer)
+    return type(optimizer).__name__, first
+
+
+def _watch_parent(parent: int) -> None:
+    """If perfaudit itself dies (SIGKILL), stop as on SIGTERM: write what was recorded, then exit,
+    rather than train on with no parent and no timeout."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="perfaudit-parent-watch", daemon=True).start()
+
+
 def _describe_exception(exc: BaseException) -> dict:
     return {"outcome": Outcome.RAISED, "exception": type(exc).__name__,
             "message": str(exc).splitlines()[0][:500] if str(exc) else "",
@@ -267,12 +348,13 @@ def _describe_exception(exc: BaseException) -> dict:
 
 
 def main() -> None:
-    config_path, script, *args = sys.argv[1:]
-    with open(config_path) as f:
-        config = json.load(f)
-    script_path = os.path.abspath(script)
+    script, *args = sys.argv[1:]
+    config = json.loads(os.environ.pop("PERFAUDIT_CONFIG"))  # not a file: nothing in the script's way
+    script_path = config.get("run_as") or os.path.abspath(script)
     sys.argv = [script, *args]
-    sys.path[0] = os.path.dirname(script_path)
+    # the script's folder first on sys.path, as `python SCRIPT` does (its ASCII alias, if it has one)
+    aliases = config.get("path_aliases") or {}
+    sys.path[0] = next((a for a in aliases if os.path.isdir(a)), os.path.dirname(script_path))
     session = Session(config, script)
     session.install()
     session._say("running")
@@ -284,6 +366,8 @@ def main() -> None:
         result = {"outcome": Outcome.WINDOW_COMPLETE}
     except Interrupted as exc:
         result = {"outcome": Outcome.INTERRUPTED, "signal": str(exc)}
+    except Spawned as exc:
+        result = {"outcome": Outcome.SPAWNED, "api": str(exc)}
     except KeyboardInterrupt:
         result = {"outcome": Outcome.INTERRUPTED, "signal": "SIGINT"}
     except SystemExit as exc:

@@ -78,7 +78,8 @@ class Probes:
         self.module_order: list[str] = []
         self._outputs: dict[int, torch.nn.Module] = {}
         self._module_hook = None
-        self.on_training_activity = lambda: None
+        self.on_optimizer_built = lambda: None
+        self.on_spawn = lambda api: None  # the script starts its training in other processes
         self.own_profiler = None          # perfaudit's profiler; every other one is neutralised
         self.data_parallel: list[dict] = []
         self.schedulers: list[dict] = []
@@ -99,7 +100,6 @@ class Probes:
             iterator = original_iter(loader)
             try:
                 iterator._perfaudit_loader = id(loader)
-                self.on_training_activity()
             except Exception:
                 pass
             return iterator
@@ -130,6 +130,10 @@ class Probes:
         _wrap(torch.cuda, "empty_cache", self._empty_cache)
         _wrap(torch.nn.DataParallel, "__init__", lambda a, k: self.data_parallel.append(
             {"site": user_site(3), "class": type(a[0]).__name__}))
+        import torch.multiprocessing as tmp
+        for name in ("spawn", "start_processes"):
+            if hasattr(tmp, name):
+                self._guard_spawn(tmp, name)
         _wrap(torch.optim.lr_scheduler.LRScheduler, "__init__", lambda a, k: self.schedulers.append(
             {"site": user_site(3), "class": type(a[0]).__name__}))
 
@@ -184,6 +188,18 @@ class Probes:
         nvtx.__enter__ = nvtx_enter
         nvtx.__exit__ = lambda ctx, *exc: False
 
+    def _guard_spawn(self, module, name):
+        """torch.multiprocessing.spawn starts fresh interpreters that perfaudit does not watch: say so at
+        once instead of waiting for a timeout."""
+        original = getattr(module, name)
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            self.on_spawn(f"torch.multiprocessing.{name}")
+            return original(*args, **kwargs)
+
+        setattr(module, name, wrapper)
+
     def _track_layer_site(self, owner, name):
         def before(args, kwargs):
             site = user_site(3)
@@ -206,7 +222,7 @@ class Probes:
         opt = args[0]
         if id(opt) not in self.optimizers:
             self.optimizers[id(opt)] = {"class": type(opt).__name__, "site": user_site(3), "_ref": opt}
-            self.on_training_activity()
+            self.on_optimizer_built()
 
     def _loader_init(self, args, kwargs):
         self.loaders[id(args[0])] = {"site": user_site(3), "_ref": weakref.ref(args[0]),

@@ -2,6 +2,9 @@
 
 The child runs in its own process session, so a crash, `os._exit`, a hang or Ctrl-C never takes the
 auditor down, and every process it started (DataLoader workers included) is killed when it ends.
+SIGINT, SIGTERM and SIGHUP sent to perfaudit all stop the script the same way: it is asked to write
+what it recorded, given a grace period, then killed; what is on disk then is reported. If perfaudit
+itself is killed, the child notices its parent is gone and stops on its own.
 """
 from __future__ import annotations
 
@@ -10,15 +13,18 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 
-from ..errors import UsageError
-from ..outcome import Outcome, is_failure
+from ..outcome import Outcome
+from .rundir import make_run_dir, path_aliases, remove_aliases
 
-GRACE_SECONDS = 20  # how long a signalled child gets to write what it recorded
+GRACE_SECONDS = 20          # how long a signalled child gets to write what it recorded
+LOG_HEAD = LOG_TAIL = 1 << 20  # script.log keeps the first and the last MiB of the script's output
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -30,6 +36,8 @@ class RunOptions:
     out_dir: str | None = None
     with_stack: bool = True
     record_shapes: bool = True
+    record_budget_s: float | None = 30.0   # stop recording after this long (fewer steps are fine)
+    keep_runs: int = 10                    # run folders kept under .perfaudit/runs
 
 
 @dataclass
@@ -37,25 +45,33 @@ class RunResult:
     script: str
     run_dir: str
     trace_path: str | None
-    outcome: dict                      # what happened to the script (see bootstrap.main)
+    outcome: dict                      # what happened to the script (see outcome.py)
     log_path: str
     probes: dict = field(default_factory=dict)  # only when no trace was written
-
-    @property
-    def failed(self) -> bool:
-        """The script raised, exited non-zero, crashed or timed out (in the window or after it)."""
-        return is_failure(self.outcome) or is_failure(self.outcome.get("after_window"))
+    stop_signal: int | None = None     # the signal that stopped perfaudit (SIGINT, SIGTERM, SIGHUP)
 
     @property
     def interrupted(self) -> bool:
-        return Outcome.of(self.outcome) == Outcome.INTERRUPTED and self.outcome.get("by") == "user"
+        return self.stop_signal is not None
+
+
+class Stopped(Exception):
+    """perfaudit was asked to stop (SIGINT, SIGTERM, SIGHUP) while the script ran."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def _check_script(script: str) -> str:
+    from ..errors import UsageError
     if not os.path.exists(script):
         raise UsageError(f"script not found: {script}")
     if os.path.isdir(script):
         raise UsageError(f"{script} is a directory; give the training script's path")
+    if script.endswith(".ipynb"):
+        raise UsageError(f"{script} is a notebook; export it as a script first "
+                         "(jupyter nbconvert --to script) and run that")
     try:
         with open(script, "rb") as f:
             source = f.read()
@@ -70,19 +86,6 @@ def _check_script(script: str) -> str:
     return os.path.abspath(script)
 
 
-def make_run_dir(out_dir: str | None) -> str:
-    base = out_dir or os.path.join(".perfaudit", "runs", datetime.now().strftime("%Y%m%d-%H%M%S-%f"))
-    try:
-        os.makedirs(base, exist_ok=True)
-        probe = os.path.join(base, ".write-test")
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
-    except OSError as exc:
-        raise UsageError(f"cannot write to output folder {base}: {exc.strerror}; pass --out-dir") from exc
-    return os.path.abspath(base)
-
-
 def _kill_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
@@ -90,75 +93,174 @@ def _kill_group(pid: int, sig: int) -> None:
         pass
 
 
+def _copy_capped(source, log_path: str) -> None:
+    """The script's output into script.log: all of it up to LOG_HEAD + LOG_TAIL bytes, else the head
+    and the tail with a line saying how much was left out."""
+    head, tail, dropped = bytearray(), bytearray(), 0
+    with open(log_path, "wb") as log:
+        for chunk in iter(lambda: source.read1(1 << 16), b""):
+            if len(head) < LOG_HEAD:
+                take = chunk[:LOG_HEAD - len(head)]
+                head += take
+                log.write(take)
+                log.flush()
+                chunk = chunk[len(take):]
+            if chunk:
+                tail += chunk
+                if len(tail) > LOG_TAIL:
+                    dropped += len(tail) - LOG_TAIL
+                    del tail[:len(tail) - LOG_TAIL]
+        if dropped:
+            log.write(f"\n[perfaudit: {dropped} bytes of output left out here]\n".encode())
+        log.write(tail)
+
+
 def run_script(script: str, args: list[str], options: RunOptions,
                on_progress: Callable[[dict], None] | None = None) -> RunResult:
     script_path = _check_script(script)
-    run_dir = make_run_dir(options.out_dir)
+    run_dir = make_run_dir(options.out_dir, options.keep_runs)
+    alias_dir = tempfile.mkdtemp(prefix="perfaudit-src-") if not script_path.isascii() else None
+    aliases = path_aliases(script_path, alias_dir) if alias_dir else {}
     config = {"run_dir": run_dir, "warmup": options.warmup, "steps": options.steps, "full": options.full,
-              "with_stack": options.with_stack, "record_shapes": options.record_shapes}
-    config_path = os.path.join(run_dir, "config.json")
-    with open(config_path, "w") as f:
-        json.dump(config, f)
+              "with_stack": options.with_stack, "record_shapes": options.record_shapes,
+              "record_budget_s": options.record_budget_s, "path_aliases": aliases,
+              "run_as": next((a for a, real in aliases.items() if real == script_path), None)}
     log_path = os.path.join(run_dir, "script.log")
     progress_path = os.path.join(run_dir, "progress.jsonl")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PERFAUDIT_CONFIG=json.dumps(config))
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    cmd = [sys.executable, "-m", "perfaudit.collect.bootstrap", config_path, script, *args]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
+    cmd = [sys.executable, "-m", "perfaudit.collect.bootstrap", script, *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, env=env)
+    logger = threading.Thread(target=_copy_capped, args=(proc.stdout, log_path), daemon=True)
+    logger.start()
+    stop_signal, timed_out = _supervise(proc, options, progress_path, on_progress)
+    logger.join(5)
+    if alias_dir:
+        remove_aliases(alias_dir)
+    result = _collect(script_path, run_dir, log_path, proc.returncode, stop_signal, timed_out, options)
+    site = result.outcome.get("site")
+    for alias, real in aliases.items():  # an exception's line, as the user knows the file
+        if isinstance(site, dict) and str(site.get("path", "")).startswith(alias):
+            site["path"] = real + site["path"][len(alias):]
+    return result
+
+
+def _supervise(proc, options: RunOptions, progress_path: str, on_progress) -> tuple[int | None, bool]:
+    """Wait for the child, relaying progress; stop it on timeout or on a stop signal to perfaudit.
+    Returns (the signal that stopped perfaudit, whether the timeout did)."""
+    def on_stop(signum, frame):
+        raise Stopped(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN or sig != signal.SIGINT:
+                previous[sig] = signal.signal(sig, on_stop)
     deadline = time.monotonic() + options.timeout if options.timeout else None
-    stopped_by = None
+    stop_signal, timed_out, asked = None, False, False
     progress_pos = 0
     try:
         while proc.poll() is None:
-            if on_progress and os.path.exists(progress_path):
-                with open(progress_path) as f:
-                    f.seek(progress_pos)
-                    for line in f.readlines():
-                        if line.endswith("\n"):
-                            on_progress(json.loads(line))
-                    progress_pos = f.tell()
-            if deadline and time.monotonic() > deadline and stopped_by is None:
-                stopped_by = "timeout"
-                _kill_group(proc.pid, signal.SIGUSR1)  # ask the child to write what it has
+            try:
+                if on_progress and os.path.exists(progress_path):
+                    with open(progress_path) as f:
+                        f.seek(progress_pos)
+                        for line in f.readlines():
+                            if line.endswith("\n"):
+                                on_progress(json.loads(line))
+                                progress_pos += len(line.encode())
+                if deadline and time.monotonic() > deadline:
+                    if not asked:
+                        timed_out = asked = True
+                        _kill_group(proc.pid, signal.SIGUSR1)  # ask the child to write what it has
+                        deadline = time.monotonic() + GRACE_SECONDS
+                    else:
+                        _kill_group(proc.pid, signal.SIGKILL)
+                time.sleep(0.1)
+            except (Stopped, KeyboardInterrupt) as exc:
+                signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+                if stop_signal is not None:  # a second signal: stop waiting
+                    _kill_group(proc.pid, signal.SIGKILL)
+                    continue
+                stop_signal, asked = signum, True
+                _kill_group(proc.pid, signal.SIGUSR1)
                 deadline = time.monotonic() + GRACE_SECONDS
-            elif stopped_by and time.monotonic() > deadline:
-                _kill_group(proc.pid, signal.SIGKILL)
-            time.sleep(0.1)
-    except KeyboardInterrupt:
-        stopped_by = "user"
-        _kill_group(proc.pid, signal.SIGUSR1)
-        try:
-            proc.wait(GRACE_SECONDS)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            pass
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if proc.poll() is None:
             _kill_group(proc.pid, signal.SIGKILL)
             proc.wait()
         _kill_group(proc.pid, signal.SIGKILL)  # DataLoader workers or anything else it left behind
-    return _collect(script_path, run_dir, log_path, proc.returncode, stopped_by, options)
+    return stop_signal, timed_out
 
 
-def _collect(script: str, run_dir: str, log_path: str, returncode: int, stopped_by: str | None,
-             options: RunOptions) -> RunResult:
+def _salvage_trace(run_dir: str) -> None:
+    """A child killed while exporting leaves Kineto's temporary file or an unzipped trace: remove the
+    former; keep the latter, gzipped, when it is complete (a usable trace, without perfaudit's probes)."""
+    for leftover in ("trace.json.tmp", "result.json.tmp"):
+        path = os.path.join(run_dir, leftover)
+        if os.path.exists(path):
+            os.remove(path)
+    plain, final = os.path.join(run_dir, "trace.json"), os.path.join(run_dir, "trace.json.gz")
+    if not os.path.exists(plain):
+        return
+    if not os.path.exists(final) and _complete_json(plain):
+        import gzip
+        import shutil
+        with open(plain, "rb") as src, gzip.open(final, "wb", compresslevel=3) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    os.remove(plain)
+
+
+def _complete_json(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(max(os.path.getsize(path) - 64, 0))
+        return f.read().rstrip().endswith(b"}")
+
+
+def _progress_record(run_dir: str) -> dict:
+    """What the progress file says was reached, for a child that died before writing result.json."""
+    seen: dict = {}
+    try:
+        with open(os.path.join(run_dir, "progress.jsonl")) as f:
+            for line in f:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("phase") == "profiling":
+                    seen["profiling_started"] = True
+                elif event.get("phase") == "step":
+                    seen["steps_recorded"], seen["warmup"] = event.get("step"), event.get("warmup")
+    except OSError:
+        pass
+    return seen
+
+
+def _collect(script: str, run_dir: str, log_path: str, returncode: int, stop_signal: int | None,
+             timed_out: bool, options: RunOptions) -> RunResult:
+    _salvage_trace(run_dir)
     result_path = os.path.join(run_dir, "result.json")
     result = {}
     if os.path.exists(result_path):
-        with open(result_path) as f:
-            result = json.load(f)
-    outcome = {k: v for k, v in result.items() if k not in ("probes", "trace")}
-    if stopped_by == "timeout":
+        try:
+            with open(result_path) as f:
+                result = json.load(f)
+        except ValueError:
+            result = {}
+    outcome = {k: v for k, v in result.items() if k not in ("probes", "trace")} or _progress_record(run_dir)
+    if timed_out:
         outcome.update(outcome=Outcome.TIMEOUT, timeout_s=options.timeout)
-    elif stopped_by == "user":
-        outcome.update(outcome=Outcome.INTERRUPTED, by="user")
+    elif stop_signal is not None:
+        outcome.update(outcome=Outcome.INTERRUPTED, by=signal.Signals(stop_signal).name)
     elif not result:
         if returncode is not None and returncode < 0:
-            outcome = {"outcome": Outcome.CRASHED, "signal": signal.Signals(-returncode).name}
+            outcome.update(outcome=Outcome.CRASHED, signal=signal.Signals(-returncode).name)
         else:
-            outcome = {"outcome": Outcome.CRASHED, "exit_code": returncode}
-    trace = result.get("trace")
-    return RunResult(script, run_dir, trace if trace and os.path.exists(trace) else None, outcome,
-                     log_path, result.get("probes", {}))
+            outcome.update(outcome=Outcome.CRASHED, exit_code=returncode)
+    trace = result.get("trace") or os.path.join(run_dir, "trace.json.gz")
+    return RunResult(script, run_dir, trace if os.path.exists(trace) else None, outcome,
+                     log_path, result.get("probes", {}), stop_signal)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from statistics import median
 
 from .registry import Context, Missing, fact
 from .sites import Site
@@ -15,12 +14,14 @@ def _loader(ctx: Context) -> dict | None:
     return max(loaders, key=lambda d: d.get("batches_seen", 0)) if loaders else None
 
 
-@fact("data.loader", "The DataLoader wait of the median step (ms, share of that step; the median "
-                     "ignores workers starting up), the loader's settings, and a worker count recommended "
-                     "from the measured load time and the CPU count.")
+@fact("data.loader", "The DataLoader wait per step (ms, the mean over the measured steps: two workers "
+                     "that deliver together make every other step wait) and its share of the mean step "
+                     "(the share every finding states), the "
+                     "loader's settings, and a worker count recommended from the measured load time and "
+                     "the CPU count.")
 def data_loader(ctx: Context) -> dict:
-    wait = median(t["data"] for t in phase_times(ctx)) / 1000.0
-    step_ms = median(s.dur for s in ctx.steps) / 1000.0
+    wait = sum(t["data"] for t in phase_times(ctx)) / len(ctx.steps) / 1000.0
+    step_ms = ctx.step_ms
     iterators = {e.name for e in ctx.trace.host if e.name.startswith("enumerate(DataLoader)#")}
     loader = _loader(ctx)
     if not iterators and loader is None:
@@ -32,16 +33,18 @@ def data_loader(ctx: Context) -> dict:
         uses_workers = workers > 0
     else:  # a foreign trace: the iterator's class says whether workers load the batches
         uses_workers = any("MultiProcessing" in name for name in iterators)
-    # With w workers a batch takes load/w per step on average; the step no longer waits once
-    # load/w <= compute. With workers already, the measured wait is what is left over.
-    load = wait if not workers else wait + compute
-    needed = max(math.ceil(load / compute) + 1, 2)
+    # With w workers a batch takes load/w per step on average, and the step waits load/w - compute;
+    # it no longer waits once load/w <= compute. In the main process the wait is the load itself.
+    load = wait if not workers else workers * (wait + compute)
+    needed = max(math.ceil(load / compute) + (0 if workers else 1), 2)
     recommended = min(needed, max(cpus, 2)) if cpus else needed
     site = (loader or {}).get("site") or {}
     return {
         "wait_ms": wait, "compute_ms": compute, "share_pct": 100.0 * wait / step_ms if step_ms else 0.0,
         "num_workers": workers, "workers": uses_workers, "cpu_count": cpus, "needed_workers": needed,
         "recommended_workers": recommended, "cpu_bound": bool(cpus) and needed > max(cpus, 2),
+        # with workers: would more of them help? not past the CPU count
+        "more_workers_help": bool(workers) and needed > workers and (not cpus or workers < cpus),
         "persistent_workers": (loader or {}).get("persistent_workers"),
         "prefetch_factor": (loader or {}).get("prefetch_factor"),
         "path": ctx.source.display_path(site["path"]) if site.get("path") else None,

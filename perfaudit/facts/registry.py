@@ -63,7 +63,10 @@ class Context:
         embedded_roots = meta.get("source_roots")
         roots = tuple(r for r in (embedded_roots if isinstance(embedded_roots, list) else ()) if isinstance(r, str))
         roots += tuple(source_roots)
-        self.source = SourceIndex(roots)
+        aliases = meta.get("path_aliases") if isinstance(meta.get("path_aliases"), dict) else {}
+        aliases = {k: v for k, v in aliases.items() if isinstance(k, str) and isinstance(v, str)}
+        roots += tuple(sorted(set(aliases) | {os.path.dirname(a) for a in aliases}))  # frames carry alias paths
+        self.source = SourceIndex(roots, aliases)
         self.frames = FrameIndex(trace, roots) if trace is not None else None
         self._values: dict[str, Any] = {}
         self._missing: dict[str, str] = {}

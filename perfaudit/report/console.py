@@ -38,7 +38,10 @@ def describe_outcome(outcome: dict | None) -> str | None:
     if kind == Outcome.TIMEOUT:
         return f"the script was stopped after the {outcome.get('timeout_s'):g} s timeout{seen}"
     if kind == Outcome.INTERRUPTED:
-        return f"the run was interrupted{seen}"
+        by = outcome.get("by")
+        return f"the run was stopped{' by ' + by if by and by != 'SIGINT' else ' (Ctrl-C)' if by else ''}{seen}"
+    if kind == Outcome.SPAWNED:
+        return f"the script started its training in other processes ({outcome.get('api')})"
     if kind == Outcome.CRASHED:
         why = outcome.get("signal") or f"exit code {outcome.get('exit_code')}"
         return f"the script crashed ({why}) before perfaudit could save its trace"

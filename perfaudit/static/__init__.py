@@ -31,9 +31,15 @@ def python_files(paths: list[str]) -> list[str]:
     out = []
     for path in paths:
         if os.path.isdir(path):
+            found = []
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "venv"))
-                out += [os.path.join(root, f) for f in sorted(files) if f.endswith(".py")]
+                found += [os.path.join(root, f) for f in sorted(files) if f.endswith(".py")]
+            if not found:
+                raise UsageError(f"no Python files in folder {path}")
+            out += found
+        elif path.endswith(".ipynb"):
+            raise UsageError(f"{path} is a notebook; export it as a script first (jupyter nbconvert --to script)")
         elif os.path.isfile(path):
             out.append(path)
         else:
@@ -41,19 +47,25 @@ def python_files(paths: list[str]) -> list[str]:
     return out
 
 
-def lint(paths: list[str], rules: list) -> list[Finding]:
-    """Static findings for the given files or directories, under the rules that are selected."""
+def lint(paths: list[str], rules: list, notes: list[str] | None = None) -> list[Finding]:
+    """Static findings for the given files or folders, under the rules that are selected. A file that
+    cannot be read or parsed is named in `notes` and the others are still read."""
     spec = {r.id: r for r in rules}
     findings = []
     for path in python_files(paths):
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
                 text = f.read()
+            hits = lint_source(text, path)
         except OSError as exc:
-            raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
+            (notes if notes is not None else []).append(f"skipped {path}: cannot read it ({exc.strerror})")
+            continue
+        except UsageError as exc:
+            (notes if notes is not None else []).append(f"skipped {exc}")
+            continue
         lines = text.splitlines()
         shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
-        for hit in lint_source(text, path):
+        for hit in hits:
             rule = spec.get(hit.rule)
             if rule is None:
                 continue

@@ -64,6 +64,11 @@ class _Utf8Repair(io.RawIOBase):
 
 def _open(path: str):
     if not os.path.exists(path):
+        if os.path.islink(path):  # a link to nowhere, or a loop of links
+            try:
+                os.stat(path)
+            except OSError as exc:
+                raise TraceError(f"{path}: cannot read ({exc.strerror})") from exc
         raise TraceError(f"trace file not found: {path}")
     if os.path.isdir(path):
         raise TraceError(f"{path} is a directory; pass trace files, or use `perfaudit analyze DIR`")

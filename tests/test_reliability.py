@@ -1,0 +1,299 @@
+"""Nothing lost, nothing overwritten, nothing left running, no silent pass: everyday situations, through
+the real CLI with real processes and signals."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, SAMPLES, perfaudit
+
+SCRIPTS = ROOT / "tests" / "scripts"
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers():
+    yield
+    for line in _alive(str(SCRIPTS / "hang.py")):  # a failed test must not leave a run behind
+        subprocess.run(["pkill", "-KILL", "-f", str(SCRIPTS / "hang.py")])
+
+
+def _start(tmp_path, script, *extra):
+    out = tmp_path / "report.json"
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "run", str(script), "--warmup", "1", "--steps", "5",
+                             "--out-dir", str(tmp_path / "run"), "-f", f"json={out}", *extra],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return proc, out
+
+
+def _wait_for_steps(tmp_path, timeout=120):
+    progress = tmp_path / "run" / "progress.jsonl"
+    deadline = time.time() + timeout
+    while time.time() < deadline and not (progress.exists() and '"step"' in progress.read_text()):
+        time.sleep(0.2)
+    time.sleep(1.0)
+
+
+def _alive(pattern: str) -> list[str]:
+    """Command lines of the running (not zombie) processes that contain `pattern`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if pattern in cmdline and state != "Z":
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_the_script_and_keep_the_report(tmp_path, sig):
+    proc, out = _start(tmp_path, SCRIPTS / "hang.py")
+    _wait_for_steps(tmp_path)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, stderr
+    report = json.loads(out.read_text())
+    assert report["run"]["outcome"]["outcome"] == "interrupted"
+    assert report["run"]["outcome"]["by"] == signal.Signals(sig).name
+    assert report["run"]["steps"] >= 1 and (tmp_path / "run" / "trace.json.gz").exists()
+    assert "stopped by" in stdout and "Traceback" not in stderr
+    assert not _alive(str(SCRIPTS / "hang.py"))
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
+        ".perfaudit-run", "progress.jsonl", "result.json", "script.log", "trace.json.gz"]
+
+
+def test_a_killed_perfaudit_leaves_no_script_running(tmp_path):
+    proc, _ = _start(tmp_path, SCRIPTS / "hang.py")
+    _wait_for_steps(tmp_path)
+    assert _alive("perfaudit.collect.bootstrap " + str(SCRIPTS / "hang.py"))
+    proc.kill()  # SIGKILL: perfaudit gets no chance to clean up
+    proc.communicate(timeout=30)
+    deadline = time.time() + 30
+    while time.time() < deadline and _alive("perfaudit.collect.bootstrap " + str(SCRIPTS / "hang.py")):
+        time.sleep(0.5)
+    assert not _alive("perfaudit.collect.bootstrap " + str(SCRIPTS / "hang.py"))
+    result = json.loads((tmp_path / "run" / "result.json").read_text())  # it wrote what it had
+    assert result["outcome"] == "interrupted" and (tmp_path / "run" / "trace.json.gz").exists()
+
+
+def test_out_dir_never_touches_the_users_files(tmp_path):
+    work = tmp_path / "project"
+    work.mkdir()
+    script = work / "train.py"
+    script.write_text((SAMPLES / "sync_bad.py").read_text().replace(
+        "import torch\n", "import json\nimport torch\nassert json.load(open('config.json')) == {'lr': 0.1}\n", 1))
+    mine = {"config.json": '{"lr": 0.1}', "result.json": "my results", "script.log": "my log"}
+    for name, text in mine.items():
+        (work / name).write_text(text)
+    proc = perfaudit("run", "train.py", "--warmup", "1", "--steps", "2", "--out-dir", ".", cwd=work)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert {name: (work / name).read_text() for name in mine} == mine
+    runs = [p for p in work.iterdir() if p.name.startswith("perfaudit-run-")]
+    assert len(runs) == 1 and (runs[0] / "trace.json.gz").exists()
+    assert f"run folder: {runs[0]}" in proc.stdout.replace("\n", "")
+
+
+def test_default_run_folders_are_pruned_and_ignored_by_git(tmp_path):
+    shutil.copy(SAMPLES / "sync_good.py", tmp_path / "train.py")
+    (tmp_path / "perfaudit.toml").write_text("keep-runs = 2\n")
+    for _ in range(3):
+        assert perfaudit("run", "train.py", "--warmup", "0", "--steps", "1", cwd=tmp_path).returncode == 0
+    runs = tmp_path / ".perfaudit" / "runs"
+    assert len(list(runs.iterdir())) == 2
+    assert (tmp_path / ".perfaudit" / ".gitignore").read_text().strip().endswith("*")
+
+
+def test_script_log_keeps_head_and_tail(tmp_path):
+    script = tmp_path / "chatty.py"
+    script.write_text("import sys\nfor i in range(400_000):\n    print(f'line {i:07d} ' + 'x' * 40)\n")
+    proc = perfaudit("run", str(script), "--out-dir", str(tmp_path / "run"), "--allow-no-training")
+    assert proc.returncode == 0, proc.stderr
+    log = (tmp_path / "run" / "script.log").read_text()
+    assert len(log) < 2.2 * (1 << 20)
+    assert "line 0000000" in log[:2000] and log.rstrip().endswith("line 0399999 " + "x" * 40)
+    assert "bytes of output left out here" in log
+
+
+def test_no_training_is_not_a_pass(tmp_path):
+    script = SCRIPTS / "setup_only.py"
+    proc = perfaudit("run", str(script), "--out-dir", str(tmp_path / "a"), "--fail-on", "info", "--", "--dry-run")
+    assert proc.returncode == 1
+    text = proc.stdout.replace("\n", " ")
+    assert "nothing was measured: an optimizer was built but never stepped" in text
+    assert "no training step was measured" in text
+    proc = perfaudit("run", str(script), "--out-dir", str(tmp_path / "b"), "--fail-on", "info",
+                     "--allow-no-training", "--", "--dry-run")
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_spawned_training_is_recognised_at_once(tmp_path):
+    start = time.time()
+    proc = perfaudit("run", str(SCRIPTS / "spawn_ddp.py"), "--out-dir", str(tmp_path), "--timeout", "120")
+    assert time.time() - start < 60
+    assert proc.returncode == 0
+    assert "torch.multiprocessing.spawn" in proc.stdout and "torchrun" in proc.stdout.replace("\n", " ")
+    assert not _alive(str(SCRIPTS / "spawn_ddp.py"))
+
+
+def test_inference_only_script_is_audited_as_such(tmp_path):
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(SCRIPTS / "inference.py"), "--out-dir", str(tmp_path / "run"), "-f", f"json={out}",
+                     timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["run"]["outcome"]["step_source"] == "inference" and report["run"]["steps"] == 5
+    assert any("inference or evaluation" in n for n in report["notes"])
+    assert [(f["rule"], f["location"]["line"]) for f in report["findings"]] == [("SYNC001", 9)]
+
+
+def test_window_is_the_finetuning_loop_after_a_short_pretrain(tmp_path):
+    from perfaudit.trace import load_trace
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(SCRIPTS / "finetune.py"), "--out-dir", str(tmp_path / "run"), "-f", f"json={out}")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["run"]["steps"] == 5
+    assert [(f["rule"], f["location"]["line"]) for f in report["findings"]] == [("SYNC001", 22)]
+    trace = load_trace(str(tmp_path / "run" / "trace.json.gz"))
+    for step in trace.measured_steps:  # every measured step is a fine-tuning step (SGD), none Adam's
+        names = {e.name for e in trace.host if step.ts <= e.ts <= step.end and e.name.startswith("Optimizer.step#")}
+        assert names == {"Optimizer.step#SGD.step"}
+
+
+def test_evaluation_and_preparation_before_training_stay_out_of_the_window(tmp_path):
+    from perfaudit.trace import load_trace
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(SCRIPTS / "validate_first.py"), "--out-dir", str(tmp_path / "run"),
+                     "-f", f"json={out}")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert ("SYNC001", 34) in [(f["rule"], f["location"]["line"]) for f in report["findings"]]
+    trace = load_trace(str(tmp_path / "run" / "trace.json.gz"))
+    first = min(e.ts for e in trace.host)
+    assert not any(e.name.startswith("enumerate(DataLoader)") and "no_grad" in e.name for e in trace.host)
+    assert all(s.dur < 1e6 for s in trace.steps)  # the 2 s preparation is not in any step
+    assert trace.host[-1].end - first < 2e6       # nor in the trace
+
+
+def test_non_ascii_script_path_is_matched(tmp_path):
+    folder = tmp_path / "проект"
+    folder.mkdir()
+    script = folder / "тренировка.py"
+    shutil.copy(SAMPLES / "sync_bad.py", script)
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(script), "--warmup", "1", "--steps", "2", "--out-dir", str(tmp_path / "run"),
+                     "-f", f"json={out}")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert [(f["rule"], f["location"]["path"], f["location"]["line"]) for f in report["findings"]] == [
+        ("SYNC001", str(script), 18)]
+
+
+def test_unknown_rule_ids_are_errors_naming_the_nearest(tmp_path):
+    proc = perfaudit("lint", str(SAMPLES), "--select", "SYNC01")
+    assert proc.returncode == 2 and "SYNC01" in proc.stderr and "SYNC001" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    (tmp_path / "perfaudit.toml").write_text("ignore = ['GRAD01']\n")
+    proc = perfaudit("lint", str(SAMPLES), cwd=tmp_path)
+    assert proc.returncode == 2 and "GRAD01" in proc.stderr and "perfaudit.toml" in proc.stderr
+
+
+def test_bad_outputs_fail_before_the_script_runs(tmp_path):
+    start = time.time()
+    proc = perfaudit("run", str(SCRIPTS / "hang.py"), "-o", str(tmp_path / "missing" / "r.json"))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    (tmp_path / "base.json").write_text("{not json")
+    proc = perfaudit("run", str(SCRIPTS / "hang.py"), "--baseline", str(tmp_path / "base.json"))
+    assert proc.returncode == 2 and "not a perfaudit baseline" in proc.stderr
+    assert time.time() - start < 30  # hang.py never started
+
+
+def test_console_report_survives_an_unwritable_file(tmp_path):
+    out = tmp_path / "r.json"
+    out.mkdir()  # a folder where the file should go: found before running
+    proc = perfaudit("lint", str(SAMPLES / "sync_bad.py"), "-o", str(out))
+    assert proc.returncode == 2 and "is a directory" in proc.stderr
+
+
+def test_analyze_folder_skips_what_is_not_a_trace(run_dir, sample_report, tmp_path):
+    sample_report("sync_bad.py")
+    folder = tmp_path / "run"
+    shutil.copytree(f"{run_dir}/sync_bad", folder)
+    (folder / "notes.json").write_text('{"a": 1}')
+    (folder / "broken.json").write_text('{"traceEvents": [')
+    proc = perfaudit("analyze", str(folder), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [f["rule"] for f in report["findings"]] == ["SYNC001"]
+    notes = " ".join(report["notes"])
+    assert "result.json: not a profiler trace" in notes and "notes.json" in notes and "broken.json" in notes
+    proc = perfaudit("analyze", str(folder / "broken.json"))
+    assert proc.returncode == 2 and "broken.json" in proc.stderr
+
+
+def test_analyze_names_a_symlink_loop(tmp_path):
+    loop = tmp_path / "loop.json"
+    os.symlink(loop, loop)
+    proc = perfaudit("analyze", str(loop))
+    assert proc.returncode == 2 and "loop.json" in proc.stderr and "not found" not in proc.stderr
+
+
+def test_lint_goes_on_past_a_file_it_cannot_parse(tmp_path):
+    shutil.copy(SAMPLES / "sync_bad.py", tmp_path / "train.py")
+    (tmp_path / "legacy.py").write_text("print 'python 2'\n")
+    proc = perfaudit("lint", str(tmp_path), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [f["rule"] for f in report["findings"]] == ["SYNC001"]
+    assert any("legacy.py" in n for n in report["notes"])
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda p: p.mkdir(), "no Python files"),
+    (lambda p: p.write_text("{}"), "notebook"),
+])
+def test_lint_and_run_explain_empty_folders_and_notebooks(tmp_path, make, message):
+    target = tmp_path / ("empty" if "files" in message else "train.ipynb")
+    make(target)
+    proc = perfaudit("lint", str(target))
+    assert proc.returncode == 2 and message in proc.stderr
+    if message == "notebook":
+        proc = perfaudit("run", str(target))
+        assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_help_debug_pipes_and_one_line_usage_errors(tmp_path):
+    for command in ("run", "analyze", "lint", "explain", "rules"):
+        assert perfaudit(command, "-h").returncode == 0
+    proc = perfaudit("lint", str(SAMPLES / "sync_bad.py"), "--bogus")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    proc = perfaudit("analyze", "nope.json", "--debug")
+    assert proc.returncode == 2 and "Traceback" in proc.stderr  # --debug after the command
+    piped = subprocess.run(f"{sys.executable} -m perfaudit lint {SAMPLES} | head -1", shell=True, cwd=ROOT,
+                           capture_output=True, text=True, executable="/bin/bash",
+                           env={**os.environ, "PIPESTATUS_PROBE": "1"})
+    assert piped.returncode == 0
+    status = subprocess.run(f"set -o pipefail; {sys.executable} -m perfaudit rules | head -1", shell=True,
+                            cwd=ROOT, capture_output=True, text=True, executable="/bin/bash")
+    assert status.returncode == 0, status.stderr
+
+
+def test_baseline_works_from_any_working_directory(tmp_path):
+    shutil.copy(SAMPLES / "sync_bad.py", tmp_path / "train.py")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    assert perfaudit("lint", "train.py", "--baseline-write", "base.json", cwd=tmp_path).returncode == 0
+    proc = perfaudit("lint", "../train.py", "--baseline", "../base.json", "--fail-on", "warning", cwd=sub)
+    assert proc.returncode == 0, proc.stdout
