@@ -74,6 +74,20 @@ def test_sigterm_and_sighup_stop_the_script_and_keep_the_report(tmp_path, sig):
         ".perfaudit-run", "progress.jsonl", "result.json", "script.log", "trace.json.gz"]
 
 
+def test_a_second_ctrl_c_still_reports_and_leaves_no_temporary_files(tmp_path):
+    proc, out = _start(tmp_path, SCRIPTS / "hang.py")
+    _wait_for_steps(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # impatient: do not wait for the grace period
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert out.exists() and json.loads(out.read_text())["run"]["outcome"]["outcome"] == "interrupted"
+    assert not [p.name for p in (tmp_path / "run").iterdir() if p.name.endswith((".tmp", ".json"))
+                and p.name not in ("result.json",)]
+    assert not _alive(str(SCRIPTS / "hang.py"))
+
+
 def test_a_killed_perfaudit_leaves_no_script_running(tmp_path):
     proc, _ = _start(tmp_path, SCRIPTS / "hang.py")
     _wait_for_steps(tmp_path)
