@@ -20,6 +20,8 @@ from .trace import Trace, load_trace
 
 _TRACE_PATTERNS = ("*.json", "*.json.gz")
 _NOT_TRAINING = {"dataloader": "DataLoader batches", "inference": "calls of the top-level module under no_grad"}
+_STEP_NOTES = {"closure": "the optimizer takes a closure (LBFGS): a step is one closure call (forward and "
+                          "backward), several per optimizer.step()"}
 
 
 def expand_trace_paths(paths: list[str]) -> list[tuple[str, bool]]:
@@ -194,10 +196,12 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
     elif result.outcome.get("step_source") in _NOT_TRAINING:
         report.notes.append(f"no optimizer step or backward() was seen: the steps are "
                             f"{_NOT_TRAINING[result.outcome['step_source']]} (inference or evaluation)")
+    if result.outcome.get("step_source") in _STEP_NOTES:
+        report.notes.append(_STEP_NOTES[result.outcome["step_source"]])
     if result.outcome.get("budget_hit"):
         report.notes.append(f"recording stopped at its time budget ({options.record_budget_s:g} s) after "
                             f"{len(trace.measured_steps) if trace else 0} measured step(s); --steps sets fewer")
-    gate.confirm_static(report, lint_paths([script], rules))
+    gate.merge_static(report, lint_paths([script], rules))
     return gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
 
 

@@ -40,14 +40,28 @@ def finalize(report: Report, options: GateOptions, extra_files: tuple[str, ...] 
     return report
 
 
-def confirm_static(report: Report, static: list[Finding]) -> None:
-    """A finding the run measured that the static pass also saw: reported once, with both evidences."""
-    seen = {(f.rule, os.path.realpath(loc.path), loc.line) for f in static for loc in f.locations}
-    confirmed = []
+STATIC_ONLY_NOTE = ("Seen in the source only: the run did not measure this line (a path not taken in the "
+                    "window, such as CUDA-only or distributed code, or a cost below the rule's threshold); "
+                    "lower confidence.")
+
+
+def merge_static(report: Report, static: list[Finding]) -> None:
+    """What the static pass saw in the audited script, merged into the run's report: a finding the run
+    measured too is reported once, with both evidences (high confidence); one only the source shows
+    is kept as `info`, marked as such, so the report never drops or contradicts what the source says."""
+    def key(f, loc):
+        return f.rule, os.path.realpath(loc.path), loc.line
+    seen = {key(f, loc) for f in static for loc in f.locations}
+    measured = {key(f, loc) for f in report.findings for loc in f.locations}
+    merged = []
     for f in report.findings:
-        if any((f.rule, os.path.realpath(loc.path), loc.line) in seen for loc in f.locations):
+        if any(key(f, loc) in seen for loc in f.locations):
             f = replace(f, notes=f.notes + ("Confirmed by the static pass: the source and the run agree "
                                             "(high confidence).",),
-                        evidence={**f.evidence, "confidence": "high"})
-        confirmed.append(f)
-    report.findings = confirmed
+                        evidence={**f.evidence, "confidence": "high", "origin": "both"})
+        merged.append(f)
+    for f in static:
+        if not any(key(f, loc) in measured for loc in f.locations):
+            merged.append(replace(f, severity="info", notes=(STATIC_ONLY_NOTE,),
+                                  evidence={**f.evidence, "confidence": "low", "origin": "static"}))
+    report.findings = merged

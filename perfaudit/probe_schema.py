@@ -33,6 +33,11 @@ PROBE_FIELDS: dict[str, dict] = {
     "schedulers": _list_of({"site": _SITE, "class": {"type": "string"}}),
     "sync_debug": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "count": _INT}),
     "module_order": {"type": "array", "items": {"type": "string"}},
+    "startup": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["seconds", "lines"], "properties": {
+        "seconds": {"type": "number"}, "cpu_seconds": {"type": "number"}, "samples": _INT,
+        "lines": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "samples": _INT},
+                          {"func": {"type": "string"}})}}]},
+    "executed_lines": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "count": _INT}),
     "environment": {"type": "object", "properties": {
         "torch": {"type": ["string", "null"]}, "cpu_count": _OPT_INT, "cuda_available": {"type": "boolean"},
         "device": {"type": "string"}, "device_name": {"type": "string"}, "capability": {"type": "string"},

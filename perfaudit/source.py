@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .calls import call_name, literal_kwargs
+from .calls import call_name, literal, literal_kwargs
 
 _FORMAT_VIAS = {"__format__", "__repr__", "__str__", "_str", "_tensor_str"}
 _FORMAT_CALLS = {"print", "format", "str", "repr"}
@@ -27,6 +27,7 @@ class CallSite:
     call: str = field(default="", hash=False, compare=False)              # the call expression
     in_loop: bool = field(default=False, hash=False, compare=False)       # inside a for/while body
     receiver: str = field(default="", hash=False, compare=False)          # `x` in `x.to(device)`
+    end_line: int = field(default=0, hash=False, compare=False)           # last line of a multi-line call
 
 
 @lru_cache(maxsize=256)
@@ -82,9 +83,23 @@ def _function_body(module: ast.Module, line: int, func: str) -> list | None:
 class SourceIndex:
     """Source files of the user's code, found through the roots a run or trace gives."""
 
-    def __init__(self, roots: tuple[str, ...] = (), aliases: dict[str, str] | None = None):
+    def __init__(self, roots: tuple[str, ...] = (), aliases: dict[str, str] | None = None,
+                 executed: list[dict] | None = None):
         self.roots = tuple(r for r in roots if r)
         self.aliases = dict(aliases or {})  # ASCII link -> real path (scripts with non-ASCII paths)
+        # lines that ran in a step of the run, by file (from the probes; empty for a foreign trace)
+        self.executed: dict[str, set[int]] = {}
+        for entry in executed or ():
+            self.executed.setdefault(self.unalias(entry["path"]), set()).add(entry["line"])
+
+    def _ran(self, path: str, sites: list[CallSite]) -> list[CallSite]:
+        """The sites whose lines ran in the traced step; all of them when that is not known (a foreign
+        trace, or a file that did not run in that step)."""
+        lines = self.executed.get(self.resolve(path) or self.unalias(path))
+        if not lines:
+            return sites
+        ran = [s for s in sites if s.line in lines or s.end_line in lines]
+        return ran or sites
 
     def unalias(self, path: str) -> str:
         for alias, real in self.aliases.items():
@@ -110,6 +125,25 @@ class SourceIndex:
         except ValueError:
             return resolved
         return rel if not rel.startswith("..") else resolved
+
+    def attribute_assignments(self, path: str, dotted: str) -> list[tuple[int, object]]:
+        """(line, literal value) of every assignment to an attribute path ending in `dotted`
+        (`torch.backends.cudnn.benchmark = True` for "cudnn.benchmark"), anywhere in the file."""
+        parsed = _parse(self.resolve(path) or path)
+        if parsed is None:
+            return []
+        out = []
+        for node in ast.walk(parsed[0]):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and ast.unparse(target).endswith(dotted):
+                        out.append((node.lineno, literal(node.value)))
+        return sorted(out, key=lambda item: item[0])
+
+    def text(self, path: str) -> str:
+        """A source file's whole text ("" when it cannot be read)."""
+        parsed = _parse(self.resolve(path) or path)
+        return "\n".join(parsed[1]) if parsed else ""
 
     def line_text(self, path: str, line: int) -> str:
         parsed = _parse(self.resolve(path) or path)
@@ -137,12 +171,14 @@ class SourceIndex:
             if isinstance(node, ast.Call) and call_name(node) in names:
                 receiver = ast.unparse(node.func.value)[:200] if isinstance(node.func, ast.Attribute) else ""
                 sites.append(CallSite(node.lineno, call_name(node), lines[node.lineno - 1].strip(),
-                                      literal_kwargs(node), ast.unparse(node)[:200], in_loop, receiver))
+                                      literal_kwargs(node), ast.unparse(node)[:200], in_loop, receiver,
+                                      node.end_lineno))
             elif isinstance(node, ast.JoinedStr) and "<f-string>" in names:
-                sites.append(CallSite(node.lineno, "<f-string>", lines[node.lineno - 1].strip(), in_loop=in_loop))
+                sites.append(CallSite(node.lineno, "<f-string>", lines[node.lineno - 1].strip(), in_loop=in_loop,
+                                      end_line=node.end_lineno))
         # work repeated every step runs in a loop: when the function has a loop, prefer its calls
         looped = [s for s in sites if s.in_loop]
-        return sorted(set(looped or sites), key=lambda s: s.line)
+        return sorted(set(self._ran(path, looped or sites)), key=lambda s: s.line)
 
     def assignments(self, path: str, def_line: int, func: str) -> dict[str, list[str]]:
         """name -> the expressions assigned to it in the function (to follow `x = …; x.to(d)`)."""
@@ -164,9 +200,10 @@ class SourceIndex:
                 test = node.test
                 if any(isinstance(n, (ast.Compare, ast.Call, ast.Attribute, ast.Subscript)) for n in ast.walk(test)):
                     sites.append(CallSite(test.lineno, type(node).__name__.lower(), lines[test.lineno - 1].strip(),
+                                          end_line=test.end_lineno,
                                           in_loop=in_loop))
         looped = [s for s in sites if s.in_loop]
-        return sorted(set(looped or sites), key=lambda s: s.line)
+        return sorted(set(self._ran(path, looped or sites)), key=lambda s: s.line)
 
     def masks(self, path: str, def_line: int, func: str) -> list[CallSite]:
         """`x[x > 0]`-style boolean-mask indexing: the result's size is only known on the device."""
@@ -176,9 +213,10 @@ class SourceIndex:
             if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and (
                     isinstance(node.slice, ast.Compare)
                     or (isinstance(node.slice, ast.UnaryOp) and isinstance(node.slice.op, ast.Invert))):
-                sites.append(CallSite(node.lineno, "mask", lines[node.lineno - 1].strip(), in_loop=in_loop))
+                sites.append(CallSite(node.lineno, "mask", lines[node.lineno - 1].strip(), in_loop=in_loop,
+                                      end_line=node.end_lineno))
         looped = [s for s in sites if s.in_loop]
-        return sorted(set(looped or sites), key=lambda s: s.line)
+        return sorted(set(self._ran(path, looped or sites)), key=lambda s: s.line)
 
     def locate(self, path: str, def_line: int, func: str, via: str | None,
                fallback: set[str] = frozenset(), forms: tuple[str, ...] = ()) -> tuple[list[CallSite], bool]:

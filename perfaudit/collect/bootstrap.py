@@ -85,7 +85,14 @@ class Session:
         self.probes.before_batch = self.flush
         self.probes.install()
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-        register_optimizer_step_pre_hook(lambda opt, args, kwargs: self.flush())
+        def before_step(opt, args, kwargs):
+            # torch passes (optimizer, *step args): LBFGS.step(closure) gives (optimizer, closure)
+            closure = (kwargs or {}).get("closure") or next((a for a in args if a is not opt), None)
+            if callable(closure):
+                self.detector.closure_step()
+            self.flush()
+
+        register_optimizer_step_pre_hook(before_step)
         register_optimizer_step_post_hook(lambda opt, args, kwargs: self.detector.optimizer_stepped(_role(opt)))
         original_zero_grad = torch.optim.Optimizer.zero_grad
 
@@ -115,6 +122,7 @@ class Session:
         for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
         self._start_inference_watch()
+        self.probes.start_startup_sampling()
         _watch_parent(os.getppid())
 
     # -- inference: top-level module calls with gradients off, while nothing trains -----------------
@@ -165,6 +173,7 @@ class Session:
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
+        self.probes.stop_startup_sampling()  # the first step has ended: start-up is over
         self._say("profiling", device="cuda" if torch.cuda.is_available() else "cpu")
         self.prof = profile(activities=activities, with_stack=self.config["with_stack"],
                             record_shapes=self.config["record_shapes"])
@@ -181,6 +190,7 @@ class Session:
     def _open_step(self) -> None:
         if self.step_index == self._module_trace_step:
             self.probes.start_module_trace()
+            self.probes.start_line_trace()
         self.step_rf = self.torch.profiler.record_function(f"ProfilerStep#{self.step_index}")
         self.step_rf.__enter__()
 
@@ -303,6 +313,7 @@ class Session:
         if self.finished or os.getpid() != self.pid:
             return
         self.finished = True
+        self.probes.stop_startup_sampling()
         self.flush(raise_done=False)
         if not self.window_closed:
             self._close_window(result)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import signal
 import sys
 import weakref
 
@@ -76,6 +77,10 @@ class Probes:
         self.layer_sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.bias_before_norm: list[dict] = []
         self.module_order: list[str] = []
+        self.executed: dict[tuple, int] = {}   # (path, line) -> times run, over one warm-up step
+        self.startup_lines: dict = {}         # (path, line, func) -> CPU-time samples before the first step
+        self.startup: dict | None = None
+        self._line_trace = False
         self._outputs: dict[int, torch.nn.Module] = {}
         self._module_hook = None
         self.on_optimizer_built = lambda: None
@@ -271,6 +276,75 @@ class Probes:
             self._module_hook.remove()
             self._module_hook = None
         self._outputs.clear()
+        self.stop_line_trace()
+
+    # -- what the script does before its first step (T29), sampled without the profiler -----------
+    def start_startup_sampling(self, interval: float = 0.01) -> None:
+        """Every `interval` s of CPU time, note the user line running (SIGPROF): cheap enough to run
+        from the script's start to its first step, however long that takes."""
+        import time
+        counts = self.startup_lines
+        self._startup_t0 = time.time()
+
+        def sample(signum, frame):
+            while frame is not None and not is_user_file(frame.f_code.co_filename):
+                frame = frame.f_back
+            if frame is not None:
+                key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+                counts[key] = counts.get(key, 0) + 1
+            else:
+                counts[None] = counts.get(None, 0) + 1
+
+        try:
+            signal.signal(signal.SIGPROF, sample)
+            signal.setitimer(signal.ITIMER_PROF, interval, interval)
+            self._startup_interval = interval
+        except (ValueError, OSError, AttributeError):  # not the main thread, or no SIGPROF here
+            self._startup_interval = None
+
+    def stop_startup_sampling(self) -> None:
+        import time
+        if getattr(self, "_startup_interval", None) is None or self.startup is not None:
+            return
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
+        signal.signal(signal.SIGPROF, signal.SIG_DFL)
+        total = sum(self.startup_lines.values())
+        top = sorted(((n, k) for k, n in self.startup_lines.items() if k is not None), reverse=True)[:10]
+        self.startup = {"seconds": time.time() - self._startup_t0, "cpu_seconds": total * self._startup_interval,
+                        "samples": total,
+                        "lines": [{"path": p, "line": l, "func": f, "samples": n} for n, (p, l, f) in top]}
+
+    # -- which lines of the user's code run in a step (the locator counts only those) ------------
+    def start_line_trace(self) -> None:
+        """Line events for the user's files only, over one warm-up step: a branch never taken in a
+        step (an `except StopIteration`, a logging interval) is then never reported as running."""
+        executed, user = self.executed, {}
+
+        def local(frame, event, arg):
+            if event == "line" and len(executed) < 20000:
+                key = (frame.f_code.co_filename, frame.f_lineno)
+                executed[key] = executed.get(key, 0) + 1
+            return local
+
+        def global_trace(frame, event, arg):
+            code = frame.f_code
+            mine = user.get(code)
+            if mine is None:
+                mine = user[code] = is_user_file(code.co_filename)
+            return local if mine else None
+
+        frame = sys._getframe(1)
+        while frame is not None:  # the training loop's frame is already running: trace it too
+            if is_user_file(frame.f_code.co_filename):
+                frame.f_trace, frame.f_trace_lines = local, True
+            frame = frame.f_back
+        sys.settrace(global_trace)
+        self._line_trace = True
+
+    def stop_line_trace(self) -> None:
+        if self._line_trace:
+            sys.settrace(None)
+            self._line_trace = False
 
     def start_sync_debug(self) -> None:
         """On a GPU, let torch itself flag synchronising calls (set_sync_debug_mode("warn")) and note
@@ -335,6 +409,8 @@ class Probes:
             "schedulers": self.schedulers,
             "sync_debug": [{"path": p, "line": l, "count": n} for (p, l), n in self.sync_debug.items()],
             "module_order": self.module_order[:200],
+            "startup": self.startup,
+            "executed_lines": [{"path": p, "line": l, "count": n} for (p, l), n in self.executed.items()],
             "environment": environment(),
         }
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 
 OPTIMIZER, BACKWARD, BATCH, FORWARD = "optimizer", "backward", "dataloader", "inference"
-_RANK = {OPTIMIZER: 0, BACKWARD: 1, BATCH: 2, FORWARD: 3}
+CLOSURE = "closure"   # an optimizer that takes a closure (LBFGS) evaluates it several times a step
+_RANK = {CLOSURE: 0, OPTIMIZER: 0, BACKWARD: 1, BATCH: 2, FORWARD: 3}
 # backward() calls without any optimizer step after which an optimizer that was built is taken as
 # unused (the script updates the weights by hand)
 UNUSED_OPTIMIZER_BACKWARDS = 20
@@ -32,9 +33,20 @@ class StepDetector:
     def optimizer_built(self) -> None:
         self.optimizers_built += 1
 
+    def closure_step(self) -> None:
+        """An optimizer step was called with a closure (LBFGS): from now on a step is one closure call
+        (one backward), since one optimizer step may run the whole training."""
+        if self.source != CLOSURE:
+            weaker = self.source
+            self.source = CLOSURE
+            if weaker is not None:
+                self._on_restart("the optimizer takes a closure: a step is one closure call")
+
     def optimizer_stepped(self, key: Hashable) -> None:
         """`key` names the optimizer's role (class and parameters), so that a script that rebuilds its
         optimizer every epoch keeps one order."""
+        if self.source == CLOSURE:
+            return
         self._seen[OPTIMIZER] += 1
         if self.source != OPTIMIZER:
             weaker = self.source
@@ -57,6 +69,9 @@ class StepDetector:
             self._on_boundary()
 
     def backward_done(self) -> None:
+        if self.source == CLOSURE:
+            self._on_boundary()
+            return
         self._weak(BACKWARD)
 
     def batch_fetched(self) -> None:

@@ -48,7 +48,7 @@ class _Evaluation:
         if "not" in cond:
             return not self.holds(cond["not"])
         left = self.fact(cond["fact"])
-        if left is None and cond["op"] not in ("==", "!=", "in", "not in"):
+        if left is None and cond["op"] not in ("==", "!=", "in", "not in", "contains"):
             return False  # an unknown value is neither above nor below a threshold
         try:
             return bool(_OPS[cond["op"]](left, self.value(cond["value"])))

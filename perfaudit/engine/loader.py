@@ -23,6 +23,10 @@ _VALIDATOR = jsonschema.Draft7Validator(RULE_SCHEMA)
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
 
 
+# a placeholder outside backticks quotes a run figure; inside a command (`num_workers={…}`) it is a value
+_RUN_FIGURE = re.compile(r"(?:^|[^`{])\{[A-Za-z_][\w.]*(?::[^{}]*)?\}(?![^`]*`)")
+
+
 @dataclass(frozen=True)
 class Docs:
     """A rule's documentation, ruff's sections: what, why, example, use instead, references."""
@@ -82,8 +86,11 @@ class Rule:
 
     @property
     def static_fix(self) -> str:
-        """The fix text without run figures (for findings from the source alone)."""
-        return PLACEHOLDER.sub("…", self.fix)
+        """The fix text for a finding from the source alone: the sentences that quote run figures
+        ("a batch took {…} ms") are left out; a figure inside a command becomes "N"."""
+        sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z`])", self.fix.strip())
+        kept = [t for t in sentences if not _RUN_FIGURE.search(t)]
+        return PLACEHOLDER.sub("N", " ".join(kept) if kept else self.fix)
 
     def facts(self) -> set[str]:
         """Registered facts this rule reads (conditions, evidence, cost, templates)."""

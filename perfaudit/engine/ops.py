@@ -7,4 +7,5 @@ OPS = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
     "==": operator.eq, "!=": operator.ne,
     "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
+    "contains": lambda a, b: b in a,
 }

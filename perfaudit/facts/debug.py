@@ -45,7 +45,18 @@ def autograd_nodes(ctx: Context) -> float:
     return count / len(ctx.steps)
 
 
+PROFILERS = {"torch.profiler.profile", "torch.autograd.profiler.profile", "emit_nvtx"}
+
+
+@fact("debug.profilers_only", "Whether every debugging API on in the window is a profiler the script "
+                              "started itself (perfaudit replaced it while recording).")
+def profilers_only(ctx: Context) -> bool:
+    sites = ctx.get("debug.apis_on")
+    return bool(sites) and all(s.extra.get("api") in PROFILERS for s in sites)
+
+
 @fact("debug.anomaly_nodes_per_step", "Backward nodes per step that paid for anomaly detection (0 when "
                                       "anomaly mode was off in the window).")
-def anomaly_nodes(ctx: Context) -> float:
-    return ctx.get("autograd.nodes_per_step") if ctx.probe("anomaly_enabled_in_window") else 0.0
+def anomaly_nodes(ctx: Context) -> float | None:
+    """None (no estimate) when anomaly mode was off: a profiler's cost is not modelled."""
+    return ctx.get("autograd.nodes_per_step") if ctx.probe("anomaly_enabled_in_window") else None

@@ -1,6 +1,8 @@
 """Optimizers: implementation (single-tensor loop, foreach, fused) and training advice (T10, T24)."""
 from __future__ import annotations
 
+import re
+
 from ..calls import FOREACH_OPTIMIZERS, FUSABLE_OPTIMIZERS
 from .registry import Context, Missing, fact
 from .sites import Site, site_from_probe
@@ -13,13 +15,14 @@ def _step_ops(ctx: Context) -> dict[str, dict]:
     trace = ctx.trace
     out: dict[str, dict] = {}
     ops = [e for e in trace.host if e.kind == "op"]
+    first, last = ctx.steps[0].ts, ctx.steps[-1].end
     for ann in (e for e in trace.host if e.name.startswith(OPTIMIZER_STEP)):
-        if ctx.step_of(ann.ts) is None:
-            continue
+        if ann.end < first or ann.ts > last:
+            continue  # overlapping the window counts: an LBFGS step can hold all of it
         cls = ann.name[len(OPTIMIZER_STEP):].split(".")[0]
         entry = out.setdefault(cls, {"ms": 0.0, "ops": 0, "fused": False, "foreach": False})
-        entry["ms"] += ann.dur / 1000.0
-        for op in ctx.within(ops, ann.ts, ann.end):
+        entry["ms"] += (min(ann.end, last) - max(ann.ts, first)) / 1000.0
+        for op in ctx.within(ops, max(ann.ts, first), min(ann.end, last)):
             if op.end > ann.end:
                 continue
             entry["ops"] += 1
@@ -39,6 +42,9 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
     ctx.need_trace()
     measured = _step_ops(ctx)
     if not measured:
+        built = ctx.probes.get("optimizers") or []
+        if built and not any(o["class"] in FOREACH_OPTIMIZERS for o in built):
+            return []  # LBFGS and the like: no foreach or fused implementation to suggest
         raise Missing("no Optimizer.step ranges in the measured steps")
     probes = {o["class"]: o for o in ctx.probes.get("optimizers", [])}
     sites = []
@@ -48,20 +54,42 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
             continue
         probe = probes.get(cls, {})
         options = probe.get("options", {})
+        cuda_path = False
         if not ctx.is_gpu and not (options.get("foreach") is False and not options.get("fused")):
             # on the CPU torch defaults to the loop; on CUDA the same defaults pick foreach, so a CPU
-            # run only shows a problem the script asked for explicitly (foreach=False)
-            continue
+            # run shows a problem the script asked for explicitly (foreach=False), or, for Adam and
+            # AdamW in a script that runs on CUDA when it can, the fused kernel it would miss there
+            cuda_path = (cls in ("Adam", "AdamW") and options.get("fused") is not True
+                         and options.get("foreach") is not True and _script_runs_on_cuda(ctx))
+            if not cuda_path:
+                continue
         params = probe.get("param_tensors")
         if params is not None and params < 4:
             continue  # a handful of tensors: nothing to batch
         site = site_from_probe(ctx, probe.get("site"),
                                f"{cls} single-tensor loop ({m['ops_per_step']:.0f} ops per step"
                                + (f" over {params} parameter tensors)" if params else ")"),
-                               **{"class": cls, "fusable": cls in FUSABLE_OPTIMIZERS})
+                               **{"class": cls, "fusable": cls in FUSABLE_OPTIMIZERS, "cuda_path": cuda_path})
         site.count, site.ms, site.steps_seen = n, m["ms_per_step"] * n, set(range(n))
         sites.append(site)
     return sites
+
+
+_CUDA = re.compile(r"\bcuda\b|\.cuda\(")
+
+
+def _script_runs_on_cuda(ctx: Context) -> bool:
+    """Whether the audited script's source has a CUDA path (`"cuda" if torch.cuda.is_available()`,
+    `.cuda()`): it will run on a GPU where there is one."""
+    script = ctx.meta.get("script")
+    return isinstance(script, str) and bool(_CUDA.search(ctx.source.text(script)))
+
+
+@fact("optim.cuda_path_only", "On a CPU run, whether every single-tensor optimizer reported is one the "
+                              "script would run on CUDA (its source has a CUDA path) without fused=True.")
+def cuda_path_only(ctx: Context) -> bool:
+    sites = ctx.get("optim.single_tensor_sites")
+    return not ctx.is_gpu and bool(sites) and all(s.extra.get("cuda_path") for s in sites)
 
 
 @fact("optim.advice_sites", "Optimizer choices that affect convergence rather than speed: Adam with "

@@ -66,7 +66,7 @@ class Context:
         aliases = meta.get("path_aliases") if isinstance(meta.get("path_aliases"), dict) else {}
         aliases = {k: v for k, v in aliases.items() if isinstance(k, str) and isinstance(v, str)}
         roots += tuple(sorted(set(aliases) | {os.path.dirname(a) for a in aliases}))  # frames carry alias paths
-        self.source = SourceIndex(roots, aliases)
+        self.source = SourceIndex(roots, aliases, self.probes.get("executed_lines"))
         self.frames = FrameIndex(trace, roots) if trace is not None else None
         self._values: dict[str, Any] = {}
         self._missing: dict[str, str] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .registry import Context, Missing, fact
+from .sites import Site, site_from_probe
 
 CONV_OPS = {"aten::convolution", "aten::cudnn_convolution", "aten::_convolution", "aten::mkldnn_convolution"}
 SHAPED_OPS = CONV_OPS | {"aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::embedding"}
@@ -53,6 +54,30 @@ def varying_shapes(ctx: Context) -> dict:
                 break
     return {"share_pct": 100.0 * len(differing) / len(signatures), "distinct": len(set(signatures)),
             "example": example}
+
+
+@fact("cudnn.flag_sites", "Where torch.backends.cudnn.benchmark is set in the script's source (True "
+                          "anywhere: `set_true`), else where it should go: before the optimizer is built.")
+def cudnn_flag_sites(ctx: Context) -> list[Site]:
+    script = ctx.meta.get("script")
+    assigned = ctx.source.attribute_assignments(script, "cudnn.benchmark") if isinstance(script, str) else []
+    set_true = any(value is True for _, value in assigned)
+    if assigned:
+        line = next((line for line, value in assigned if value is not True), assigned[0][0])
+        site = site_from_probe(ctx, {"path": script, "line": line}, "cudnn.benchmark set here", set_true=set_true)
+    else:
+        built = next((o.get("site") for o in ctx.probes.get("optimizers", []) if o.get("site")), None)
+        site = site_from_probe(ctx, built, "set cudnn.benchmark before training (here the optimizer is built)",
+                               set_true=False)
+    n = len(ctx.steps)
+    site.count, site.steps_seen = n, set(range(n))
+    return [site]
+
+
+@fact("cudnn.set_true_in_source", "Whether the script's source sets cudnn.benchmark = True somewhere "
+                                  "(under `if torch.cuda.is_available():`, say), whatever this run did.")
+def cudnn_set_true_in_source(ctx: Context) -> bool:
+    return bool(ctx.get("cudnn.flag_sites")[0].extra.get("set_true"))
 
 
 @fact("env.cudnn_benchmark", "torch.backends.cudnn.benchmark as the script left it.")

@@ -25,6 +25,7 @@ def _finding(f: Finding) -> dict:
         "fix": f.fix,
         "notes": list(f.notes),
         "trace": f.trace,
+        "origin": f.evidence.get("origin") or ("static" if f.evidence.get("static") else "run"),
     }
 
 

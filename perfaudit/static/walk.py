@@ -11,17 +11,37 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _OWN_SCOPE = (*_LOOPS, *_FUNCTIONS, ast.ClassDef, ast.Lambda)
 
 
-def steps_here(body) -> bool:
-    """Whether these statements call backward() or .step() outside any nested loop or function."""
+_STEP_CALLS = frozenset({"backward", "step"})
+
+
+def steps_here(body, trainers: frozenset = _STEP_CALLS) -> bool:
+    """Whether these statements call backward() or .step() (or a function of the module that does)
+    outside any nested loop or function."""
     stack = list(body)
     while stack:
         node = stack.pop()
         if isinstance(node, _OWN_SCOPE):
             continue
-        if isinstance(node, ast.Call) and call_name(node) in ("backward", "step"):
+        if isinstance(node, ast.Call) and call_name(node) in trainers:
             return True
         stack.extend(ast.iter_child_nodes(node))
     return False
+
+
+def training_functions(tree: ast.AST) -> frozenset:
+    """backward/step, and the names of the module's functions that call them, directly or through
+    each other (`def backward_step(loss): loss.backward(); opt.step()`): a loop calling one of
+    these runs a training step."""
+    functions = [n for n in ast.walk(tree) if isinstance(n, _FUNCTIONS)]
+    names = set(_STEP_CALLS)
+    changed = True
+    while changed:
+        changed = False
+        for fn in functions:
+            if fn.name not in names and steps_here(fn.body, frozenset(names)):
+                names.add(fn.name)
+                changed = True
+    return frozenset(names)
 
 
 def logging_branch(test) -> bool:
@@ -30,9 +50,10 @@ def logging_branch(test) -> bool:
 
 
 class Walker(ast.NodeVisitor):
-    def __init__(self):
+    def __init__(self, trainers: frozenset = _STEP_CALLS):
         self.scope = Scope()
         self.hits: list[Hit] = []
+        self.trainers = trainers
 
     def visit(self, node):
         for spec in CHECKS.get(type(node), ()):
@@ -42,7 +63,7 @@ class Walker(ast.NodeVisitor):
     def _loop(self, node):
         scope = self.scope
         scope.loops += 1
-        scope.steps.append(steps_here(node.body))
+        scope.steps.append(steps_here(node.body, self.trainers))
         self.generic_visit(node)
         scope.steps.pop()
         scope.loops -= 1
@@ -60,7 +81,7 @@ class Walker(ast.NodeVisitor):
             self.visit(child)
 
     def visit_FunctionDef(self, node):
-        outer, self.scope = self.scope, Scope(steps=[steps_here(node.body)])  # a train_step(): runs every step
+        outer, self.scope = self.scope, Scope(steps=[steps_here(node.body, self.trainers)])  # a train_step()
         self.generic_visit(node)
         self.scope = outer
 
@@ -73,6 +94,6 @@ class Walker(ast.NodeVisitor):
 
 
 def check_tree(tree: ast.AST) -> list[Hit]:
-    walker = Walker()
+    walker = Walker(training_functions(tree))
     walker.visit(tree)
     return sorted({(h.rule, h.line): h for h in walker.hits}.values(), key=lambda h: (h.line, h.rule))

@@ -1,0 +1,40 @@
+"""What the script did before its first training step (tip T29), from CPU-time samples the probes take
+without the profiler from the script's start to the end of its first step."""
+from __future__ import annotations
+
+from .registry import Context, Missing, fact
+from .sites import Site, site_from_probe
+
+# a line must hold at least this share of the start-up samples to be named
+MIN_LINE_SHARE = 0.2
+
+
+@fact("start.summary", "Seconds from the script's start to the end of its first training step, the CPU "
+                       "seconds sampled in that time, and how many samples fell in the user's code.")
+def start_summary(ctx: Context) -> dict:
+    startup = ctx.probe("startup")
+    if not startup:
+        raise Missing("no start-up samples (the script never reached a training step, or SIGPROF was unavailable)")
+    user = sum(line["samples"] for line in startup["lines"])
+    return {"seconds": startup["seconds"], "cpu_seconds": startup.get("cpu_seconds", 0.0),
+            "samples": startup.get("samples", 0), "user_share_pct": 100.0 * user / max(startup.get("samples", 0), 1)}
+
+
+@fact("start.sites", "The user lines that took the most CPU time before the first training step (each at "
+                     "least 20 % of the samples), with their share.")
+def start_sites(ctx: Context) -> list[Site]:
+    startup = ctx.probe("startup")
+    if not startup:
+        raise Missing("no start-up samples (the script never reached a training step)")
+    total = max(startup.get("samples", 0), 1)
+    sites = []
+    for line in startup["lines"]:
+        share = line["samples"] / total
+        if share < MIN_LINE_SHARE:
+            continue
+        seconds = share * startup.get("cpu_seconds", 0.0)
+        site = site_from_probe(ctx, line, f"{100 * share:.0f}% of the start-up ({seconds:.1f} s of CPU)",
+                               share=share)
+        site.count, site.steps_seen = 1, set(range(len(ctx.steps)))
+        sites.append(site)
+    return sites[:3]
