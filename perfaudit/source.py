@@ -140,6 +140,18 @@ class SourceIndex:
                         out.append((node.lineno, literal(node.value)))
         return sorted(out, key=lambda item: item[0])
 
+    def module_names(self, path: str, cls: str) -> set[str]:
+        """Names the file binds to instances of the module class `cls` (`encoder = nn.TransformerEncoder(…)`,
+        `self.encoder = …`), so that `encoder(x)` and `self.encoder(x)` are found as calls of it."""
+        parsed = _parse(self.resolve(path) or path)
+        names = set()
+        for node in ast.walk(parsed[0]) if parsed else ():
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and call_name(node.value) == cls:
+                for target in node.targets:
+                    if isinstance(target, (ast.Name, ast.Attribute)):
+                        names.add(target.id if isinstance(target, ast.Name) else target.attr)
+        return names
+
     def text(self, path: str) -> str:
         """A source file's whole text ("" when it cannot be read)."""
         parsed = _parse(self.resolve(path) or path)
@@ -224,7 +236,9 @@ class SourceIndex:
         call of its own (via is None), the `fallback` call names, then the syntactic `forms`
         ("branch": if/while tests, "mask": boolean-mask indexing). Returns (sites, exact); when
         nothing matches, the function's own line, not exact."""
-        if via in _FORMAT_VIAS:
+        if via and via.startswith("module:"):  # torch's code running for a module the user called
+            searches = [self.module_names(path, via.split(":", 1)[1])]
+        elif via in _FORMAT_VIAS:
             searches = [({"print", "<f-string>"} | _FORMAT_CALLS)]
         elif via:
             searches = [{via}]

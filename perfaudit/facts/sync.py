@@ -27,7 +27,6 @@ COPY_FALLBACK = (SYNC_CALLS, ())
 
 # On a CPU run a scalar read inside library code (an optimizer's CPU step counter, autograd's anomaly
 # checks) is not a device sync on a GPU; only reads the user's code makes on a tensor count.
-_TENSOR_METHOD_FILES = ("torch/_tensor.py", "torch/_tensor_str.py")
 _NOT_USER_READS = {"backward"}
 
 DETAIL = {"aten::_local_scalar_dense": "scalar read (.item(), float(), print or `if` on a tensor)",
@@ -109,6 +108,7 @@ def sync_sites(ctx: Context):
     attributions = ctx.frames.attribute_all([anchor for anchor, _, _, _ in items]) if ctx.frames else {}
     if not ctx.is_gpu and ctx.frames:
         items = [item for item in items if _user_read(attributions.get(id(item[0])))]
+    items = [_for_module(item, attributions.get(id(item[0]))) for item in items]
     collector = SiteCollector(ctx, *COPY_FALLBACK)
     collector.add_all(items, hints={DETAIL["aten::_local_scalar_dense"]: SCALAR_FALLBACK,
                                     DETAIL["aten::nonzero"]: NONZERO_FALLBACK}, attributions=attributions)
@@ -119,7 +119,19 @@ def sync_sites(ctx: Context):
     return sites
 
 
+def _for_module(item, att):
+    """A sync torch makes inside a module the user called belongs to that call, said as such."""
+    if att is None or att.module is None:
+        return item
+    anchor, counted, ms, detail = item
+    return anchor, counted, ms, f"made by torch inside {att.module}.forward for this call: {detail}"
+
+
 def _user_read(att) -> bool:
+    """On a CPU run, whether a host read would be a device sync on a GPU: the user's own read of a
+    tensor, or torch's read on behalf of a module the user called (a mask check in
+    nn.TransformerEncoder). A read inside other library code (a DataLoader sampler's `.tolist()`, an
+    optimizer's step counter) is of a CPU tensor there too."""
     if att is None or att.via in _NOT_USER_READS:
         return False
-    return att.via_path is None or att.via_path.replace("\\", "/").endswith(_TENSOR_METHOD_FILES)
+    return att.module is not None or not att.library

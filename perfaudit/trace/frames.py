@@ -23,11 +23,19 @@ _LIB_MARKERS = ("site-packages", "dist-packages", "/lib/python3", "\\lib\\python
 _ALWAYS_LIBRARY = {"perfaudit", "torch", "runpy", "typing", "contextlib", "functools", "threading"}
 
 
+_MODULE = re.compile(r"^nn\.Module: (?P<cls>\w+?)(?:_\d+)?$")
+# torch's Python implementations of tensor methods (__format__, __bool__…): a read through them is
+# still the user's own read of the tensor
+_TENSOR_METHOD_FILES = ("torch/_tensor.py", "torch/_tensor_str.py")
+
+
 @dataclass(frozen=True, slots=True)
 class Attribution:
     frame: Frame          # innermost user frame
     via: str | None       # the call just below it: a builtin method name or a library function
     via_path: str | None  # the library file of `via`, when it is a Python function
+    library: bool = False     # library Python code ran between the user's line and the event
+    module: str | None = None  # the torch module class the user's line called (`nn.Module: X` events)
 
 
 @lru_cache(maxsize=4096)
@@ -93,8 +101,12 @@ class FrameIndex:
         for i in range(len(stack) - 1, -1, -1):
             frame = parse_frame(stack[i].name, self._roots)
             if frame is not None and frame.user:
-                via, via_path = _via(stack[i + 1].name) if i + 1 < len(stack) else (None, None)
-                return Attribution(frame, via, via_path)
+                below = stack[i + 1:]
+                via, via_path = _via(below[0].name) if below else (None, None)
+                module = next((m.group("cls") for e in below if (m := _MODULE.match(e.name))), None)
+                library = any(f is not None and not f.path.replace("\\", "/").endswith(_TENSOR_METHOD_FILES)
+                              for f in (parse_frame(e.name, self._roots) for e in below))
+                return Attribution(frame, via if not module or via else f"module:{module}", via_path, library, module)
         return None
 
     def attribute_all(self, events: list[Event]) -> dict[int, Attribution]:
