@@ -23,6 +23,7 @@ PROBE_FIELDS: dict[str, dict] = {
     "dataloaders": _list_of({"site": _SITE, "num_workers": _INT, "pin_memory": {"type": "boolean"},
                              "batches_seen": _INT},
                             {"persistent_workers": {"type": "boolean"}, "prefetch_factor": _OPT_INT,
+                             "window_batches": _INT,
                              "batch_size": _OPT_INT, "batch_bytes": _INT, "batch_pinned": {"type": "boolean"}}),
     "debug_apis": _list_of({"api": {"type": "string"}, "enabled": {"type": "boolean"}, "site": _SITE}),
     "anomaly_enabled_in_window": {"type": "boolean"},
@@ -34,7 +35,7 @@ PROBE_FIELDS: dict[str, dict] = {
     "sync_debug": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "count": _INT}),
     "module_order": {"type": "array", "items": {"type": "string"}},
     "startup": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["seconds", "lines"], "properties": {
-        "seconds": {"type": "number"}, "cpu_seconds": {"type": "number"}, "samples": _INT,
+        "seconds": {"type": "number"}, "cpu_seconds": {"type": "number"}, "samples": _INT, "model_samples": _INT,
         "lines": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "samples": _INT},
                           {"func": {"type": "string"}})}}]},
     "executed_lines": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "count": _INT}),

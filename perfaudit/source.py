@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .calls import call_name, literal, literal_kwargs
+from .calls import call_name, creates_on_host, literal, literal_kwargs
 
 _FORMAT_VIAS = {"__format__", "__repr__", "__str__", "_str", "_tensor_str"}
 _FORMAT_CALLS = {"print", "format", "str", "repr"}
@@ -139,6 +139,29 @@ class SourceIndex:
                     if isinstance(target, ast.Attribute) and ast.unparse(target).endswith(dotted):
                         out.append((node.lineno, literal(node.value)))
         return sorted(out, key=lambda item: item[0])
+
+    def host_iteration_lines(self, path: str) -> set[int]:
+        """Lines that iterate over a tensor the same function created on the host
+        (`ix = torch.randint(...)`; `[data[i:i + n] for i in ix]`): indexing with its elements reads
+        host values, a sync on no device."""
+        parsed = _parse(self.resolve(path) or path)
+        if parsed is None:
+            return set()
+        lines: set[int] = set()
+        scopes = [parsed[0]] + [n for n in ast.walk(parsed[0]) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for scope in scopes:
+            body = scope.body
+            host = {t.id for node, _ in _walk_own(body) if isinstance(node, ast.Assign) and creates_on_host(node.value)
+                    for t in node.targets if isinstance(t, ast.Name)}
+            if not host:
+                continue
+            for node, _ in _walk_own(body):
+                generators = getattr(node, "generators", None)
+                if generators and any(isinstance(g.iter, ast.Name) and g.iter.id in host for g in generators):
+                    lines.update(range(node.lineno, node.end_lineno + 1))
+                elif isinstance(node, ast.For) and isinstance(node.iter, ast.Name) and node.iter.id in host:
+                    lines.update(range(node.body[0].lineno, node.body[-1].end_lineno + 1))
+        return lines
 
     def module_names(self, path: str, cls: str) -> set[str]:
         """Names the file binds to instances of the module class `cls` (`encoder = nn.TransformerEncoder(…)`,

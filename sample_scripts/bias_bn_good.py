@@ -20,7 +20,7 @@ class Net(nn.Module):
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = Net().to(device)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)  # expect-run: CUDNN001
 images = torch.randn(8, 3, 16, 16, device=device)
 labels = torch.randint(0, 10, (8,), device=device)
 

@@ -40,3 +40,9 @@ def quiet_lines(path, rule: str, mode: str) -> set[int]:
 def marked(path, mode: str) -> set[tuple[str, int]]:
     """Every (rule, line) that `mode` must report in the file."""
     return {(r, line) for line, kind, r in markers(str(path)) if mode in _MODES[kind]}
+
+
+def located(findings: list[dict], script: str, origins: tuple[str, ...]) -> set[tuple[str, int]]:
+    """(rule, line) of a JSON report's findings in `script` whose origin is one of `origins`."""
+    return {(f["rule"], loc["line"]) for f in findings if f.get("origin", "run") in origins
+            for loc in f["locations"] if Path(loc["path"]).name == script}

@@ -2,12 +2,10 @@
 (and must not be) reported is written in the sample scripts themselves (tests/markers.py)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from conftest import ROOT, SAMPLES
-from markers import expected_lines, marked, quiet_lines
+from markers import expected_lines, located, marked, quiet_lines
 from perfaudit.engine.loader import load_rules
 
 RULES = load_rules()
@@ -43,11 +41,13 @@ def test_sample_findings_stand_on_marked_lines_only(script, sample_report):
     """Every `# expect:` line of a sample is reported; nothing is reported on a line marked `ok` or
     left unmarked (semgrep's discipline: a sample is its own test)."""
     path = SAMPLES / script
-    reported = {(f["rule"], loc["line"]) for f in sample_report(script)["findings"] for loc in f["locations"]
-                if Path(loc["path"]).name == script}
-    assert marked(path, "run") <= reported, f"missing: {marked(path, 'run') - reported}"
-    assert reported <= marked(path, "run"), f"unmarked: {reported - marked(path, 'run')}"
-    for rule, line in reported:
+    findings = sample_report(script)["findings"]
+    measured = located(findings, script, ("run", "both"))
+    static_only = located(findings, script, ("static",))  # the source shows it; the run did not measure it
+    assert marked(path, "run") <= measured, f"missing: {marked(path, 'run') - measured}"
+    assert measured <= marked(path, "run"), f"unmarked: {measured - marked(path, 'run')}"
+    assert static_only <= marked(path, "lint"), f"static, unmarked: {static_only - marked(path, 'lint')}"
+    for rule, line in measured:
         assert line not in quiet_lines(path, rule, "run")
 
 

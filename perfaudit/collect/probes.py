@@ -231,13 +231,15 @@ class Probes:
 
     def _loader_init(self, args, kwargs):
         self.loaders[id(args[0])] = {"site": user_site(3), "_ref": weakref.ref(args[0]),
-                                     "batches": 0, "batch_bytes": 0, "pinned": True}
+                                     "batches": 0, "window_batches": 0, "batch_bytes": 0, "pinned": True}
 
     def _batch(self, iterator, batch):
         info = self.loaders.get(getattr(iterator, "_perfaudit_loader", None))
         if info is not None:
             nbytes, pinned = _tensors_nbytes(batch)
             info["batches"] += 1
+            if self.window_step() is not None:
+                info["window_batches"] += 1
             info["batch_bytes"] = max(info["batch_bytes"], nbytes)
             info["pinned"] = info["pinned"] and pinned
         self.on_batch()
@@ -287,9 +289,13 @@ class Probes:
         self._startup_t0 = time.time()
 
         def sample(signum, frame):
+            in_model = False  # inside a module's forward: the model computing, not preparation
             while frame is not None and not is_user_file(frame.f_code.co_filename):
+                in_model = in_model or frame.f_code.co_name in ("_call_impl", "_wrapped_call_impl")
                 frame = frame.f_back
-            if frame is not None:
+            if frame is not None and in_model:
+                counts["model"] = counts.get("model", 0) + 1
+            elif frame is not None:
                 key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
                 counts[key] = counts.get(key, 0) + 1
             else:
@@ -309,9 +315,9 @@ class Probes:
         signal.setitimer(signal.ITIMER_PROF, 0, 0)
         signal.signal(signal.SIGPROF, signal.SIG_DFL)
         total = sum(self.startup_lines.values())
-        top = sorted(((n, k) for k, n in self.startup_lines.items() if k is not None), reverse=True)[:10]
+        top = sorted(((n, k) for k, n in self.startup_lines.items() if isinstance(k, tuple)), reverse=True)[:10]
         self.startup = {"seconds": time.time() - self._startup_t0, "cpu_seconds": total * self._startup_interval,
-                        "samples": total,
+                        "samples": total, "model_samples": self.startup_lines.get("model", 0),
                         "lines": [{"path": p, "line": l, "func": f, "samples": n} for n, (p, l, f) in top]}
 
     # -- which lines of the user's code run in a step (the locator counts only those) ------------
@@ -396,6 +402,7 @@ class Probes:
                 "site": info["site"], "num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
                 "persistent_workers": loader.persistent_workers, "prefetch_factor": loader.prefetch_factor,
                 "batch_size": loader.batch_size, "batches_seen": info["batches"],
+                "window_batches": info["window_batches"],
                 "batch_bytes": info["batch_bytes"], "batch_pinned": info["pinned"],
             })
         return {

@@ -117,9 +117,7 @@ def host_created_sites(ctx: Context) -> list[Site]:
     ctx.need_trace()
     ctx.steps
     sites: dict[tuple, Site] = {}
-    for step, f, call in _device_moves(ctx):
-        if not call.in_loop:
-            continue
+    for step, f, call in _device_moves(ctx):  # in a loop or in a helper the step calls: steps_seen says
         origins = [call.receiver] + ctx.source.assignments(f.path, f.line, f.func).get(call.receiver, [])
         if not any(creates_on_host_text(o) for o in origins):
             continue

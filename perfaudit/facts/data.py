@@ -9,9 +9,10 @@ from .steps import phase_times
 
 
 def _loader(ctx: Context) -> dict | None:
-    """The DataLoader that fed the most batches during the run (from the probes)."""
+    """The DataLoader that fed the most batches in the measured window (an evaluation loader that ran
+    before training fed more batches overall, but not in the window), from the probes."""
     loaders = ctx.probes.get("dataloaders") or []
-    return max(loaders, key=lambda d: d.get("batches_seen", 0)) if loaders else None
+    return max(loaders, key=lambda d: (d.get("window_batches", 0), d.get("batches_seen", 0))) if loaders else None
 
 
 @fact("data.loader", "The DataLoader wait per step (ms, the mean over the measured steps: two workers "

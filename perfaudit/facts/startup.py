@@ -10,14 +10,20 @@ MIN_LINE_SHARE = 0.2
 
 
 @fact("start.summary", "Seconds from the script's start to the end of its first training step, the CPU "
-                       "seconds sampled in that time, and how many samples fell in the user's code.")
+                       "seconds sampled in that time, those inside model forward passes, and those at the "
+                       "busiest lines of the user's code (each at least 20 % of the samples).")
 def start_summary(ctx: Context) -> dict:
     startup = ctx.probe("startup")
     if not startup:
         raise Missing("no start-up samples (the script never reached a training step, or SIGPROF was unavailable)")
-    user = sum(line["samples"] for line in startup["lines"])
+    total = max(startup.get("samples", 0), 1)
+    per_sample = startup.get("cpu_seconds", 0.0) / total
+    named = [line["samples"] for line in startup["lines"] if line["samples"] / total >= MIN_LINE_SHARE]
     return {"seconds": startup["seconds"], "cpu_seconds": startup.get("cpu_seconds", 0.0),
-            "samples": startup.get("samples", 0), "user_share_pct": 100.0 * user / max(startup.get("samples", 0), 1)}
+            "samples": startup.get("samples", 0),
+            "model_seconds": startup.get("model_samples", 0) * per_sample,
+            # CPU seconds at the lines a finding names: what a change there can save
+            "named_seconds": sum(named) * per_sample}
 
 
 @fact("start.sites", "The user lines that took the most CPU time before the first training step (each at "
@@ -33,7 +39,7 @@ def start_sites(ctx: Context) -> list[Site]:
         if share < MIN_LINE_SHARE:
             continue
         seconds = share * startup.get("cpu_seconds", 0.0)
-        site = site_from_probe(ctx, line, f"{100 * share:.0f}% of the start-up ({seconds:.1f} s of CPU)",
+        site = site_from_probe(ctx, line, f"{100 * share:.0f}% of the start-up",
                                share=share)
         site.count, site.steps_seen = 1, set(range(len(ctx.steps)))
         sites.append(site)

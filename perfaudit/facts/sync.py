@@ -113,6 +113,9 @@ def sync_sites(ctx: Context):
     collector.add_all(items, hints={DETAIL["aten::_local_scalar_dense"]: SCALAR_FALLBACK,
                                     DETAIL["aten::nonzero"]: NONZERO_FALLBACK}, attributions=attributions)
     sites = collector.result()
+    if not ctx.is_gpu:  # reads of tensors the step itself made on the host are no device sync
+        sites = [s for s in sites if not s.path or not set(s.extra.get("lines") or [s.line])
+                 <= ctx.source.host_iteration_lines(s.path)]
     confirmed = {(ctx.source.display_path(d["path"]), d["line"]) for d in ctx.probes.get("sync_debug", [])}
     for site in sites:  # torch's own sync debug mode flagged these lines during the run
         site.extra["confirmed"] = any((site.path, line) in confirmed for line in site.extra.get("lines", []))

@@ -8,7 +8,9 @@ from .registry import CHECKS, Hit, Scope
 
 _LOOPS = (ast.For, ast.While, ast.AsyncFor)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-_OWN_SCOPE = (*_LOOPS, *_FUNCTIONS, ast.ClassDef, ast.Lambda)
+# a comprehension is a loop of its own: a training step called in one is not this body's step
+_OWN_SCOPE = (*_LOOPS, *_FUNCTIONS, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+              ast.GeneratorExp)
 
 
 _STEP_CALLS = frozenset({"backward", "step"})

@@ -47,7 +47,7 @@ def main():
         running += loss.item()  # expect: SYNC001
         if args.distributed:
             torch.distributed.all_reduce(loss)
-            print("reduced", loss.item())
+            print("reduced", loss.item())  # expect-lint: SYNC001
         if step % args.log_every == 0:
             print(f"step {step}: loss {running / (step + 1):.4f}")
 

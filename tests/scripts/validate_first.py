@@ -12,8 +12,8 @@ class Trainer:
         self.model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
         data = TensorDataset(torch.randn(512, 16), torch.randn(512, 1))
-        self.val_loader = DataLoader(data, batch_size=8)
-        self.train_loader = DataLoader(data, batch_size=32, shuffle=True)
+        self.val_loader = DataLoader(data, batch_size=8)  # expect-lint: DATA001
+        self.train_loader = DataLoader(data, batch_size=32, shuffle=True)  # expect: DATA001
 
     def prepare(self):
         deadline = time.time() + 2.0  # slow host-side preparation: not a training step

@@ -1,0 +1,94 @@
+"""Real code, not samples: training scripts written the way public ones are (trainer classes, main(),
+next(iter(...)), comprehensions, helpers, CUDA-conditional code, logging intervals), with the expected
+findings marked in each script. Every marked problem must be found at its line, and nothing at
+warning or above may stand on an unmarked line. `python tests/test_realistic.py` prints the figures
+the README quotes."""
+from __future__ import annotations
+
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, perfaudit
+from markers import located, marked, markers
+
+REALISTIC = ROOT / "tests" / "realistic"
+# scripts of the reliability suite that are realistic too (a fine-tuning phase, a trainer that
+# evaluates and prepares before training)
+EXTRA = [ROOT / "tests" / "scripts" / "finetune.py", ROOT / "tests" / "scripts" / "validate_first.py"]
+SCRIPTS = sorted(REALISTIC.glob("*.py")) + EXTRA
+
+
+@cache
+def _reports(out_dir: str) -> dict[str, dict]:
+    def one(path: Path) -> tuple[str, dict]:
+        out = Path(out_dir) / f"{path.stem}.json"
+        proc = perfaudit("run", str(path), "--out-dir", str(Path(out_dir) / path.stem), "-f", f"json={out}",
+                         timeout=300)
+        assert out.exists(), f"{path.name}: rc={proc.returncode}\n{proc.stderr[-2000:]}"
+        lint = perfaudit("lint", str(path), "--format", "json")
+        return path.name, {"run": json.loads(out.read_text()), "lint": json.loads(lint.stdout), "rc": proc.returncode}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, SCRIPTS))
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    return _reports(str(tmp_path_factory.mktemp("realistic")))
+
+
+def check(path: Path, report: dict) -> list[str]:
+    """What is wrong with one script's reports against its markers (empty: all good)."""
+    problems = []
+    run = report["run"]["findings"]
+    measured = located(run, path.name, ("run", "both"))
+    static_only = located(run, path.name, ("static",))
+    for rule, line in sorted(marked(path, "run") - measured):
+        problems.append(f"run missed {rule} at line {line}")
+    loud = {(f["rule"], loc["line"]) for f in run if f["severity"] != "info" for loc in f["locations"]
+            if Path(loc["path"]).name == path.name}
+    for rule, line in sorted(loud - marked(path, "run")):
+        problems.append(f"run warns {rule} at unmarked line {line}")
+    for rule, line in sorted(static_only - marked(path, "lint")):
+        problems.append(f"run shows a static-only {rule} at unmarked line {line}")
+    unlocated = {f["rule"] for f in run if f["severity"] != "info" and not f["locations"]}
+    for rule in sorted(unlocated - {r for _, _, r in markers(str(path))}):
+        problems.append(f"run warns {rule} without a location")
+    linted = located(report["lint"]["findings"], path.name, ("static", "run"))
+    for rule, line in sorted(marked(path, "lint") - linted):
+        problems.append(f"lint missed {rule} at line {line}")
+    for rule, line in sorted(linted - marked(path, "lint")):
+        problems.append(f"lint reports {rule} at unmarked line {line}")
+    return problems
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_realistic_script_findings_match_its_markers(path, reports):
+    report = reports[path.name]
+    assert report["rc"] == 0, report["run"]["run"]["outcome"]
+    assert report["run"]["run"]["steps"] >= 1
+    assert not check(path, report), check(path, report)
+
+
+def figures(reports: dict) -> dict:
+    marked_run = sum(len(marked(p, "run")) for p in SCRIPTS)
+    found = sum(len(marked(p, "run") & located(reports[p.name]["run"]["findings"], p.name, ("run", "both")))
+                for p in SCRIPTS)
+    infos = sum(1 for p in SCRIPTS for f in reports[p.name]["run"]["findings"] if f["severity"] == "info")
+    problems = sum(len(check(p, reports[p.name])) for p in SCRIPTS)
+    return {"scripts": len(SCRIPTS), "marked": marked_run, "found at their line": found,
+            "info findings": infos, "problems": problems}
+
+
+if __name__ == "__main__":  # the README's figures
+    import tempfile
+    sys.path.insert(0, str(Path(__file__).parent))
+    with tempfile.TemporaryDirectory() as tmp:
+        result = _reports(tmp)
+        for p in SCRIPTS:
+            print(p.name, check(p, result[p.name]) or "ok")
+        print(figures(result))
