@@ -38,7 +38,6 @@ def start_sites(ctx: Context) -> list[Site]:
         share = line["samples"] / total
         if share < MIN_LINE_SHARE:
             continue
-        seconds = share * startup.get("cpu_seconds", 0.0)
         site = site_from_probe(ctx, line, f"{100 * share:.0f}% of the start-up",
                                share=share)
         site.count, site.steps_seen = 1, set(range(len(ctx.steps)))
