@@ -198,6 +198,13 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
                             f"{_NOT_TRAINING[result.outcome['step_source']]} (inference or evaluation)")
     if result.outcome.get("step_source") in _STEP_NOTES:
         report.notes.append(_STEP_NOTES[result.outcome["step_source"]])
+    trimmed = result.outcome.get("trimmed") or {}
+    if "steps" in trimmed or "stacks" in trimmed:
+        report.notes.append(
+            f"a step writes about {trimmed.get('estimated_mb_per_step', 0):g} MB of trace, so to stay within the "
+            f"{options.trace_budget_mb:g} MB trace budget {trimmed.get('steps', options.steps)} step(s) were measured "
+            f"after {trimmed.get('warmup', options.warmup)} warm-up"
+            + (", without Python stacks (no file:line)" if trimmed.get("stacks") == "off" else ""))
     if result.outcome.get("budget_hit"):
         report.notes.append(f"recording stopped at its time budget ({options.record_budget_s:g} s) after "
                             f"{len(trace.measured_steps) if trace else 0} measured step(s); --steps sets fewer")

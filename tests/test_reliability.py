@@ -201,6 +201,41 @@ def test_evaluation_and_preparation_before_training_stay_out_of_the_window(tmp_p
     assert trace.host[-1].end - first < 2e6       # nor in the trace
 
 
+def test_frames_already_running_and_comprehensions_are_located(tmp_path):
+    """The loop's function started before recording (Kineto names it by its current line) and the
+    copies are made in a list comprehension (a frame of its own): both still give the exact lines."""
+    script = tmp_path / "train.py"
+    script.write_text('''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(64, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(TensorDataset(torch.randn(4096, 64), torch.randn(4096, 1)), batch_size=32)
+    total = 0.0
+    for epoch in range(100):
+        for batch in loader:
+            x, y = [t.to(device) for t in batch]
+            loss = (model(x) - y).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item()
+    print(total)
+
+
+train()
+''')
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(script), "--out-dir", str(tmp_path / "run"), "-f", f"json={out}")
+    assert proc.returncode == 0, proc.stderr
+    found = {f["rule"]: [(loc["line"], loc["exact"]) for loc in f["locations"]] for f in json.loads(out.read_text())["findings"]}
+    assert found["SYNC001"] == [(18, True)]
+    assert found["COPY001"] == [(13, True)]
+
+
 def test_non_ascii_script_path_is_matched(tmp_path):
     folder = tmp_path / "проект"
     folder.mkdir()
@@ -311,3 +346,21 @@ def test_baseline_works_from_any_working_directory(tmp_path):
     assert perfaudit("lint", "train.py", "--baseline-write", "base.json", cwd=tmp_path).returncode == 0
     proc = perfaudit("lint", "../train.py", "--baseline", "../base.json", "--fail-on", "warning", cwd=sub)
     assert proc.returncode == 0, proc.stdout
+
+
+def test_op_heavy_steps_stay_within_the_trace_budget(tmp_path):
+    """An LSTMCell stepped over 999 time steps writes ~60 MB of trace a step: the window shrinks to
+    fit the 200 MB budget, the report says so, and the audit stays well under a minute."""
+    import gzip
+    start = time.time()
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(SCRIPTS / "op_heavy.py"), "--out-dir", str(tmp_path / "run"), "-f", f"json={out}")
+    elapsed = time.time() - start
+    assert proc.returncode == 0, proc.stderr
+    with gzip.open(tmp_path / "run" / "trace.json.gz") as f:
+        size = sum(len(chunk) for chunk in iter(lambda: f.read(1 << 22), b""))
+    assert size <= 200e6, size
+    report = json.loads(out.read_text())
+    assert 1 <= report["run"]["steps"] < 5
+    assert any("trace budget" in n for n in report["notes"])
+    assert elapsed < 60

@@ -65,6 +65,9 @@ class Session:
         self.started_at = None
         self.budget_s = config.get("record_budget_s")  # recording stops after this many seconds
         self.budget_hit = False
+        self.trace_budget = config.get("trace_budget_mb")  # MB of uncompressed trace the window may write
+        self.sizing = None
+        self.trimmed: dict = {}
         self.restarts: list[str] = []
         self._forward_hooks = None
         self._depth = 0
@@ -194,6 +197,28 @@ class Session:
         self.step_rf = self.torch.profiler.record_function(f"ProfilerStep#{self.step_index}")
         self.step_rf.__enter__()
 
+    def _fit_budget(self, events: int, calls: int) -> None:
+        """Fewer recorded steps (and, if one step alone is too big, no Python stacks) when the window
+        would write more than the trace budget: an op-heavy step (an RNN cell over a thousand time
+        steps) can make a gigabyte of trace. The estimate: the events a light profiler recorded over
+        one step, and the Python calls of that step (each an event with stacks, with its builtins)."""
+        if not self.trace_budget or not (events or calls):
+            return
+        stacks = calls * BYTES_PER_PYTHON_CALL / 1e6
+        per_step = events * BYTES_PER_EVENT / 1e6 + (stacks if self.config["with_stack"] else 0.0)
+        budget = self.trace_budget
+        if self.config["with_stack"] and per_step * 2 > budget:  # not even warm-up and one step fit
+            self.config["with_stack"] = False
+            self.trimmed["stacks"] = "off"
+            per_step -= stacks
+        fit = int(0.8 * budget // max(per_step, 1e-9))  # a margin: the estimate is within about 10 %
+        if fit < self.warmup + self.steps:
+            self.warmup = min(self.warmup, max(fit - 1, 0) // 2)
+            self.steps = max(min(self.steps, fit - self.warmup), 1)
+            self.trimmed.update(warmup=self.warmup, steps=self.steps)
+        self.trimmed["estimated_mb_per_step"] = round(per_step, 1)
+        self._say("sized", mb_per_step=per_step, warmup=self.warmup, steps=self.steps)
+
     def _restart(self, why: str) -> None:
         """The steps counted so far belong to another phase (pre-training, a weaker step marker) or the
         iteration was cut mid-way: warm up again from here, so the measured steps are this phase's.
@@ -220,9 +245,15 @@ class Session:
         if not self.pending or os.getpid() != self.pid:
             return
         self.pending = False
-        if self.prof is None:  # the first step ended: recording starts with the second
-            if raise_done:
-                self._start_profiler()
+        if self.prof is None:
+            if not raise_done:
+                return
+            if self.sizing is None:  # the first step ended: size the second
+                self.sizing = _Sizer(self)
+                self.sizing.start()
+                return
+            self._fit_budget(*self.sizing.stop())  # the second ended: record from the third
+            self._start_profiler()
             return
         if self.step_index >= self.warmup:
             self.probes.sample_window_state()
@@ -291,7 +322,7 @@ class Session:
             "path_aliases": self.config.get("path_aliases") or {},
             "window": {"warmup": self.warmup, "steps": self.steps, "recorded": self.step_index,
                        "step_source": self.detector.source, "restarts": self.restarts,
-                       "budget_s": self.budget_s, "budget_hit": self.budget_hit},
+                       "budget_s": self.budget_s, "budget_hit": self.budget_hit, "trimmed": self.trimmed},
             "outcome": result,
             "probes": self.probes.snapshot(),
         }
@@ -300,6 +331,7 @@ class Session:
         out = {**result, "trace": trace_path, "steps_recorded": self.step_index,
                "warmup": self.warmup, "step_source": self.detector.source,
                "profiling_started": self.prof is not None, "budget_hit": self.budget_hit,
+               "trimmed": self.trimmed,
                "optimizers_built": self.detector.optimizers_built}
         if self.prof is None:
             out["probes"] = self.probes.snapshot()
@@ -314,6 +346,8 @@ class Session:
             return
         self.finished = True
         self.probes.stop_startup_sampling()
+        if self.sizing is not None and self.prof is None and self.sizing.prof is not None:
+            self.sizing.stop()
         self.flush(raise_done=False)
         if not self.window_closed:
             self._close_window(result)
@@ -326,6 +360,49 @@ class Session:
             with open(path, "w") as f:
                 json.dump(previous, f, default=str)
         self._say("done")
+
+
+# bytes of uncompressed trace per recorded event (an op with its input shapes), and per Python call when
+# stacks are recorded (its python_function event and those of the builtins it calls); measured on an
+# op-heavy step (LSTMCell over 999 time steps: 131k events, 61 MB) and on the samples
+BYTES_PER_EVENT = 420
+BYTES_PER_PYTHON_CALL = 500
+
+
+class _Sizer:
+    """Sizes one step before the window: a light profiler (no stacks, no shapes) counts its events and
+    sys.settrace counts its Python calls."""
+
+    def __init__(self, session: Session):
+        self.session, self.calls, self.prof = session, 0, None
+
+    def _trace(self, frame, event, arg):
+        self.calls += 1
+        return None
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+        torch = self.session.torch
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        try:
+            self.prof = profile(activities=activities)
+            self.session.probes.own_profiler = self.prof
+            self.prof.start()
+        except Exception:  # sizing is an optimisation: without it the window is recorded as asked
+            self.prof = None
+        sys.settrace(self._trace)
+
+    def stop(self) -> tuple[int, int]:
+        sys.settrace(None)
+        events = 0
+        if self.prof is not None:
+            try:
+                self.prof.stop()
+                events = len(self.prof.profiler.kineto_results.events())
+            except Exception:
+                events = 0
+            self.prof = None
+        return events, self.calls
 
 
 def _role(optimizer) -> tuple:

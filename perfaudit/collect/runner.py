@@ -37,6 +37,7 @@ class RunOptions:
     with_stack: bool = True
     record_shapes: bool = True
     record_budget_s: float | None = 30.0   # stop recording after this long (fewer steps are fine)
+    trace_budget_mb: float | None = 200.0  # uncompressed trace the window may write (fewer steps, then no stacks)
     keep_runs: int = 10                    # run folders kept under .perfaudit/runs
 
 
@@ -123,7 +124,8 @@ def run_script(script: str, args: list[str], options: RunOptions,
     aliases = path_aliases(script_path, alias_dir) if alias_dir else {}
     config = {"run_dir": run_dir, "warmup": options.warmup, "steps": options.steps, "full": options.full,
               "with_stack": options.with_stack, "record_shapes": options.record_shapes,
-              "record_budget_s": options.record_budget_s, "path_aliases": aliases,
+              "record_budget_s": options.record_budget_s, "trace_budget_mb": options.trace_budget_mb,
+              "path_aliases": aliases,
               "run_as": next((a for a, real in aliases.items() if real == script_path), None)}
     log_path = os.path.join(run_dir, "script.log")
     progress_path = os.path.join(run_dir, "progress.jsonl")
