@@ -1,6 +1,8 @@
 """Host-to-device copies: pageable memory and blocking copies (tips T04, T22, T23)."""
 from __future__ import annotations
 
+import re
+
 from ..calls import DEVICE_COPIES, creates_on_host_text
 from ..trace.nesting import innermost
 from .gpu import runtime_of_device
@@ -80,7 +82,7 @@ def _cpu_copy_sites(ctx: Context) -> list[Site]:
     if not loaders:
         return []  # no batches from a DataLoader: other moves are COPY002's (tensors made on the host)
     batch_bytes = max((d.get("batch_bytes", 0) for d in loaders), default=0)
-    unpinned = [d for d in loaders if not d.get("pin_memory")]
+    unpinned = [] if source_pins(ctx) else [d for d in loaders if not d.get("pin_memory")]
     sites: dict[tuple, Site] = {}
     for step, f, call in _device_moves(ctx):
         blocking = call.kwargs.get("non_blocking") is not True
@@ -106,8 +108,21 @@ def pageable_sites(ctx: Context) -> list[Site]:
     return _gpu_pageable_sites(ctx) if ctx.is_gpu else _cpu_copy_sites(ctx)
 
 
-@fact("data.unpinned_loaders", "DataLoaders that fed batches during the run with pin_memory=False.")
+_PINS = re.compile(r"pin_memory[\"']?\s*[=:]\s*True")
+
+
+def source_pins(ctx: Context) -> bool:
+    """Whether the script's source asks for pinned memory somewhere (`pin_memory=True`, or
+    `{"pin_memory": True}` in the kwargs of a CUDA-only branch): on the GPU its loader pins."""
+    script = ctx.meta.get("script")
+    return isinstance(script, str) and bool(_PINS.search(ctx.source.text(script)))
+
+
+@fact("data.unpinned_loaders", "DataLoaders that fed batches during the run with pin_memory=False (on a CPU "
+                               "run, none when the source pins on its CUDA path).")
 def unpinned_loaders(ctx: Context) -> list[dict]:
+    if not ctx.is_gpu and source_pins(ctx):
+        return []
     return [d for d in ctx.probe("dataloaders") if not d.get("pin_memory")]
 
 

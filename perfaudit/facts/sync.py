@@ -135,6 +135,6 @@ def _user_read(att) -> bool:
     tensor, or torch's read on behalf of a module the user called (a mask check in
     nn.TransformerEncoder). A read inside other library code (a DataLoader sampler's `.tolist()`, an
     optimizer's step counter) is of a CPU tensor there too."""
-    if att is None or att.via in _NOT_USER_READS:
+    if att is None or att.via in _NOT_USER_READS or att.loading:  # a Dataset's items live on the host
         return False
     return att.module is not None or not att.library

@@ -36,6 +36,7 @@ class Attribution:
     via_path: str | None  # the library file of `via`, when it is a Python function
     library: bool = False     # library Python code ran between the user's line and the event
     module: str | None = None  # the torch module class the user's line called (`nn.Module: X` events)
+    loading: bool = False     # the user's code ran for the DataLoader (a Dataset's __getitem__, a collate_fn)
 
 
 @lru_cache(maxsize=4096)
@@ -106,7 +107,9 @@ class FrameIndex:
                 module = next((m.group("cls") for e in below if (m := _MODULE.match(e.name))), None)
                 library = any(f is not None and not f.path.replace("\\", "/").endswith(_TENSOR_METHOD_FILES)
                               for f in (parse_frame(e.name, self._roots) for e in below))
-                return Attribution(frame, via if not module or via else f"module:{module}", via_path, library, module)
+                loading = any("torch/utils/data/" in e.name.replace("\\", "/") for e in stack[:i])
+                return Attribution(frame, via if not module or via else f"module:{module}", via_path, library, module,
+                                   loading)
         return None
 
     def attribute_all(self, events: list[Event]) -> dict[int, Attribution]:
