@@ -36,6 +36,7 @@ PROBE_FIELDS: dict[str, dict] = {
     "module_order": {"type": "array", "items": {"type": "string"}},
     "startup": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["seconds", "lines"], "properties": {
         "seconds": {"type": "number"}, "cpu_seconds": {"type": "number"}, "samples": _INT, "model_samples": _INT,
+        "import_samples": _INT,
         "lines": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "samples": _INT},
                           {"func": {"type": "string"}})}}]},
     "executed_lines": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "count": _INT}),

@@ -35,6 +35,12 @@ def user_site(depth: int = 2) -> dict | None:
     return None
 
 
+def _loader_settings(loader) -> dict:
+    return {"num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
+            "persistent_workers": loader.persistent_workers, "prefetch_factor": loader.prefetch_factor,
+            "batch_size": loader.batch_size}
+
+
 def _wrap(owner, name: str, before):
     """Replace owner.name by a wrapper that calls before(args, kwargs) then the original."""
     original = getattr(owner, name)
@@ -105,6 +111,8 @@ class Probes:
             iterator = original_iter(loader)
             try:
                 iterator._perfaudit_loader = id(loader)
+                # the settings it iterates with: `iter(make_loader())` keeps only the iterator alive
+                self.loaders[id(loader)]["settings"] = _loader_settings(loader)
             except Exception:
                 pass
             return iterator
@@ -289,11 +297,15 @@ class Probes:
         self._startup_t0 = time.time()
 
         def sample(signum, frame):
-            in_model = False  # inside a module's forward: the model computing, not preparation
+            in_model = False   # inside a module's forward: the model computing, not preparation
+            importing = False  # a module being imported (often lazily, by torch itself): not preparation
             while frame is not None and not is_user_file(frame.f_code.co_filename):
                 in_model = in_model or frame.f_code.co_name in ("_call_impl", "_wrapped_call_impl")
+                importing = importing or frame.f_code.co_filename.startswith("<frozen importlib")
                 frame = frame.f_back
-            if frame is not None and in_model:
+            if frame is not None and importing:
+                counts["import"] = counts.get("import", 0) + 1
+            elif frame is not None and in_model:
                 counts["model"] = counts.get("model", 0) + 1
             elif frame is not None:
                 key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
@@ -318,6 +330,7 @@ class Probes:
         top = sorted(((n, k) for k, n in self.startup_lines.items() if isinstance(k, tuple)), reverse=True)[:10]
         self.startup = {"seconds": time.time() - self._startup_t0, "cpu_seconds": total * self._startup_interval,
                         "samples": total, "model_samples": self.startup_lines.get("model", 0),
+                        "import_samples": self.startup_lines.get("import", 0),
                         "lines": [{"path": p, "line": l, "func": f, "samples": n} for n, (p, l, f) in top]}
 
     # -- which lines of the user's code run in a step (the locator counts only those) ------------
@@ -396,12 +409,11 @@ class Probes:
         loaders = []
         for info in self.loaders.values():
             loader = info["_ref"]()
-            if loader is None or not info["batches"]:
+            settings = _loader_settings(loader) if loader is not None else info.get("settings")
+            if settings is None or not info["batches"]:
                 continue
             loaders.append({
-                "site": info["site"], "num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
-                "persistent_workers": loader.persistent_workers, "prefetch_factor": loader.prefetch_factor,
-                "batch_size": loader.batch_size, "batches_seen": info["batches"],
+                "site": info["site"], **settings, "batches_seen": info["batches"],
                 "window_batches": info["window_batches"],
                 "batch_bytes": info["batch_bytes"], "batch_pinned": info["pinned"],
             })

@@ -10,8 +10,8 @@ MIN_LINE_SHARE = 0.2
 
 
 @fact("start.summary", "Seconds from the script's start to the end of its first training step, the CPU "
-                       "seconds sampled in that time, those inside model forward passes, and those at the "
-                       "busiest lines of the user's code (each at least 20 % of the samples).")
+                       "seconds sampled in that time, those inside model forward passes and imports, and "
+                       "those at the busiest lines of the user's code (each at least 20 % of the samples).")
 def start_summary(ctx: Context) -> dict:
     startup = ctx.probe("startup")
     if not startup:
@@ -22,6 +22,7 @@ def start_summary(ctx: Context) -> dict:
     return {"seconds": startup["seconds"], "cpu_seconds": startup.get("cpu_seconds", 0.0),
             "samples": startup.get("samples", 0),
             "model_seconds": startup.get("model_samples", 0) * per_sample,
+            "import_seconds": startup.get("import_samples", 0) * per_sample,
             # CPU seconds at the lines a finding names: what a change there can save
             "named_seconds": sum(named) * per_sample}
 
