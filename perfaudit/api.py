@@ -242,3 +242,51 @@ def _no_trace_reason(result: RunResult) -> str:
 
 
 __all__ = ["GateOptions", "Report", "RunOptions", "analyze", "audit", "evaluate_trace", "expand_trace_paths", "lint", "rank"]
+
+
+def project_root(script: str) -> str:
+    """The nearest folder above the script that holds a project (.git, pyproject.toml, setup.py); the
+    script's own folder when there is none. `fix` edits files inside it only."""
+    folder = os.path.dirname(os.path.abspath(script))
+    here = folder
+    while True:
+        if any(os.path.exists(os.path.join(here, mark)) for mark in (".git", "pyproject.toml", "setup.py")):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return folder
+        here = parent
+
+
+def recorded_report(source: str, rules: list[Rule]) -> tuple[Report, str | None]:
+    """The report of an earlier run: its folder or trace (analysed again) or its JSON report; and the
+    folder relative paths in it are read from."""
+    import json
+
+    from .report.json_report import report_from_dict
+    if os.path.isdir(source) or looks_like_trace(source):
+        report = analyze([source], rules)
+        return report, os.getcwd()
+    try:
+        with open(source, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--from {source}: not a run folder, a trace or a JSON report ({exc})") from None
+    report = report_from_dict(data)
+    if report is None:
+        raise UsageError(f"--from {source}: a JSON file, but not a perfaudit report")
+    return report, os.path.dirname(os.path.abspath(report.script)) if report.script else None
+
+
+def fix(script: str, args: list[str], options: RunOptions, rules: list[Rule] | None = None,
+        select: set[str] | None = None, source: str | None = None,
+        on_progress: Callable[[dict], None] | None = None):
+    """The edits for the findings of a run of SCRIPT (or of an earlier run, `source`): a FixPlan to
+    show as a diff or write. Nothing is written here."""
+    from .fix import plan_fixes
+    rules = rules if rules is not None else load_rules()
+    if source is not None:
+        report, base = recorded_report(source, rules)
+    else:
+        report, base = audit(script, args, options, rules, on_progress), None
+    return report, plan_fixes(report.findings, project_root(script), select, base)

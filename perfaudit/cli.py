@@ -1,4 +1,4 @@
-"""Command line: `perfaudit run | analyze | lint | explain | rules`. Commands parse their options, call
+"""Command line: `perfaudit run | fix | verify | analyze | lint | explain | rules`. Commands parse their options, call
 the library API (which returns the finished report), print it and exit; only here do errors become one
 line on stderr and an exit code."""
 from __future__ import annotations
@@ -239,16 +239,11 @@ def run(
 ):
     """Run SCRIPT for a bounded profiler window and report ranked fixes."""
     from .api import audit
-    from .collect.runner import RunOptions
     setup = Setup(config, rules_dir, select, ignore, fmt, output, baseline, baseline_write)
     cfg, rules = setup.cfg, setup.rules
     cfg.allow_no_training = cfg.allow_no_training or allow_no_training
     needs = set().union(*(r.needs() for r in rules)) if rules else set()
-    # the cheapest recording the selected rules need: stacks and shapes only when a rule reads them
-    options = RunOptions(warmup=warmup if warmup is not None else (cfg.warmup if cfg.warmup is not None else 2),
-                         steps=steps if steps is not None else (cfg.steps or 5), full=full,
-                         timeout=timeout or None, out_dir=out_dir, with_stack=stack and "stacks" in needs,
-                         record_shapes="shapes" in needs, keep_runs=cfg.keep_runs)
+    options = _run_options(cfg, needs, warmup, steps, full, timeout, out_dir, stack)
     with err.status(f"running {script} …") as status:
         report = audit(script, args or [], options, rules, _progress(status, script), setup.gate)
     extra = 128 + report.stop_signal if report.stop_signal else EXIT_SCRIPT_FAILED if report.script_failed else None
@@ -267,6 +262,54 @@ def _progress(status, script: str):
         elif phase == "exporting":
             status.update("writing the trace …")
     return progress
+
+
+def _run_options(cfg, needs: set, warmup, steps, full=False, timeout=600.0, out_dir=None, stack=True):
+    """The cheapest recording the selected rules need: stacks and shapes only when a rule reads them."""
+    from .collect.runner import RunOptions
+    return RunOptions(warmup=warmup if warmup is not None else (cfg.warmup if cfg.warmup is not None else 2),
+                      steps=steps if steps is not None else (cfg.steps or 5), full=full,
+                      timeout=timeout or None, out_dir=out_dir, with_stack=stack and "stacks" in needs,
+                      record_shapes="shapes" in needs, keep_runs=cfg.keep_runs)
+
+
+@app.command()
+@handles_errors
+def fix(
+    script: Annotated[str, typer.Argument(help="The training script, run as `python SCRIPT ARGS`.")],
+    args: Annotated[Optional[list[str]], typer.Argument(help="Arguments for the script, after `--`.")] = None,
+    write: Annotated[bool, typer.Option("--write", help="Apply the edits (default: print them as a diff).")] = False,
+    source: Annotated[Optional[str], typer.Option(
+        "--from", help="Fix what an earlier run found: its run folder, trace or JSON report (no new run).")] = None,
+    warmup: Annotated[Optional[int], typer.Option(min=0, help="Steps to run before recording (default 2).")] = None,
+    steps: Annotated[Optional[int], typer.Option(min=1, help="Steps to record (default 5).")] = None,
+    out_dir: Annotated[Optional[str], typer.Option(help="Run folder (default ./.perfaudit/runs/<timestamp>).")] = None,
+    config: ConfigOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None, rules_dir: RulesDirOpt = None,
+    debug: DebugOpt = False,
+):
+    """Turn the findings with a mechanical fix into edits of your source: a diff, or --write."""
+    from .api import fix as plan
+    from .collect.runner import check_script
+    from .report.fix_console import render_plan
+    setup = Setup(config, rules_dir, select, ignore, None, None, None, None)
+    if source is None:
+        check_script(script)
+    needs = set().union(*(r.needs() for r in setup.rules)) if setup.rules else set()
+    options = _run_options(setup.cfg, needs, warmup, steps, out_dir=out_dir)
+    with err.status(f"running {script} …") as status:
+        report, fixes = plan(script, args or [], options, setup.rules, {r.id for r in setup.rules}, source,
+                             _progress(status, script))
+    try:
+        diff = fixes.diff()
+        if diff and not write:
+            sys.stdout.write(diff)
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_gone()
+    written = fixes.write() if write else []
+    render_plan(report, fixes, written, err)
+    # as `ruff --diff`: a diff with changes to make exits 1, so that CI can ask "anything to fix?"
+    raise typer.Exit(EXIT_FINDINGS if fixes.files and not write else EXIT_OK)
 
 
 @app.command()

@@ -43,6 +43,8 @@ class Finding:
     notes: tuple[str, ...] = ()
     evidence: dict = field(default_factory=dict, hash=False, compare=False)
     trace: str | None = None  # which trace, when several were analysed
+    # the mechanical edit for it (`perfaudit fix`): {"kind": …, "params": {…}} with the run's values
+    autofix: dict | None = field(default=None, hash=False, compare=False)
 
     @property
     def location(self) -> Location | None:

@@ -64,7 +64,7 @@ class Stopped(Exception):
         self.signum = signum
 
 
-def _check_script(script: str) -> str:
+def check_script(script: str) -> str:
     from ..errors import UsageError
     if not os.path.exists(script):
         raise UsageError(f"script not found: {script}")
@@ -118,7 +118,7 @@ def _copy_capped(source, log_path: str) -> None:
 
 def run_script(script: str, args: list[str], options: RunOptions,
                on_progress: Callable[[dict], None] | None = None) -> RunResult:
-    script_path = _check_script(script)
+    script_path = check_script(script)
     run_dir = make_run_dir(options.out_dir, options.keep_runs)
     alias_dir = tempfile.mkdtemp(prefix="perfaudit-src-") if not script_path.isascii() else None
     aliases = path_aliases(script_path, alias_dir) if alias_dir else {}

@@ -131,7 +131,22 @@ def evaluate(rule: Rule, ctx: Context) -> Finding | Skipped | None:
         return Skipped(rule.id, str(exc))
     locations = tuple(_locations(sites, n_steps))
     return Finding(rule.id, rule.title, rule.tips, severity, message, fix, cost, locations, notes,
-                   evidence={k: v for k, v in ev.aggregates.items()}, trace=ctx.trace.path if ctx.trace else None)
+                   evidence={k: v for k, v in ev.aggregates.items()}, trace=ctx.trace.path if ctx.trace else None,
+                   autofix=_autofix(ev))
+
+
+def _autofix(ev: _Evaluation) -> dict | None:
+    """The rule's edit with its parameters read from this run's facts (None where the run lacks one)."""
+    spec = ev.rule.autofix
+    if spec is None:
+        return None
+    params = {}
+    for name, fact_name in spec.get("params", {}).items():
+        try:
+            params[name] = ev.fact(fact_name)
+        except (Missing, KeyError):
+            params[name] = None
+    return {"kind": spec["kind"], "params": params}
 
 
 def _cost(ev: _Evaluation, step_ms: float) -> Cost:

@@ -81,6 +81,11 @@ class Rule:
                    path, spec.get("scope", "trace"), dict(spec.get("thresholds", {})), spec)
 
     @property
+    def autofix(self) -> dict | None:
+        """{kind, params}: the edit `perfaudit fix` makes for this rule's findings, if any."""
+        return self.spec.get("autofix")
+
+    @property
     def family(self) -> str:
         return re.match(r"[A-Z]+", self.id).group(0)
 
@@ -99,6 +104,7 @@ class Rule:
             names |= {c["fact"] for c in _conditions(item.get("when"))}
         names.add(self.spec.get("evidence", {}).get("sites"))
         names.add(self.spec.get("cost", {}).get("fact"))
+        names |= set((self.autofix or {}).get("params", {}).values())
         for text in [self.message, self.fix] + [n["text"] for n in self.spec.get("notes", [])]:
             names |= {name for name, _ in PLACEHOLDER.findall(text)}
         out = set()
@@ -154,6 +160,9 @@ def _check_names(spec: dict, where: str) -> None:
         name = spec.get("evidence", {}).get(key)
         if name and name not in FACTS:
             raise RuleError(f"{where}: evidence names unknown fact '{name}'")
+    for param, name in spec.get("autofix", {}).get("params", {}).items():
+        if not fact_exists(name):
+            raise RuleError(f"{where}: autofix parameter '{param}' names unknown fact '{name}'")
     cost_fact = spec.get("cost", {}).get("fact")
     if cost_fact and not fact_exists(cost_fact):
         raise RuleError(f"{where}: cost names unknown fact '{cost_fact}'")

@@ -1,6 +1,7 @@
 """The closed schema of a rule file. Unknown keys are errors; `docs` and `examples` are required."""
 from __future__ import annotations
 
+from ..fix.catalog import FIX_KINDS
 from .ops import OPS
 
 _VALUE = {"oneOf": [
@@ -66,6 +67,11 @@ RULE_SCHEMA = {
             },
         },
         "fix": {"type": "string", "minLength": 1},
+        # the mechanical edit `perfaudit fix` makes: a kind from a fixed set in code, its parameters
+        # named as facts of the run (the worker count the run measured, say)
+        "autofix": {"type": "object", "additionalProperties": False, "required": ["kind"], "properties": {
+            "kind": {"enum": sorted(FIX_KINDS)},
+            "params": {"type": "object", "additionalProperties": {"type": "string"}}}},
         "docs": {
             "type": "object", "additionalProperties": False,
             "required": ["what", "why", "example", "use_instead", "references"],

@@ -26,6 +26,7 @@ def _finding(f: Finding) -> dict:
         "notes": list(f.notes),
         "trace": f.trace,
         "origin": f.evidence.get("origin") or ("static" if f.evidence.get("static") else "run"),
+        "autofix": f.autofix,
     }
 
 
@@ -59,3 +60,23 @@ def to_dict(report: Report) -> dict:
 
 def render(report: Report) -> str:
     return json.dumps(to_dict(report), indent=2, default=str)
+
+
+def report_from_dict(data: dict) -> Report | None:
+    """A report read back from its JSON (findings, script, outcome): enough for `perfaudit fix --from`.
+    None when the data is not a perfaudit report."""
+    from ..findings import Cost, Location
+    if not isinstance(data, dict) or data.get("tool", {}).get("name") != "perfaudit":
+        return None
+    findings = []
+    for f in data.get("findings", []):
+        cost = f.get("cost") or {}
+        locations = tuple(Location(**{k: v for k, v in loc.items() if k in Location.__dataclass_fields__})
+                          for loc in f.get("locations", []))
+        findings.append(Finding(f["rule"], f["title"], tuple(f.get("tips", ())), f["severity"], f["message"],
+                                f.get("fix", ""), Cost(cost.get("ms_per_step"), cost.get("share_of_step"),
+                                                       bool(cost.get("estimated"))),
+                                locations, tuple(f.get("notes", ())), evidence={"origin": f.get("origin", "run")},
+                                trace=f.get("trace"), autofix=f.get("autofix")))
+    run = data.get("run") or {}
+    return Report(findings, [], [], script=run.get("script"), outcome=run.get("outcome"), run_dir=run.get("run_dir"))

@@ -1,0 +1,443 @@
+"""The edits, one libcst transformer per fix kind (catalog.py), registered like facts and static checks.
+
+Each transformer changes only the nodes on the lines a finding located, keeps comments and formatting
+(a concrete syntax tree, as TorchFix does), and notes what it changed and what it could not change and
+why, so that `perfaudit fix` never edits silently and never guesses."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import PositionProvider
+
+from ..calls import CREATION, FOREACH_OPTIMIZERS
+
+EDITS: dict[str, type[LineTransformer]] = {}
+
+
+def edit(kind: str) -> Callable[[type], type]:
+    def register(cls):
+        EDITS[kind] = cls
+        return cls
+    return register
+
+
+@dataclass
+class Outcome:
+    changed: list[tuple[int, str]] = field(default_factory=list)   # (line, what changed)
+    refused: list[tuple[int, str]] = field(default_factory=list)   # (line, why it was left alone)
+
+
+class LineTransformer(cst.CSTTransformer):
+    """Base: knows the finding's lines and parameters, and where each node starts and ends."""
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, lines: set[int], params: dict):
+        super().__init__()
+        self.lines, self.params, self.outcome = lines, params, Outcome()
+
+    def span(self, node: cst.CSTNode) -> tuple[int, int]:
+        pos = self.get_metadata(PositionProvider, node)
+        return pos.start.line, pos.end.line
+
+    def hit(self, node: cst.CSTNode) -> int | None:
+        """The finding line this node spans, if any."""
+        start, end = self.span(node)
+        return next((line for line in sorted(self.lines) if start <= line <= end), None)
+
+    def changed(self, node, what: str) -> None:
+        self.outcome.changed.append((self.span(node)[0], what))
+
+    def refused(self, node, why: str) -> None:
+        self.outcome.refused.append((self.span(node)[0], why))
+
+
+# -- small helpers on calls ------------------------------------------------------------------------
+def dotted(node: cst.BaseExpression) -> str:
+    """`torch.backends.cudnn.benchmark` for that attribute chain; "" for anything else."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        head = dotted(node.value)
+        return f"{head}.{node.attr.value}" if head else ""
+    return ""
+
+
+def call_attr(call: cst.Call) -> str:
+    """The last name of the called function: `zero_grad` for `opt.zero_grad()`."""
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return func.value if isinstance(func, cst.Name) else ""
+
+
+def keyword(call: cst.Call, name: str) -> cst.Arg | None:
+    return next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+
+
+def has_star(call: cst.Call) -> bool:
+    return any(a.star for a in call.args)
+
+
+def _kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    eq = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    return cst.Arg(value=value, keyword=cst.Name(name), equal=eq)
+
+
+def set_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    """`name=value` replaced if present, else appended in the call's own layout (a multi-line call
+    keeps one argument per line and its trailing comma)."""
+    args = list(call.args)
+    for i, arg in enumerate(args):
+        if arg.keyword is not None and arg.keyword.value == name:
+            args[i] = arg.with_changes(value=value)
+            return call.with_changes(args=args)
+    new = _kwarg(name, value)
+    if not args:
+        return call.with_changes(args=[new])
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):   # a trailing comma: the new argument takes it over
+        separator = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else last.comma
+        args[-1] = last.with_changes(comma=separator)
+        new = new.with_changes(comma=last.comma)
+    else:
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return call.with_changes(args=[*args, new])
+
+
+def drop_arg(call: cst.Call, arg: cst.Arg) -> cst.Call:
+    args = [a for a in call.args if a is not arg]
+    if args and not any(a is arg for a in call.args[:-1]):   # the last one went: no dangling comma
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(args=args)
+
+
+def literal_source(value) -> cst.BaseExpression:
+    return cst.parse_expression(repr(value))
+
+
+# -- the edits ------------------------------------------------------------------------------------------
+@edit("set_to_none")
+class SetToNone(LineTransformer):
+    def leave_Call(self, original, updated):
+        if call_attr(original) != "zero_grad" or self.hit(original) is None:
+            return updated
+        positional = [a for a in updated.args if a.keyword is None and not a.star]
+        if positional:
+            updated = drop_arg(updated, positional[0])
+        self.changed(original, "zero_grad(set_to_none=True)")
+        return set_kwarg(updated, "set_to_none", cst.Name("True"))
+
+    def leave_SimpleStatementLine(self, original, updated):
+        # `p.grad.zero_()` / `p.grad.data.zero_()` as a statement: `p.grad = None`
+        if len(updated.body) != 1 or not isinstance(updated.body[0], cst.Expr) or self.hit(original) is None:
+            return updated
+        call = updated.body[0].value
+        if not (isinstance(call, cst.Call) and call_attr(call) == "zero_" and not call.args):
+            return updated
+        target = call.func.value
+        if isinstance(target, cst.Attribute) and target.attr.value == "data":
+            target = target.value
+        if not (isinstance(target, cst.Attribute) and target.attr.value == "grad"):
+            return updated
+        self.changed(original, f"{cst.Module([]).code_for_node(target)} = None")
+        return updated.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(target)], value=cst.Name("None"))])
+
+
+@edit("conv_bias_off")
+class ConvBiasOff(LineTransformer):
+    def leave_Call(self, original, updated):
+        name = call_attr(original)
+        if not (name.startswith("Conv") or name == "Linear") or self.hit(original) is None:
+            return updated
+        if has_star(original) or len([a for a in original.args if a.keyword is None]) >= 8:
+            self.refused(original, f"{name}(...) sets bias positionally or through *args/**kwargs")
+            return updated
+        self.changed(original, f"{name}(..., bias=False)")
+        return set_kwarg(updated, "bias", cst.Name("False"))
+
+
+def _loader_call(node: cst.Call) -> bool:
+    return call_attr(node) == "DataLoader"
+
+
+@edit("pin_memory")
+class PinMemory(LineTransformer):
+    """non_blocking=True on the located copies; pin_memory=True on the DataLoader the run saw."""
+
+    def __init__(self, lines, params):
+        loader_line = params.get("loader_line")
+        super().__init__(lines | ({loader_line} if isinstance(loader_line, int) and params.get("loader_here") else set()),
+                         params)
+        self.loader_line = loader_line if params.get("loader_here") else None
+
+    def leave_Call(self, original, updated):
+        line = self.hit(original)
+        if line is None:
+            return updated
+        if _loader_call(original) and line == self.loader_line:
+            if has_star(original):
+                self.refused(original, "the DataLoader takes **kwargs: add pin_memory=True where they are built")
+                return updated
+            self.changed(original, "DataLoader(..., pin_memory=True)")
+            return set_kwarg(updated, "pin_memory", cst.Name("True"))
+        name = call_attr(original)
+        if name in ("to", "cuda") and isinstance(original.func, cst.Attribute) and not has_star(original):
+            if keyword(original, "non_blocking") is None:
+                self.changed(original, f".{name}(..., non_blocking=True)")
+                return set_kwarg(updated, "non_blocking", cst.Name("True"))
+        return updated
+
+
+@edit("loader_workers")
+class LoaderWorkers(LineTransformer):
+    def leave_Call(self, original, updated):
+        if not _loader_call(original) or self.hit(original) is None:
+            return updated
+        workers = self.params.get("workers")
+        if not isinstance(workers, int) or workers < 1:
+            self.refused(original, "no measured worker count (the run did not time this loader)")
+            return updated
+        if has_star(original):
+            self.refused(original, "the DataLoader takes **kwargs: set num_workers where they are built")
+            return updated
+        current = keyword(original, "num_workers")
+        if current is not None and not isinstance(current.value, cst.Integer):
+            code = cst.Module([]).code_for_node(current.value)
+            self.refused(original, f"num_workers comes from `{code}`: set it to {workers} where that is defined")
+            return updated
+        updated = set_kwarg(updated, "num_workers", cst.Integer(str(workers)))
+        if keyword(original, "persistent_workers") is None:
+            updated = set_kwarg(updated, "persistent_workers", cst.Name("True"))
+        self.changed(original, f"DataLoader(..., num_workers={workers}, persistent_workers=True)")
+        return updated
+
+
+_DEBUG_CONTEXTS = ("detect_anomaly", "emit_nvtx", "emit_itt")
+
+
+@edit("debug_off")
+class DebugOff(LineTransformer):
+    def leave_SimpleStatementLine(self, original, updated):
+        if len(updated.body) != 1 or not isinstance(updated.body[0], cst.Expr) or self.hit(original) is None:
+            return updated
+        call = updated.body[0].value
+        if isinstance(call, cst.Call) and call_attr(call) == "set_detect_anomaly":
+            if call.args and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == "False":
+                return updated
+            self.changed(original, "removed set_detect_anomaly(True)")
+            return cst.RemoveFromParent()
+        return updated
+
+    def leave_With(self, original, updated):
+        if self.hit(original.items[0]) is None or len(updated.items) != 1:
+            return updated
+        item = updated.items[0]
+        call = item.item
+        if not isinstance(call, cst.Call):
+            return updated
+        name = call_attr(call)
+        profiler = name == "profile" and "autograd" in dotted(call.func)
+        if name not in _DEBUG_CONTEXTS and not profiler:
+            if name == "profile":
+                self.refused(original, "the script's own torch.profiler: remove it by hand if its output is not needed")
+            return updated
+        if item.asname is not None:
+            self.refused(original, f"`with {name}(...) as …`: its result is used; remove it by hand")
+            return updated
+        self.changed(original, f"unwrapped `with {name}(...)`")
+        body = updated.body
+        if isinstance(body, cst.SimpleStatementSuite):
+            return cst.FlattenSentinel([cst.SimpleStatementLine(body=body.body)])
+        first, *rest = body.body
+        return cst.FlattenSentinel([first.with_changes(leading_lines=[*updated.leading_lines, *first.leading_lines]),
+                                    *rest])
+
+
+class _CudnnFlag(LineTransformer):
+    VALUE = True
+
+    def __init__(self, lines, params):
+        super().__init__(lines, params)
+        self.done = False
+
+    def leave_Assign(self, original, updated):
+        target = updated.targets[0].target if len(updated.targets) == 1 else None
+        if target is None or not dotted(target).endswith("cudnn.benchmark") or self.hit(original) is None:
+            return updated
+        self.done = True
+        self.changed(original, f"torch.backends.cudnn.benchmark = {self.VALUE}")
+        return updated.with_changes(value=cst.Name(str(self.VALUE)))
+
+    def leave_IndentedBlock(self, original, updated):
+        return updated.with_changes(body=self._insert(original.body, updated.body))
+
+    def leave_Module(self, original, updated):
+        body = self._insert(original.body, updated.body)
+        if self.lines and not self.done and self.VALUE:
+            self.outcome.refused.append((min(self.lines), "no statement to put the flag before"))
+        return updated.with_changes(body=body)
+
+    def _insert(self, originals, updated):
+        """The flag set just before the located statement (where the optimizer is built) when the
+        script does not assign it there already."""
+        if self.done or not self.VALUE:
+            return updated
+        for i, stmt in enumerate(originals):
+            if isinstance(stmt, cst.SimpleStatementLine) and self.hit(stmt) is not None and not self._assigns(stmt):
+                self.done = True
+                line = cst.parse_statement("torch.backends.cudnn.benchmark = True  # fixed input shapes\n")
+                self.outcome.changed.append((self.span(stmt)[0], "torch.backends.cudnn.benchmark = True"))
+                return [*updated[:i], line.with_changes(leading_lines=stmt.leading_lines),
+                        updated[i].with_changes(leading_lines=[]), *updated[i + 1:]]
+        return updated
+
+    @staticmethod
+    def _assigns(stmt) -> bool:
+        return any(isinstance(s, cst.Assign) and dotted(s.targets[0].target).endswith("cudnn.benchmark")
+                   for s in stmt.body)
+
+
+@edit("cudnn_benchmark_on")
+class CudnnOn(_CudnnFlag):
+    VALUE = True
+
+
+@edit("cudnn_benchmark_off")
+class CudnnOff(_CudnnFlag):
+    VALUE = False
+
+
+@edit("optimizer_multi_tensor")
+class OptimizerMultiTensor(LineTransformer):
+    def leave_Call(self, original, updated):
+        name = call_attr(original)
+        if name not in FOREACH_OPTIMIZERS or self.hit(original) is None:
+            return updated
+        if has_star(original):
+            self.refused(original, f"{name}(...) takes **kwargs: set foreach/fused where they are built")
+            return updated
+        fused = bool(self.params.get("on_gpu")) and name in ("Adam", "AdamW", "SGD", "Adagrad")
+        chosen = "fused" if fused else "foreach"
+        other = keyword(updated, "foreach" if fused else "fused")
+        if other is not None:
+            updated = drop_arg(updated, other)
+        self.changed(original, f"{name}(..., {chosen}=True)")
+        return set_kwarg(updated, chosen, cst.Name("True"))
+
+
+@edit("remove_empty_cache")
+class RemoveEmptyCache(LineTransformer):
+    def leave_SimpleStatementLine(self, original, updated):
+        if len(updated.body) != 1 or not isinstance(updated.body[0], cst.Expr) or self.hit(original) is None:
+            return updated
+        call = updated.body[0].value
+        if isinstance(call, cst.Call) and call_attr(call) == "empty_cache":
+            self.changed(original, "removed torch.cuda.empty_cache()")
+            return cst.RemoveFromParent()
+        return updated
+
+
+def _factory(node) -> bool:
+    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and dotted(node.func.value) == "torch"
+            and node.func.attr.value in CREATION and keyword(node, "device") is None and not has_star(node))
+
+
+def _device_of_copy(call: cst.Call) -> cst.BaseExpression | None:
+    """The device of `x.to(device)` / `x.cuda()`; None for any other form (dtype, several arguments)."""
+    if call_attr(call) == "cuda" and not call.args:
+        return cst.SimpleString('"cuda"')
+    if call_attr(call) == "to" and len(call.args) == 1 and call.args[0].keyword is None and not call.args[0].star:
+        return call.args[0].value
+    return None
+
+
+@edit("create_on_device")
+class CreateOnDevice(LineTransformer):
+    """`torch.randn(...).to(device)` → `torch.randn(..., device=device)`; `x = torch.randn(...)`
+    followed by `x = x.to(device)` → the creation takes `device=device` (the copy then does nothing)."""
+
+    def leave_Call(self, original, updated):
+        if self.hit(original) is None or not isinstance(updated.func, cst.Attribute):
+            return updated
+        device = _device_of_copy(updated)
+        if device is None or not _factory(updated.func.value):
+            return updated
+        self.changed(original, "created with device=")
+        return set_kwarg(updated.func.value, "device", device)
+
+    def _fix_block(self, originals, updated):
+        updated = list(updated)
+        for i, stmt in enumerate(originals):
+            if i == 0 or not isinstance(stmt, cst.SimpleStatementLine) or self.hit(stmt) is None:
+                continue
+            copy = _copied_name(stmt)
+            if copy is None:
+                continue
+            name, device = copy
+            for j in range(i - 1, -1, -1):
+                created = _created_name(updated[j])
+                if created is not None and created[0] == name:
+                    assign = updated[j].body[0]
+                    updated[j] = updated[j].with_changes(body=[assign.with_changes(
+                        value=set_kwarg(created[1], "device", device))])
+                    self.outcome.changed.append((self.span(originals[j])[0], f"{name} created with device="))
+                    break
+        return updated
+
+    def leave_IndentedBlock(self, original, updated):
+        return updated.with_changes(body=self._fix_block(original.body, updated.body))
+
+    def leave_Module(self, original, updated):
+        return updated.with_changes(body=self._fix_block(original.body, updated.body))
+
+
+def _copied_name(stmt) -> tuple[str, cst.BaseExpression] | None:
+    """(`x`, device) for `x = x.to(device)`."""
+    if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
+        return None
+    assign = stmt.body[0]
+    value = assign.value
+    if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name) or not isinstance(value, cst.Call):
+        return None
+    device = _device_of_copy(value) if isinstance(value.func, cst.Attribute) else None
+    name = assign.targets[0].target.value
+    if device is None or not (isinstance(value.func.value, cst.Name) and value.func.value.value == name):
+        return None
+    return name, device
+
+
+def _created_name(stmt) -> tuple[str, cst.Call] | None:
+    """(`x`, the call) for `x = torch.randn(...)`."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
+        return None
+    assign = stmt.body[0]
+    if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name) and _factory(assign.value):
+        return assign.targets[0].target.value, assign.value
+    return None
+
+
+@edit("accumulate_detached")
+class AccumulateDetached(LineTransformer):
+    """`total += loss.item()` → `total += loss.detach()`: the sum stays on the device and is read once,
+    where it is printed or logged. Only that form: a branch or a print needs the value at once."""
+
+    def __init__(self, lines, params):
+        super().__init__(lines, params)
+        self.in_accumulation = 0
+
+    def visit_AugAssign(self, node):
+        if isinstance(node.operator, cst.AddAssign) and self.hit(node) is not None:
+            self.in_accumulation += 1
+
+    def leave_AugAssign(self, original, updated):
+        if isinstance(original.operator, cst.AddAssign) and self.hit(original) is not None:
+            self.in_accumulation -= 1
+        return updated
+
+    def leave_Call(self, original, updated):
+        if not self.in_accumulation or call_attr(updated) != "item" or updated.args:
+            return updated
+        self.changed(original, ".item() → .detach() in the running sum")
+        return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("detach")))
