@@ -290,3 +290,31 @@ def fix(script: str, args: list[str], options: RunOptions, rules: list[Rule] | N
     else:
         report, base = audit(script, args, options, rules, on_progress), None
     return report, plan_fixes(report.findings, project_root(script), select, base)
+
+
+def verify(script: str, args: list[str], audit_options: RunOptions, timing_options: RunOptions, rounds: int = 3,
+           rules: list[Rule] | None = None, select: set[str] | None = None, source: str | None = None,
+           each: bool = False, on_progress: Callable[[str], None] | None = None):
+    """Audit SCRIPT (or take an earlier run), make the fixes, and measure them: A (as it is) against B
+    (all fixes, or with `each` one B per rule) over interleaved rounds, step times and losses compared.
+    Returns (report, plan, verification); the user's files are not written."""
+    from .collect.rundir import make_run_dir
+    from .fix import plan_fixes
+    from .verify import Variant, run_ab
+    say = on_progress or (lambda text: None)
+    folder = make_run_dir(timing_options.out_dir, timing_options.keep_runs)
+    say("auditing the script …")
+    report, plan = fix(script, args, replace(audit_options, out_dir=os.path.join(folder, "audit")), rules, select,
+                       source)
+    variants = [Variant("A", None)]
+    if each:
+        base = recorded_report(source, rules or load_rules())[1] if source else None
+        root = project_root(script)
+        variants += [Variant(rule, plan_fixes(report.findings, root, {rule}, base)) for rule in plan.rules]
+    elif plan.files:
+        variants.append(Variant("B", plan))
+    if len(variants) == 1:
+        from .verify import Verification
+        return report, plan, Verification(script, args, 0, timing_options.warmup, timing_options.steps, None, [],
+                                          folder)
+    return report, plan, run_ab(script, args, variants, folder, timing_options, rounds, say)

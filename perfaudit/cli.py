@@ -314,6 +314,50 @@ def fix(
 
 @app.command()
 @handles_errors
+def verify(
+    script: Annotated[str, typer.Argument(help="The training script, run as `python SCRIPT ARGS`.")],
+    args: Annotated[Optional[list[str]], typer.Argument(help="Arguments for the script, after `--`.")] = None,
+    each: Annotated[bool, typer.Option("--each", help="Measure every fix on its own (one B per rule).")] = False,
+    rounds: Annotated[int, typer.Option(min=1, help="Interleaved A/B rounds (each a fresh process).")] = 3,
+    warmup: Annotated[int, typer.Option(min=0, help="Steps each A/B run takes before measuring.")] = 3,
+    steps: Annotated[int, typer.Option(min=1, help="Steps each A/B run measures.")] = 15,
+    seed: Annotated[int, typer.Option(help="Seed for random, torch and numpy, the same in A and B.")] = 0,
+    source: Annotated[Optional[str], typer.Option(
+        "--from", help="Verify what an earlier run found: its run folder, trace or JSON report.")] = None,
+    timeout: Annotated[float, typer.Option(min=0, help="Stop any one run after this many seconds (0: never).")] = 600.0,
+    out_dir: Annotated[Optional[str], typer.Option(help="Verify folder (default ./.perfaudit/runs/<timestamp>).")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the JSON result to FILE.")] = None,
+    config: ConfigOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None, rules_dir: RulesDirOpt = None,
+    debug: DebugOpt = False,
+):
+    """Prove the fixes: A/B runs of the script as it is and fixed (your files untouched), step time
+    with a confidence interval, and the loss checked. Exits 1 when a fix breaks the script or the loss."""
+    from .api import verify as verify_fixes
+    from .collect.runner import check_script
+    from .report.verify_report import render_console, render_json
+    setup = Setup(config, rules_dir, select, ignore, None, None, None, None)
+    check_script(script)
+    if output:
+        _check_writable([output])
+    needs = set().union(*(r.needs() for r in setup.rules)) if setup.rules else set()
+    audit_options = _run_options(setup.cfg, needs, None, None, timeout=timeout)
+    timing_options = _run_options(setup.cfg, set(), warmup, steps, timeout=timeout, out_dir=out_dir)
+    timing_options.seed = seed
+    with err.status(f"verifying {script} …") as status:
+        report, plan, result = verify_fixes(script, args or [], audit_options, timing_options, rounds, setup.rules,
+                                            {r.id for r in setup.rules}, source, each,
+                                            lambda text: status.update(f"verifying {script}: {text}"))
+    render_console(result, plan, out)
+    if output:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(render_json(result) + "\n")
+    if result.baseline_failure:
+        raise typer.Exit(EXIT_SCRIPT_FAILED)
+    raise typer.Exit(EXIT_OK if result.passed else EXIT_FINDINGS)
+
+
+@app.command()
+@handles_errors
 def analyze(
     traces: Annotated[list[str], typer.Argument(help="Trace files (.json / .json.gz) or directories of them.")],
     source_root: Annotated[Optional[list[str]], typer.Option(help="Where to find the sources named in the trace.")] = None,

@@ -108,6 +108,7 @@ class Session:
 
         def backward(*args, **kwargs):
             self.flush()
+            self.backward_called(args[0] if args else kwargs.get("tensors"))
             result = original_backward(*args, **kwargs)
             self._stop_inference_watch()
             self.detector.backward_done()
@@ -125,8 +126,14 @@ class Session:
         for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
         self._start_inference_watch()
-        self.probes.start_startup_sampling()
+        if self.profiling:
+            self.probes.start_startup_sampling()
         _watch_parent(os.getppid())
+
+    profiling = True  # TimingSession (verify) measures plain step times instead
+
+    def backward_called(self, tensors) -> None:
+        """backward() is about to run on `tensors` (TimingSession keeps the loss)."""
 
     # -- inference: top-level module calls with gradients off, while nothing trains -----------------
     def _start_inference_watch(self) -> None:
@@ -428,6 +435,26 @@ def _watch_parent(parent: int) -> None:
     threading.Thread(target=watch, name="perfaudit-parent-watch", daemon=True).start()
 
 
+def _run_main(script_path: str, patched: str | None) -> None:
+    """`python SCRIPT`: the script as `__main__`; `verify` gives the fixed source to run in its place,
+    under the script's own name (its __file__, its tracebacks, its relative paths unchanged)."""
+    import runpy
+    if patched is None:
+        runpy.run_path(script_path, run_name="__main__")
+        return
+    import types
+    with open(patched, encoding="utf-8") as f:
+        code = compile(f.read(), script_path, "exec", dont_inherit=True)
+    module = types.ModuleType("__main__")
+    module.__file__, module.__builtins__ = script_path, __builtins__
+    previous = sys.modules.get("__main__")
+    sys.modules["__main__"] = module
+    try:
+        exec(code, module.__dict__)
+    finally:
+        sys.modules["__main__"] = previous
+
+
 def _describe_exception(exc: BaseException) -> dict:
     return {"outcome": Outcome.RAISED, "exception": type(exc).__name__,
             "message": str(exc).splitlines()[0][:500] if str(exc) else "",
@@ -443,12 +470,17 @@ def main() -> None:
     # the script's folder first on sys.path, as `python SCRIPT` does (its ASCII alias, if it has one)
     aliases = config.get("path_aliases") or {}
     sys.path[0] = next((a for a in aliases if os.path.isdir(a)), os.path.dirname(script_path))
-    session = Session(config, script)
+    if config.get("mode") == "timing":
+        from .timing import TimingSession, seed_everything, serve_patched_sources
+        session = TimingSession(config, script)
+        serve_patched_sources(config.get("patched") or {})
+        seed_everything(config.get("seed"))
+    else:
+        session = Session(config, script)
     session.install()
     session._say("running")
-    import runpy
     try:
-        runpy.run_path(script_path, run_name="__main__")
+        _run_main(script_path, (config.get("patched") or {}).get(os.path.abspath(script_path)))
         result = {"outcome": Outcome.COMPLETED}
     except WindowDone:
         result = {"outcome": Outcome.WINDOW_COMPLETE}
@@ -470,4 +502,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # run from the imported module, not this `__main__` copy: timing.py subclasses Session and raises
+    # WindowDone, which must be the very classes main() catches
+    from perfaudit.collect.bootstrap import main as _main
+    _main()

@@ -39,6 +39,11 @@ class RunOptions:
     record_budget_s: float | None = 30.0   # stop recording after this long (fewer steps are fine)
     trace_budget_mb: float | None = 200.0  # uncompressed trace the window may write (fewer steps, then no stacks)
     keep_runs: int = 10                    # run folders kept under .perfaudit/runs
+    # verify: "timing" runs without the profiler (step times and losses), seeded, and may serve fixed
+    # sources in place of the user's files (absolute path -> file holding the fixed text)
+    mode: str = "profile"
+    seed: int | None = None
+    patched: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -49,6 +54,7 @@ class RunResult:
     outcome: dict                      # what happened to the script (see outcome.py)
     log_path: str
     probes: dict = field(default_factory=dict)  # only when no trace was written
+    timing: dict | None = None         # a timing run (verify): step times and losses
     stop_signal: int | None = None     # the signal that stopped perfaudit (SIGINT, SIGTERM, SIGHUP)
 
     @property
@@ -125,11 +131,13 @@ def run_script(script: str, args: list[str], options: RunOptions,
     config = {"run_dir": run_dir, "warmup": options.warmup, "steps": options.steps, "full": options.full,
               "with_stack": options.with_stack, "record_shapes": options.record_shapes,
               "record_budget_s": options.record_budget_s, "trace_budget_mb": options.trace_budget_mb,
-              "path_aliases": aliases,
+              "path_aliases": aliases, "mode": options.mode, "seed": options.seed, "patched": options.patched,
               "run_as": next((a for a, real in aliases.items() if real == script_path), None)}
     log_path = os.path.join(run_dir, "script.log")
     progress_path = os.path.join(run_dir, "progress.jsonl")
     env = dict(os.environ, PYTHONUNBUFFERED="1", PERFAUDIT_CONFIG=json.dumps(config))
+    if options.seed is not None:
+        env["PYTHONHASHSEED"] = str(options.seed)
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, "-m", "perfaudit.collect.bootstrap", script, *args]
@@ -253,7 +261,7 @@ def _collect(script: str, run_dir: str, log_path: str, returncode: int, stop_sig
                 result = json.load(f)
         except ValueError:
             result = {}
-    outcome = {k: v for k, v in result.items() if k not in ("probes", "trace")} or _progress_record(run_dir)
+    outcome = {k: v for k, v in result.items() if k not in ("probes", "trace", "timing")} or _progress_record(run_dir)
     if timed_out:
         outcome.update(outcome=Outcome.TIMEOUT, timeout_s=options.timeout)
     elif stop_signal is not None:
@@ -265,4 +273,4 @@ def _collect(script: str, run_dir: str, log_path: str, returncode: int, stop_sig
             outcome.update(outcome=Outcome.CRASHED, exit_code=returncode)
     trace = result.get("trace") or os.path.join(run_dir, "trace.json.gz")
     return RunResult(script, run_dir, trace if os.path.exists(trace) else None, outcome,
-                     log_path, result.get("probes", {}), stop_signal)
+                     log_path, result.get("probes", {}), timing=result.get("timing"), stop_signal=stop_signal)

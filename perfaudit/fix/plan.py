@@ -22,6 +22,7 @@ class Change:
     path: str
     line: int
     what: str
+    kind: str = ""    # the fix kind (catalog.FIX_KINDS)
 
 
 @dataclass
@@ -164,7 +165,7 @@ def _plan_file(plan: FixPlan, path: str, entries: list, root: str, base_dir: str
         transformer = EDITS[f.autofix["kind"]](lines, params)
         fixed_module = cst.MetadataWrapper(fixed_module).visit(transformer)
         for line, what in transformer.outcome.changed:
-            plan.changes.append(Change(f.rule, shown, line, what))
+            plan.changes.append(Change(f.rule, shown, line, what, f.autofix["kind"]))
         for line, why in transformer.outcome.refused:
             plan.not_fixed.append(NotFixed(f.rule, f"{shown}:{line}", why))
         if not transformer.outcome.changed and not transformer.outcome.refused:

@@ -1,0 +1,117 @@
+"""The child of `perfaudit verify`: the script as it is or with fixes served in place of its files,
+seeded, with no profiler; it keeps the wall time of every step and the loss of every step.
+
+Same step detection as a profiled run (bootstrap.Session), so A and B measure the same steps. The loss
+is the scalar tensor `backward()` was called on, kept as a tensor and read only after the window,
+so measuring it adds no host-device sync to the steps."""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import random
+import sys
+import time
+
+from ..outcome import Outcome
+from .bootstrap import Session, WindowDone
+
+
+class TimingSession(Session):
+    profiling = False
+
+    def __init__(self, config: dict, script: str):
+        super().__init__(config, script)
+        self.marks: list[float] = []               # the end of each step (perf_counter)
+        self.losses: list[tuple[int, object]] = []  # (step index, detached scalar loss)
+
+    def backward_called(self, tensors) -> None:
+        torch = self.torch
+        if isinstance(tensors, torch.Tensor) and tensors.numel() == 1 and os.getpid() == self.pid:
+            self.losses.append((len(self.marks), tensors.detach()))
+
+    def _restart(self, why: str) -> None:
+        """The steps so far were another phase (pre-training, a first optimizer): count from here."""
+        if not self.window_closed:
+            self.restarts.append(why)
+            self.marks.clear()
+            self.losses.clear()
+
+    def flush(self, raise_done: bool = True) -> None:
+        if not self.pending or os.getpid() != self.pid or self.window_closed:
+            return
+        self.pending = False
+        torch = self.torch
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # the step's device work belongs to the step (A and B alike)
+        self.marks.append(time.perf_counter())
+        self._say("step", step=len(self.marks), warmup=self.warmup, steps=self.steps)
+        if len(self.marks) > self.warmup + self.steps:
+            self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
+            if raise_done and not self.full:
+                raise WindowDone()
+
+    def _close_window(self, result: dict) -> None:
+        if self.window_closed:
+            return
+        self.window_closed = True
+        first = self.warmup  # marks[first] ends the last warm-up step
+        times = [b - a for a, b in zip(self.marks[first:], self.marks[first + 1:])]
+        per_step: dict[int, float] = {}
+        for step, loss in self.losses:
+            if first < step <= first + len(times):  # the loss of step k is taken before marks[k]
+                per_step[step] = per_step.get(step, 0.0) + float(loss)
+        losses = [per_step.get(step) for step in range(first + 1, first + 1 + len(times))]
+        timing = {"step_times_s": times, "losses": losses, "warmup": self.warmup, "restarts": self.restarts,
+                  "device": "cuda" if self.torch.cuda.is_available() else "cpu"}
+        out = {**result, "timing": timing, "steps_recorded": len(times), "warmup": self.warmup,
+               "step_source": self.detector.source, "profiling_started": False,
+               "optimizers_built": self.detector.optimizers_built}
+        tmp = os.path.join(self.run_dir, "result.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(out, f, default=str)
+        os.replace(tmp, os.path.join(self.run_dir, "result.json"))
+
+
+def seed_everything(seed: int | None) -> None:
+    """The same seeds for A and B, set before the script starts (a script that seeds itself wins)."""
+    if seed is None:
+        return
+    import torch
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+
+
+class _PatchedLoader(importlib.machinery.SourceFileLoader):
+    """Loads a module's fixed source under the module's own path (no bytecode cache either way)."""
+
+    def __init__(self, fullname: str, path: str, patched: str):
+        super().__init__(fullname, path)
+        self.patched = patched
+
+    def get_code(self, fullname):
+        with open(self.patched, encoding="utf-8") as f:
+            return compile(f.read(), self.path, "exec", dont_inherit=True)
+
+
+class _PatchedFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, patched: dict[str, str]):
+        self.patched = {os.path.realpath(k): v for k, v in patched.items()}
+
+    def find_spec(self, fullname, path, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None and spec.origin and os.path.realpath(spec.origin) in self.patched:
+            spec.loader = _PatchedLoader(fullname, spec.origin, self.patched[os.path.realpath(spec.origin)])
+        return spec
+
+
+def serve_patched_sources(patched: dict[str, str]) -> None:
+    """Imports of the user's fixed modules read the fixed text; the files on disk stay untouched."""
+    if patched:
+        sys.meta_path.insert(0, _PatchedFinder(patched))

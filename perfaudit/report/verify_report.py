@@ -1,0 +1,82 @@
+"""The report of `perfaudit verify`: per fix (or all together) the measured step time change with its
+interval, the speed-up, and the loss check with its numbers; console and JSON."""
+from __future__ import annotations
+
+import json
+import math
+
+from rich.console import Console
+from rich.markup import escape
+
+from .. import __version__
+from ..fix import FixPlan
+from ..verify import Verification
+
+_SPEED_STYLE = {"faster": "green", "slower": "red", "no measurable change": "yellow", "too few steps": "yellow"}
+
+
+def _interval(low: float, high: float) -> str:
+    return "n/a" if math.isnan(low) else f"[{low:+.2f}, {high:+.2f}] ms"
+
+
+def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
+    console.print(f"[bold]perfaudit verify[/] {escape(v.script)}"
+                  + (f" -- {escape(' '.join(v.args))}" if v.args else ""), highlight=False)
+    if v.baseline_failure:
+        console.print(f"[red]the script as it is did not reach its window: {escape(v.baseline_failure)}[/]")
+        return
+    if not v.verdicts:
+        console.print("nothing to verify: no finding of this run has an automatic fix (`perfaudit fix` says why)")
+        return
+    console.print(f"A/B on {v.device or 'cpu'}: {v.rounds} interleaved round(s), {v.warmup} warm-up + "
+                  f"{v.steps} measured steps per run, same seeds", highlight=False)
+    for verdict in v.verdicts:
+        label = "all fixes" if verdict.name == "B" else verdict.name
+        console.print(f"\n[bold]{escape(label)}[/] ({', '.join(verdict.rules)}):", highlight=False)
+        for c in verdict.changes:
+            console.print(f"  {escape(c.path)}:{c.line}  {c.rule}  {escape(c.what)}", highlight=False)
+        if verdict.broke:
+            console.print(f"  [bold red]BROKE THE SCRIPT[/]: with the fix {escape(verdict.broke)}; A ran fine")
+            continue
+        s = verdict.speed
+        style = _SPEED_STYLE.get(s.verdict, "")
+        console.print(f"  step time  {s.median_a_ms:.2f} → {s.median_b_ms:.2f} ms (median; {s.delta_ms:+.2f} ms, "
+                      f"{s.speedup_pct:+.1f}%): [{style}]{s.verdict}[/]", highlight=False)
+        console.print(f"             95% interval of the change {_interval(s.low_ms, s.high_ms)}, "
+                      f"{s.n_a} + {s.n_b} steps", highlight=False)
+        loss = verdict.loss
+        style = "green" if loss.passed else "bold red"
+        shout = "LOSS CHANGED: " if not loss.passed else ""
+        console.print(f"  loss       [{style}]{shout}{loss.verdict}[/]: {escape(loss.detail)}", highlight=False)
+    for note in v.notes:
+        console.print(f"\nnote: {escape(note)}", highlight=False)
+    console.print(f"\nruns: {escape(v.folder)}" + ("" if v.passed else "  — verify failed: see above"),
+                  highlight=False)
+    if v.passed and any(x.speed and x.speed.verdict == "faster" for x in v.verdicts):
+        console.print("apply the measured fixes with `perfaudit fix --write`", highlight=False)
+
+
+def to_dict(v: Verification) -> dict:
+    def speed(s):
+        if s is None:
+            return None
+        return {"median_a_ms": s.median_a_ms, "median_b_ms": s.median_b_ms, "saved_ms_per_step": s.saved_ms,
+                "interval_ms": None if math.isnan(s.low_ms) else [s.low_ms, s.high_ms], "confidence": 0.95,
+                "speedup_pct": s.speedup_pct, "steps": [s.n_a, s.n_b], "verdict": s.verdict}
+    return {
+        "tool": {"name": "perfaudit", "version": __version__},
+        "script": v.script, "args": v.args, "device": v.device, "rounds": v.rounds, "warmup": v.warmup,
+        "steps": v.steps, "folder": v.folder, "passed": v.passed, "baseline_failure": v.baseline_failure,
+        "fixes": [{"name": x.name, "rules": x.rules, "passed": x.passed, "broke": x.broke,
+                   "changes": [{"rule": c.rule, "path": c.path, "line": c.line, "what": c.what, "kind": c.kind}
+                               for c in x.changes],
+                   "speed": speed(x.speed),
+                   "loss": None if x.loss is None else {"verdict": x.loss.verdict, "detail": x.loss.detail,
+                                                        "passed": x.loss.passed}}
+                  for x in v.verdicts],
+        "notes": v.notes,
+    }
+
+
+def render_json(v: Verification) -> str:
+    return json.dumps(to_dict(v), indent=2)

@@ -1,0 +1,105 @@
+"""The numbers of an A/B comparison: the change of the median step time with a bootstrap interval, and
+whether the loss stayed the same. Pure Python: a few hundred samples need no numerical library."""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import dataclass
+
+BOOTSTRAP_RESAMPLES = 2000
+CONFIDENCE = 0.95
+MIN_STEPS = 8               # per variant, for an interval worth printing
+EXACT_RTOL = 1e-4           # "the same loss": float noise of a reordered sum (foreach/fused optimizers)
+STAT_REL_TOL = 0.2          # a fix that changes initialisation or data order: mean loss within 20 % ...
+STAT_SPREAD_TOL = 4.0       # ... or within 4 standard deviations of A's own rounds, whichever is wider
+
+
+@dataclass
+class SpeedChange:
+    median_a_ms: float
+    median_b_ms: float
+    delta_ms: float                # B - A (negative: B is faster)
+    low_ms: float                  # the interval of delta
+    high_ms: float
+    n_a: int
+    n_b: int
+    verdict: str                   # faster | slower | no measurable change | too few steps
+
+    @property
+    def speedup_pct(self) -> float:
+        return 100.0 * (self.median_a_ms - self.median_b_ms) / self.median_a_ms if self.median_a_ms else 0.0
+
+    @property
+    def saved_ms(self) -> float:
+        return -self.delta_ms
+
+
+def speed_change(a_s: list[float], b_s: list[float], seed: int = 0) -> SpeedChange:
+    """Median step time of A and B (seconds in, ms out) and a percentile-bootstrap interval of the
+    difference of medians. The verdict says faster/slower only when the interval excludes zero."""
+    a = [x * 1000.0 for x in a_s]
+    b = [x * 1000.0 for x in b_s]
+    med_a, med_b = statistics.median(a), statistics.median(b)
+    if len(a) < MIN_STEPS or len(b) < MIN_STEPS:
+        return SpeedChange(med_a, med_b, med_b - med_a, math.nan, math.nan, len(a), len(b), "too few steps")
+    rng = random.Random(seed)
+    deltas = sorted(statistics.median(rng.choices(b, k=len(b))) - statistics.median(rng.choices(a, k=len(a)))
+                    for _ in range(BOOTSTRAP_RESAMPLES))
+    tail = (1 - CONFIDENCE) / 2
+    low, high = deltas[int(tail * len(deltas))], deltas[int((1 - tail) * len(deltas)) - 1]
+    verdict = "faster" if high < 0 else "slower" if low > 0 else "no measurable change"
+    return SpeedChange(med_a, med_b, med_b - med_a, low, high, len(a), len(b), verdict)
+
+
+@dataclass
+class LossCheck:
+    verdict: str        # same | within tolerance | changed | diverged | no loss seen
+    detail: str
+    passed: bool
+
+
+def _finite(values) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def loss_check(a_rounds: list[list[float | None]], b_rounds: list[list[float | None]], same_maths: bool) -> LossCheck:
+    """Compare the per-step losses of A and B (one list per round). Fixes that must not change the
+    maths must give the same loss step for step (when A repeats itself exactly); the others, and A
+    that does not repeat itself, a mean loss within a tolerance. Non-finite B loss where A is finite
+    is divergence."""
+    a_all = [v for r in a_rounds for v in r if v is not None]
+    b_all = [v for r in b_rounds for v in r if v is not None]
+    if not a_all or not b_all:
+        return LossCheck("no loss seen", "backward() was not called on a scalar loss in the window", True)
+    if any(not math.isfinite(v) for v in b_all) and all(math.isfinite(v) for v in a_all):
+        return LossCheck("diverged", f"B's loss became {next(v for v in b_all if not math.isfinite(v))} "
+                                     "where A's stayed finite", False)
+    # does A repeat itself? then the step-by-step comparison means something
+    a_spread = max((_rel(x, y) for r in a_rounds[1:] for x, y in zip(a_rounds[0], r) if x is not None and y is not None),
+                   default=0.0)
+    deterministic = a_spread <= EXACT_RTOL
+    if same_maths and deterministic:
+        pairs = [(x, y) for ra, rb in zip(a_rounds, b_rounds) for x, y in zip(ra, rb) if x is not None and y is not None]
+        worst = max((_rel(x, y) for x, y in pairs), default=0.0)
+        if worst <= EXACT_RTOL:
+            return LossCheck("same", f"the loss of all {len(pairs)} steps equal to A's within {EXACT_RTOL:g} "
+                                     f"relative (largest difference {worst:.1e})", True)
+        return LossCheck("changed", f"the loss differs from A's by up to {100 * worst:.2g}% at the same step "
+                                    f"(A repeats itself within {a_spread:.1e}): this fix should not change the maths",
+                         False)
+    means_a = [statistics.fmean(_finite(r)) for r in a_rounds if _finite(r)]
+    mean_a, mean_b = statistics.fmean(_finite(a_all)), statistics.fmean(_finite(b_all))
+    sd = statistics.stdev(means_a) if len(means_a) > 1 else 0.0
+    tol = max(STAT_SPREAD_TOL * sd, STAT_REL_TOL * abs(mean_a))
+    why = "" if deterministic or not same_maths else \
+        f"A does not repeat itself (its rounds differ by up to {100 * a_spread:.2g}%), so the means are compared; "
+    if abs(mean_b - mean_a) <= tol:
+        return LossCheck("within tolerance", f"{why}mean loss {mean_b:.4g} against A's {mean_a:.4g} "
+                                             f"(tolerance ±{tol:.3g})", True)
+    return LossCheck("changed", f"{why}mean loss {mean_b:.4g} against A's {mean_a:.4g}, beyond the "
+                                f"tolerance ±{tol:.3g}", False)
+
+
+def _rel(x: float, y: float) -> float:
+    return abs(x - y) / max(abs(x), abs(y), 1e-12)

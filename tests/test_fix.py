@@ -1,0 +1,201 @@
+"""`perfaudit fix`: every rule with an automatic fix turns its finding on its bad sample into an edit;
+without --write nothing changes on disk; with --write the file still runs and the rule is gone; the
+edits keep the code's layout and refuse what is not the user's or not mechanical."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SAMPLES, perfaudit
+from perfaudit.engine.loader import load_rules
+from perfaudit.findings import Cost, Finding, Location
+from perfaudit.fix import FIX_KINDS, plan_fixes
+from perfaudit.fix.edits import EDITS
+
+FIXABLE = [(r.id, e.script) for r in load_rules() if r.autofix for e in r.examples
+           if e.expect == "fire" and e.script and (e.severity or r.severity) != "info"]
+
+
+def test_every_fix_kind_has_an_edit_and_every_rule_names_a_known_kind():
+    assert set(EDITS) == set(FIX_KINDS)
+    assert {r.autofix["kind"] for r in load_rules() if r.autofix} <= set(FIX_KINDS)
+    assert len({r.id for r in load_rules() if r.autofix}) >= 10
+
+
+# bad samples whose pattern has no mechanical fix, and the reason `fix` gives
+NOT_MECHANICAL = {("DEBUG001", "own_profiler_bad.py"): "own torch.profiler",
+                  ("SYNC001", "sync_forms_bad.py"): "to change mechanically",
+                  ("CUDNN002", "cudnn_varying_bad.py"): "no line in your code"}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("rule,script", FIXABLE, ids=[f"{r}-{Path(s).stem}" for r, s in FIXABLE])
+def test_fix_turns_the_finding_on_its_bad_sample_into_a_diff_and_writes_nothing(rule, script, sample_report, run_dir):
+    name = Path(script).name
+    report = sample_report(name)
+    assert rule in {f["rule"] for f in report["findings"]}
+    before = _digest(SAMPLES / name)
+    proc = perfaudit("fix", script, "--from", str(Path(run_dir) / f"{name}.report.json"), "--select", rule)
+    assert _digest(SAMPLES / name) == before, "fix without --write changed the file"
+    if (rule, name) in NOT_MECHANICAL:  # said, with the reason, and nothing else
+        assert proc.returncode == 0 and proc.stdout == "", proc.stdout
+        assert "not fixed automatically" in proc.stderr and NOT_MECHANICAL[rule, name] in proc.stderr, proc.stderr
+        return
+    assert proc.returncode == 1, proc.stderr          # as `ruff --diff`: changes to make
+    assert proc.stdout.startswith(f"--- a/{script}"), proc.stdout + proc.stderr
+    changed = [line for line in proc.stdout.splitlines()[2:] if line[:1] in "+-"]
+    assert changed
+    assert f" {rule} " in proc.stderr and "would fix" in proc.stderr
+
+
+WRITE_CASES = ["debug_bad.py", "zero_grad_bad.py", "bias_bn_bad.py", "empty_cache_bad.py", "optim_bad.py",
+               "host_tensor_bad.py", "sync_bad.py"]
+
+
+@pytest.mark.parametrize("name", WRITE_CASES)
+def test_fix_write_leaves_a_script_that_runs_and_is_no_longer_flagged(name, tmp_path):
+    script = tmp_path / name
+    shutil.copy(SAMPLES / name, script)
+    fixed = perfaudit("fix", str(script), "--write", "--warmup", "1", "--steps", "2", "--out-dir", str(tmp_path / "a"))
+    assert fixed.returncode == 0, fixed.stderr
+    assert "fixed " in fixed.stderr and script.read_text() != (SAMPLES / name).read_text()
+    rules = {line.split()[1] for line in fixed.stderr.splitlines() if line.startswith("  ") and ":" in line.split()[0]}
+    assert rules
+    out = tmp_path / "after.json"
+    rerun = perfaudit("run", str(script), "--warmup", "2", "--steps", "3", "--out-dir", str(tmp_path / "b"),
+                      "-f", f"json={out}")
+    assert rerun.returncode == 0, rerun.stderr
+    after = json.loads(out.read_text())
+    assert after["run"]["outcome"]["outcome"] == "window_complete"
+    still = {f["rule"] for f in after["findings"] if f["rule"] in rules and f["severity"] != "info"}
+    assert not still, f"still flagged after fix --write: {still}"
+
+
+# -- the edits on code written in other ways -------------------------------------------------------------
+def _finding(rule: str, path: Path, *lines: int, kind: str, params: dict | None = None, origin: str = "run") -> Finding:
+    text = path.read_text().splitlines()
+    locs = tuple(Location(str(path), n, text[n - 1].strip()) for n in lines)
+    return Finding(rule, rule, ("T01",), "warning", "m", "f", Cost(1.0, 0.1), locs, evidence={"origin": origin},
+                   autofix={"kind": kind, "params": params or {}})
+
+
+def _write(tmp_path: Path, code: str, name: str = "train.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(code))
+    return path
+
+
+def test_a_multi_line_call_keeps_its_layout_and_its_comments(tmp_path):
+    path = _write(tmp_path, '''\
+        from torch.utils.data import DataLoader
+        loader = DataLoader(
+            dataset,          # the training split
+            batch_size=64,
+            shuffle=True,
+        )
+        ''')
+    plan = plan_fixes([_finding("DATA001", path, 2, kind="loader_workers", params={"workers": 4})], str(tmp_path))
+    assert plan.files[0].fixed == textwrap.dedent('''\
+        from torch.utils.data import DataLoader
+        loader = DataLoader(
+            dataset,          # the training split
+            batch_size=64,
+            shuffle=True,
+            num_workers=4,
+            persistent_workers=True,
+        )
+        ''')
+
+
+def test_zero_filled_grads_become_none_and_anomaly_blocks_are_unwrapped(tmp_path):
+    path = _write(tmp_path, '''\
+        import torch
+        for step in range(10):
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.data.zero_()
+            with torch.autograd.detect_anomaly():
+                loss = model(x).sum()
+                loss.backward()  # keep this comment
+            opt.step()
+        ''')
+    plan = plan_fixes([_finding("GRAD001", path, 5, kind="set_to_none"),
+                       _finding("DEBUG001", path, 6, kind="debug_off")], str(tmp_path))
+    assert plan.files[0].fixed == textwrap.dedent('''\
+        import torch
+        for step in range(10):
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad = None
+            loss = model(x).sum()
+            loss.backward()  # keep this comment
+            opt.step()
+        ''')
+
+
+def test_what_is_not_mechanical_is_refused_with_its_reason(tmp_path):
+    path = _write(tmp_path, '''\
+        kwargs = {"num_workers": 1} if cuda else {}
+        loader = DataLoader(ds, batch_size=8, **kwargs)
+        other = DataLoader(ds, num_workers=args.workers)
+        with torch.autograd.profiler.profile() as prof:
+            train()
+        if loss.item() > 5:
+            pass
+        ''')
+    plan = plan_fixes([_finding("DATA001", path, 2, 3, kind="loader_workers", params={"workers": 2}),
+                       _finding("DEBUG001", path, 4, kind="debug_off"),
+                       _finding("SYNC001", path, 6, kind="accumulate_detached")], str(tmp_path))
+    assert not plan.files and not plan.changes
+    reasons = {(n.rule, n.where.rsplit(":", 1)[1]): n.reason for n in plan.not_fixed}
+    assert "**kwargs" in reasons[("DATA001", "2")]
+    assert "args.workers" in reasons[("DATA001", "3")]
+    assert "result is used" in reasons[("DEBUG001", "4")]
+    assert "mechanically" in reasons[("SYNC001", "6")]
+
+
+def test_files_that_are_not_the_users_or_changed_since_the_run_are_left_alone(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".git").mkdir()
+    outside = _write(tmp_path, "optimizer.zero_grad(set_to_none=False)\n", "elsewhere.py")
+    lib = tmp_path / "project" / "venv" / "lib" / "site-packages"
+    lib.mkdir(parents=True)
+    installed = _write(lib, "optimizer.zero_grad(set_to_none=False)\n", "lib.py")
+    broken = _write(project, "optimizer.zero_grad(set_to_none=False)\ndef (:\n", "broken.py")
+    stale = _write(project, "optimizer.zero_grad(set_to_none=False)\n", "stale.py")
+    findings = [_finding("GRAD001", p, 1, kind="set_to_none") for p in (outside, installed, broken, stale)]
+    stale.write_text("# a line added since the run\noptimizer.zero_grad(set_to_none=False)\n")
+    static = _finding("GRAD001", _write(project, "opt.zero_grad(set_to_none=False)\n", "s.py"), 1,
+                      kind="set_to_none", origin="static")
+    plan = plan_fixes(findings + [static], str(project))
+    assert not plan.files
+    reasons = [n.reason for n in plan.not_fixed]
+    assert any("outside the project" in r for r in reasons)
+    assert any("installed package" in r for r in reasons)
+    assert any("does not parse" in r for r in reasons)
+    assert any("changed since the run" in r for r in reasons)
+    assert any("source only" in r for r in reasons)
+
+
+def test_fix_on_a_clean_script_changes_nothing(sample_report, run_dir):
+    report = sample_report("clean_loop.py")
+    proc = perfaudit("fix", "sample_scripts/clean_loop.py", "--from", str(Path(run_dir) / "clean_loop.py.report.json"))
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert "nothing to fix" in proc.stderr
+    assert not [f for f in report["findings"] if f["autofix"] and f["severity"] != "info"]
+
+
+def test_fix_from_something_that_is_not_a_run_is_one_clear_line(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    proc = perfaudit("fix", str(ROOT / "sample_scripts" / "clean_loop.py"), "--from", str(bad))
+    assert proc.returncode == 2 and "not a perfaudit report" in proc.stderr and "Traceback" not in proc.stderr
