@@ -40,7 +40,7 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
             continue
         s = verdict.speed
         style = _SPEED_STYLE.get(s.verdict, "")
-        console.print(f"  step time  {s.median_a_ms:.2f} → {s.median_b_ms:.2f} ms (median; {s.delta_ms:+.2f} ms, "
+        console.print(f"  step time  {s.mean_a_ms:.2f} → {s.mean_b_ms:.2f} ms (trimmed mean; {s.delta_ms:+.2f} ms, "
                       f"{s.speedup_pct:+.1f}%): [{style}]{s.verdict}[/]", highlight=False)
         console.print(f"             95% interval of the change {_interval(s.low_ms, s.high_ms)}, "
                       f"{s.n_a} + {s.n_b} steps", highlight=False)
@@ -60,7 +60,7 @@ def to_dict(v: Verification) -> dict:
     def speed(s):
         if s is None:
             return None
-        return {"median_a_ms": s.median_a_ms, "median_b_ms": s.median_b_ms, "saved_ms_per_step": s.saved_ms,
+        return {"mean_a_ms": s.mean_a_ms, "mean_b_ms": s.mean_b_ms, "saved_ms_per_step": s.saved_ms,
                 "interval_ms": None if math.isnan(s.low_ms) else [s.low_ms, s.high_ms], "confidence": 0.95,
                 "speedup_pct": s.speedup_pct, "steps": [s.n_a, s.n_b], "verdict": s.verdict}
     return {

@@ -1,4 +1,4 @@
-"""The numbers of an A/B comparison: the change of the median step time with a bootstrap interval, and
+"""The numbers of an A/B comparison: the change of the step time with a bootstrap interval, and
 whether the loss stayed the same. Pure Python: a few hundred samples need no numerical library."""
 from __future__ import annotations
 
@@ -15,10 +15,23 @@ STAT_REL_TOL = 0.2          # a fix that changes initialisation or data order: m
 STAT_SPREAD_TOL = 4.0       # ... or within 4 standard deviations of A's own rounds, whichever is wider
 
 
+TRIM = 0.1                  # the share of steps cut at each end before averaging
+
+
+def trimmed_mean(values: list[float], trim: float = TRIM) -> float:
+    """The mean without the slowest and fastest `trim` of the steps. Not the median: DataLoader
+    workers deliver batches in bursts, so step times are often bimodal (a wait every other step) and
+    the median then picks one mode; the trimmed mean is the throughput, without one-off pauses."""
+    ordered = sorted(values)
+    cut = int(len(ordered) * trim)
+    kept = ordered[cut:len(ordered) - cut] or ordered
+    return sum(kept) / len(kept)
+
+
 @dataclass
 class SpeedChange:
-    median_a_ms: float
-    median_b_ms: float
+    mean_a_ms: float             # the trimmed mean step time of A (see trimmed_mean)
+    mean_b_ms: float
     delta_ms: float                # B - A (negative: B is faster)
     low_ms: float                  # the interval of delta
     high_ms: float
@@ -28,7 +41,7 @@ class SpeedChange:
 
     @property
     def speedup_pct(self) -> float:
-        return 100.0 * (self.median_a_ms - self.median_b_ms) / self.median_a_ms if self.median_a_ms else 0.0
+        return 100.0 * (self.mean_a_ms - self.mean_b_ms) / self.mean_a_ms if self.mean_a_ms else 0.0
 
     @property
     def saved_ms(self) -> float:
@@ -36,15 +49,15 @@ class SpeedChange:
 
 
 def speed_change(a_s: list[float], b_s: list[float], seed: int = 0) -> SpeedChange:
-    """Median step time of A and B (seconds in, ms out) and a percentile-bootstrap interval of the
-    difference of medians. The verdict says faster/slower only when the interval excludes zero."""
+    """Step time of A and B (trimmed means; seconds in, ms out) and a percentile-bootstrap interval of
+    their difference. The verdict says faster/slower only when the interval excludes zero."""
     a = [x * 1000.0 for x in a_s]
     b = [x * 1000.0 for x in b_s]
-    med_a, med_b = statistics.median(a), statistics.median(b)
+    med_a, med_b = trimmed_mean(a), trimmed_mean(b)
     if len(a) < MIN_STEPS or len(b) < MIN_STEPS:
         return SpeedChange(med_a, med_b, med_b - med_a, math.nan, math.nan, len(a), len(b), "too few steps")
     rng = random.Random(seed)
-    deltas = sorted(statistics.median(rng.choices(b, k=len(b))) - statistics.median(rng.choices(a, k=len(a)))
+    deltas = sorted(trimmed_mean(rng.choices(b, k=len(b))) - trimmed_mean(rng.choices(a, k=len(a)))
                     for _ in range(BOOTSTRAP_RESAMPLES))
     tail = (1 - CONFIDENCE) / 2
     low, high = deltas[int(tail * len(deltas))], deltas[int((1 - tail) * len(deltas)) - 1]

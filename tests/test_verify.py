@@ -1,0 +1,99 @@
+"""`perfaudit verify`: the A/B figures and the loss check, end to end on CPU, and the statistics they
+rest on. A change that alters the model must be caught; a change that breaks the script reported."""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import textwrap
+
+from conftest import SAMPLES, perfaudit
+from perfaudit.collect.runner import RunOptions
+from perfaudit.fix import Change, FileFix, FixPlan
+from perfaudit.verify import Variant, loss_check, run_ab, speed_change
+
+
+# -- statistics ------------------------------------------------------------------------------------------
+def test_a_clear_speed_up_has_an_interval_that_excludes_zero():
+    rng = random.Random(1)
+    a = [0.010 + rng.gauss(0, 0.0005) for _ in range(30)]
+    b = [0.006 + rng.gauss(0, 0.0005) for _ in range(30)]
+    s = speed_change(a, b)
+    assert s.verdict == "faster" and s.high_ms < 0 and 35 < s.speedup_pct < 45
+    assert s.low_ms <= s.delta_ms <= s.high_ms
+
+
+def test_the_same_distribution_is_no_measurable_change_and_few_steps_give_no_interval():
+    rng = random.Random(2)
+    a = [0.010 + rng.gauss(0, 0.001) for _ in range(30)]
+    b = [0.010 + rng.gauss(0, 0.001) for _ in range(30)]
+    assert speed_change(a, b).verdict == "no measurable change"
+    assert speed_change(a[:3], b[:3]).verdict == "too few steps"
+
+
+def test_loss_checks():
+    a = [[1.0, 0.9, 0.8], [1.0, 0.9, 0.8]]
+    assert loss_check(a, [[1.0, 0.9, 0.8000001]] * 2, same_maths=True).verdict == "same"
+    changed = loss_check(a, [[1.0, 0.95, 0.85]] * 2, same_maths=True)
+    assert changed.verdict == "changed" and not changed.passed
+    assert loss_check(a, [[1.0, float("nan"), 0.8]] * 2, same_maths=True).verdict == "diverged"
+    assert loss_check(a, [[1.05, 0.92, 0.79]] * 2, same_maths=False).verdict == "within tolerance"
+    assert not loss_check(a, [[3.0, 2.9, 2.8]] * 2, same_maths=False).passed
+    noisy = [[1.0, 0.9, 0.8], [1.1, 0.85, 0.83]]  # A does not repeat itself: means compared, and said
+    check = loss_check(noisy, [[1.02, 0.88, 0.81]] * 2, same_maths=True)
+    assert check.verdict == "within tolerance" and "does not repeat itself" in check.detail
+
+
+# -- end to end --------------------------------------------------------------------------------------------
+def test_verify_measures_anomaly_detection_off_as_faster_with_the_same_loss(tmp_path):
+    script = tmp_path / "train.py"
+    shutil.copy(SAMPLES / "debug_bad.py", script)
+    before = script.read_text()
+    out = tmp_path / "verify.json"
+    proc = perfaudit("verify", str(script), "--rounds", "2", "--steps", "8", "--out-dir", str(tmp_path / "v"),
+                     "-o", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert script.read_text() == before  # the user's file is never written
+    result = json.loads(out.read_text())
+    fix = result["fixes"][0]
+    assert fix["rules"] == ["DEBUG001"] and fix["passed"]
+    assert fix["speed"]["verdict"] == "faster" and fix["speed"]["interval_ms"][1] < 0
+    assert fix["loss"]["verdict"] == "same"
+    assert "faster" in proc.stdout and "loss       same" in proc.stdout
+
+
+def _plan(path, fixed: str, kind: str = "set_to_none") -> FixPlan:
+    original = path.read_text()
+    return FixPlan([FileFix(str(path), path.name, original, fixed)], [Change("GRAD001", path.name, 1, "test", kind)])
+
+
+def test_a_fix_that_changes_the_model_is_caught_by_the_loss_check(tmp_path):
+    script = tmp_path / "train.py"
+    shutil.copy(SAMPLES / "zero_grad_bad.py", script)
+    wrong = script.read_text().replace("lr=0.01", "lr=0.5")  # not what set_to_none may do
+    result = run_ab(str(script), [], [Variant("A", None), Variant("GRAD001", _plan(script, wrong))],
+                    str(tmp_path / "v"), RunOptions(warmup=2, steps=8, seed=0), rounds=1)
+    verdict = result.verdicts[0]
+    assert verdict.loss.verdict == "changed" and not verdict.passed and not result.passed
+
+
+def test_a_fix_that_breaks_the_script_is_reported_as_such(tmp_path):
+    helper = tmp_path / "model.py"
+    helper.write_text("from torch import nn\n\ndef build():\n    return nn.Linear(8, 1)\n")
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent('''\
+        import torch
+        from model import build
+        model = build()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(1000):
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+        '''))
+    broken = "def build():\n    raise ValueError('the fix broke me')\n"  # an imported module is served too
+    result = run_ab(str(script), [], [Variant("A", None), Variant("GRAD001", _plan(helper, broken))],
+                    str(tmp_path / "v"), RunOptions(warmup=1, steps=2, seed=0), rounds=1)
+    verdict = result.verdicts[0]
+    assert not verdict.passed and "ValueError" in verdict.broke and "the fix broke me" in verdict.broke
+    assert "raise ValueError" not in helper.read_text()
