@@ -317,4 +317,21 @@ def verify(script: str, args: list[str], audit_options: RunOptions, timing_optio
         from .verify import Verification
         return report, plan, Verification(script, args, 0, timing_options.warmup, timing_options.steps, None, [],
                                           folder)
-    return report, plan, run_ab(script, args, variants, folder, timing_options, rounds, say)
+    verification = run_ab(script, args, variants, folder, timing_options, rounds, say)
+    report.findings = rank([_with_figures(f, verification) for f in report.findings])
+    return report, plan, verification
+
+
+def _with_figures(f: Finding, verification) -> Finding:
+    """The finding with what verify measured for its fix, when it was measured and passed."""
+    if f.evidence.get("origin") == "static":
+        return f
+    for v in verification.verdicts:
+        if f.rule in v.rules and v.speed is not None and v.passed:
+            s = v.speed
+            interval = None if s.low_ms != s.low_ms else [-s.high_ms, -s.low_ms]  # NaN: too few steps
+            return replace(f, verified={
+                "saved_ms": s.saved_ms, "interval_ms": interval, "speedup_pct": s.speedup_pct, "verdict": s.verdict,
+                "loss": v.loss.verdict, "loss_detail": v.loss.detail, "device": verification.device,
+                "together": [r for r in v.rules if r != f.rule] or None})
+    return f

@@ -218,6 +218,20 @@ def _emit(report, specs, rules, verbose: bool) -> None:
         raise UsageError("; ".join(failed))
 
 
+def _emit_files(report, specs, rules) -> None:
+    """The report in the formats asked for, without the console default (`verify -f json=FILE`)."""
+    from .report import console as console_report
+    for fmt, path in specs:
+        if path:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(_render(report, fmt, rules).rstrip("\n") + "\n")
+        elif fmt == "console":
+            out.print()
+            console_report.render(report, out)
+        else:
+            sys.stdout.write(_render(report, fmt, rules).rstrip("\n") + "\n")
+
+
 # -- commands ------------------------------------------------------------------------------------------
 @app.command()
 @handles_errors
@@ -326,7 +340,10 @@ def verify(
         "--from", help="Verify what an earlier run found: its run folder, trace or JSON report.")] = None,
     timeout: Annotated[float, typer.Option(min=0, help="Stop any one run after this many seconds (0: never).")] = 600.0,
     out_dir: Annotated[Optional[str], typer.Option(help="Verify folder (default ./.perfaudit/runs/<timestamp>).")] = None,
-    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the JSON result to FILE.")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the A/B result as JSON to FILE.")] = None,
+    fmt: Annotated[Optional[list[str]], typer.Option(
+        "--format", "-f", help="Also the audit report with the verified figures: console, json, sarif, markdown, "
+                               "… optionally with a file (-f json=report.json).")] = None,
     config: ConfigOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None, rules_dir: RulesDirOpt = None,
     debug: DebugOpt = False,
 ):
@@ -335,7 +352,7 @@ def verify(
     from .api import verify as verify_fixes
     from .collect.runner import check_script
     from .report.verify_report import render_console, render_json
-    setup = Setup(config, rules_dir, select, ignore, None, None, None, None)
+    setup = Setup(config, rules_dir, select, ignore, fmt, None, None, None)
     check_script(script)
     if output:
         _check_writable([output])
@@ -351,6 +368,8 @@ def verify(
     if output:
         with open(output, "w", encoding="utf-8") as f:
             f.write(render_json(result) + "\n")
+    if fmt:
+        _emit_files(report, setup.specs, setup.all_rules)
     if result.baseline_failure:
         raise typer.Exit(EXIT_SCRIPT_FAILED)
     raise typer.Exit(EXIT_OK if result.passed else EXIT_FINDINGS)

@@ -45,6 +45,16 @@ class Finding:
     trace: str | None = None  # which trace, when several were analysed
     # the mechanical edit for it (`perfaudit fix`): {"kind": …, "params": {…}} with the run's values
     autofix: dict | None = field(default=None, hash=False, compare=False)
+    # what `perfaudit verify` measured for its fix: saved_ms, interval_ms, speedup_pct, verdict, loss,
+    # loss_detail, device, together (the rules measured with it); replaces the estimate in the ranking
+    verified: dict | None = field(default=None, hash=False, compare=False)
+
+    @property
+    def saving_ms(self) -> float | None:
+        """What fixing it saves per step: measured by verify when it was, else the estimate."""
+        if self.verified is not None:
+            return self.verified["saved_ms"]
+        return self.cost.ms_per_step
 
     @property
     def location(self) -> Location | None:
@@ -58,10 +68,10 @@ class Skipped:
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
-    """Biggest estimated saving first; findings without an estimate after, by severity."""
+    """Biggest saving first (verified, else estimated); findings without either after, by severity."""
     return sorted(findings, key=lambda f: (
-        f.cost.ms_per_step is None,
-        -(f.cost.ms_per_step or 0.0),
+        f.saving_ms is None,
+        -(f.saving_ms or 0.0),
         -severity_rank(f.severity),
         f.rule,
     ))

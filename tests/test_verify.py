@@ -50,8 +50,9 @@ def test_verify_measures_anomaly_detection_off_as_faster_with_the_same_loss(tmp_
     shutil.copy(SAMPLES / "debug_bad.py", script)
     before = script.read_text()
     out = tmp_path / "verify.json"
+    report = tmp_path / "report.json"
     proc = perfaudit("verify", str(script), "--rounds", "2", "--steps", "8", "--out-dir", str(tmp_path / "v"),
-                     "-o", str(out))
+                     "-o", str(out), "-f", f"json={report}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert script.read_text() == before  # the user's file is never written
     result = json.loads(out.read_text())
@@ -60,6 +61,11 @@ def test_verify_measures_anomaly_detection_off_as_faster_with_the_same_loss(tmp_
     assert fix["speed"]["verdict"] == "faster" and fix["speed"]["interval_ms"][1] < 0
     assert fix["loss"]["verdict"] == "same"
     assert "faster" in proc.stdout and "loss       same" in proc.stdout
+    # the audit report carries the measured figures in place of the estimate
+    finding = next(f for f in json.loads(report.read_text())["findings"] if f["rule"] == "DEBUG001")
+    verified = finding["verified"]
+    assert verified["loss"] == "same" and verified["device"] == "cpu"
+    assert abs(verified["saved_ms"] - fix["speed"]["saved_ms_per_step"]) < 1e-9 and verified["interval_ms"][0] > 0
 
 
 def _plan(path, fixed: str, kind: str = "set_to_none") -> FixPlan:

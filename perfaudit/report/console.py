@@ -83,6 +83,15 @@ def _header(report: Report) -> Panel:
     return Panel(grid, title="perfaudit", title_align="left")
 
 
+def verified_text(v: dict) -> str:
+    """`perfaudit verify`'s figures for a finding's fix, in one sentence."""
+    low, high = v["interval_ms"] or (None, None)
+    interval = f" (95% interval {low:.2f} to {high:.2f})" if low is not None else ""
+    with_ = f", measured together with {', '.join(v['together'])}" if v.get("together") else ""
+    return (f"{v['saved_ms']:.2f} ms/step saved{interval} ({v['speedup_pct']:+.1f}%, {v['verdict']}) on "
+            f"{v['device']}{with_}; loss {v['loss']}")
+
+
 def _finding(i: int, f: Finding) -> Group:
     head = Text()
     head.append(f"{i}. ", style="bold")
@@ -104,6 +113,8 @@ def _finding(i: int, f: Finding) -> Group:
     if len(f.locations) > 5:
         lines.append(Text(f"   … {len(f.locations) - 5} more locations", style="dim"))
     lines.append(Text("   " + f.message))
+    if f.verified:
+        lines.append(Text("   verified: ", style="bold green").append(verified_text(f.verified), style="default"))
     for note in f.notes:
         lines.append(Text("   note: " + note, style="dim"))
     lines.append(Text("   fix: ", style="green").append(f.fix, style="default"))

@@ -27,6 +27,7 @@ def _finding(f: Finding) -> dict:
         "trace": f.trace,
         "origin": f.evidence.get("origin") or ("static" if f.evidence.get("static") else "run"),
         "autofix": f.autofix,
+        "verified": f.verified,
     }
 
 

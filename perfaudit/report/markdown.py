@@ -27,7 +27,9 @@ def render(report: Report) -> str:
     for i, f in enumerate(report.findings, 1):
         where = f"`{f.location.path}:{f.location.line}`" if f.location else ""
         cost = ""
-        if f.cost.ms_per_step is not None:
+        if f.verified:
+            cost = f"{f.verified['saved_ms']:.2f} ms (verified, loss {f.verified['loss']})"
+        elif f.cost.ms_per_step is not None:
             cost = f"{'~' if f.cost.estimated else ''}{f.cost.ms_per_step:.2f} ms"
         lines.append(f"| {i} | {f.severity} | {f.rule} | {where} | {cost} | {_cell(f.message)} |")
     lines.append("")

@@ -36,7 +36,8 @@ def to_dict(report: Report, rules: list, root: str | None = None) -> dict:
     for f in report.findings:
         result = {"ruleId": f.rule, "level": LEVEL[f.severity], "message": {"text": f"{f.message} Fix: {f.fix}"},
                   "properties": {"ms_per_step": f.cost.ms_per_step, "share_of_step": f.cost.share_of_step,
-                                 "estimated": f.cost.estimated, "tips": list(f.tips)}}
+                                 "estimated": f.cost.estimated, "tips": list(f.tips),
+                                 **({"verified": f.verified} if f.verified else {})}}
         if f.rule in ids:
             result["ruleIndex"] = ids.index(f.rule)
         if f.locations:
