@@ -104,11 +104,15 @@ def _summary(trace: Trace, ctx: Context) -> TraceSummary:
     except Missing:
         step_ms, breakdown = None, None
     try:
-        gpu = ctx.get("gpu.step_breakdown")
+        gpu, gpu_steps = ctx.get("gpu.step_breakdown"), ctx.get("gpu.per_step")
     except Missing:
-        gpu = None
+        gpu, gpu_steps = None, []
+    try:
+        per_step = ctx.get("step.per_step")
+    except Missing:
+        per_step = []
     return TraceSummary(trace.path, device, trace.rank, len(trace.measured_steps), trace.step_source,
-                        step_ms, breakdown, trace.has_stacks, env, gpu)
+                        step_ms, breakdown, trace.has_stacks, env, gpu, per_step, gpu_steps)
 
 
 def _evaluate(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skipped]]:
@@ -163,17 +167,24 @@ def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tup
     if len(traces) > 1:
         report.findings = _merge_across_traces(report.findings, {t.path: t.rank for t in report.traces})
     job_rules = [r for r in rules if r.scope == "job"]
-    if len(traces) > 1 and job_rules:
-        findings, skipped = _evaluate(Context(None, {}, source_roots, job=contexts), job_rules)
+    if len(traces) > 1:
+        job = Context(None, {}, source_roots, job=contexts)
+        findings, skipped = _evaluate(job, job_rules)
         report.findings.extend(findings)
         report.skipped.extend(skipped)
+        try:
+            report.ranks = job.get("job.ranks")
+            report.straggler = job.get("job.imbalance")
+        except Missing:
+            pass
     return gate.finalize(report, gate_options or GateOptions(), rules=rules)
 
 
 def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] | None = None,
-          on_progress: Callable[[dict], None] | None = None, gate_options: GateOptions | None = None) -> Report:
+          on_progress: Callable[[dict], None] | None = None, gate_options: GateOptions | None = None,
+          command: str | None = None) -> Report:
     """Run a script for a bounded profiler window, evaluate every rule on what was recorded, and
-    merge what the static pass sees in the script."""
+    merge what the static pass sees in the script. The run folder gets the report as HTML."""
     from .static import lint as lint_paths
     rules = rules if rules is not None else load_rules()
     result = run_script(script, args, options, on_progress)
@@ -190,7 +201,7 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
     findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])
     report = Report(findings, skipped, [_summary(trace, ctx)] if trace is not None else [], script=result.script,
                     outcome=result.outcome, run_dir=result.run_dir, notes=notes + _context_notes(ctx),
-                    stop_signal=result.stop_signal)
+                    stop_signal=result.stop_signal, command=command)
     if trace is None:
         report.notes.append(_no_trace_reason(result))
     elif result.outcome.get("step_source") in _NOT_TRAINING:
@@ -209,7 +220,20 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
         report.notes.append(f"recording stopped at its time budget ({options.record_budget_s:g} s) after "
                             f"{len(trace.measured_steps) if trace else 0} measured step(s); --steps sets fewer")
     gate.merge_static(report, lint_paths([script], rules))
-    return gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
+    report = gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
+    _write_html(report, rules)
+    return report
+
+
+def _write_html(report: Report, rules: list[Rule]) -> None:
+    """Every run folder holds its report as one HTML file to open or attach."""
+    from .report import html
+    path = os.path.join(report.run_dir, "report.html")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(html.render(report, rules))
+    except OSError as exc:
+        report.notes.append(f"could not write {path}: {exc.strerror}")
 
 
 def lint(paths: list[str], rules: list[Rule] | None = None, gate_options: GateOptions | None = None) -> Report:

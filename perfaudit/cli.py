@@ -7,6 +7,7 @@ import difflib
 import functools
 import json
 import os
+import shlex
 import sys
 import traceback
 from enum import Enum
@@ -39,12 +40,12 @@ class Format(str, Enum):
     json = "json"
 
 
-REPORT_FORMATS = ("console", "json", "sarif", "junit", "markdown", "github")
+REPORT_FORMATS = ("console", "json", "sarif", "junit", "markdown", "github", "html")
 
 # Options shared by the commands, declared once.
 FormatOpt = Annotated[Optional[list[str]], typer.Option(
     "--format", "-f", help="Report format, repeatable, optionally with a file: console, json, sarif, junit, "
-                           "markdown, github (e.g. -f sarif=perfaudit.sarif -f markdown=summary.md).")]
+                           "markdown, github, html (e.g. -f sarif=perfaudit.sarif -f html=report.html).")]
 OutputOpt = Annotated[Optional[str], typer.Option(
     "--output", "-o", help="Write the report to FILE (JSON unless --format says).")]
 FailOnOpt = Annotated[Optional[FailOn], typer.Option(
@@ -139,9 +140,14 @@ class Setup:
         if unmeasured:
             report.notes.append(f"gate (--fail-on {level}): no training step was measured, so nothing was "
                                 "checked; this fails the gate (--allow-no-training to let it pass)")
+        report.command = _command()
         _emit(report, self.specs, self.all_rules, verbose)
         failed = report.fails(level) or unmeasured
         raise typer.Exit(extra_exit if extra_exit is not None else EXIT_FINDINGS if failed else EXIT_OK)
+
+
+def _command() -> str:
+    return "perfaudit " + shlex.join(sys.argv[1:])
 
 
 def _parse_formats(formats: Optional[list[str]], output: Optional[str]) -> list[tuple[str, Optional[str]]]:
@@ -180,8 +186,9 @@ def _check_writable(paths: list[str]) -> None:
 
 
 def _render(report, fmt: str, rules) -> str:
-    from .report import github, json_report, junit, markdown, sarif
+    from .report import github, html, json_report, junit, markdown, sarif
     renderers = {"json": lambda: json_report.render(report), "sarif": lambda: sarif.render(report, rules),
+                 "html": lambda: html.render(report, rules),
                  "junit": lambda: junit.render(report, rules), "markdown": lambda: markdown.render(report),
                  "github": lambda: github.render(report)}
     return renderers[fmt]()
@@ -259,7 +266,7 @@ def run(
     needs = set().union(*(r.needs() for r in rules)) if rules else set()
     options = _run_options(cfg, needs, warmup, steps, full, timeout, out_dir, stack)
     with err.status(f"running {script} …") as status:
-        report = audit(script, args or [], options, rules, _progress(status, script), setup.gate)
+        report = audit(script, args or [], options, rules, _progress(status, script), setup.gate, _command())
     extra = 128 + report.stop_signal if report.stop_signal else EXIT_SCRIPT_FAILED if report.script_failed else None
     setup.finish(report, fail_on, verbose, extra, needs_training=True)
 

@@ -90,6 +90,8 @@ class TraceSummary:
     has_stacks: bool
     environment: dict = field(default_factory=dict)
     gpu_breakdown: dict | None = None   # compute, copies, sync_wait, data_wait, other_idle (ms/step)
+    per_step: list[dict] = field(default_factory=list)      # host phases of each measured step (ms)
+    gpu_per_step: list[dict] = field(default_factory=list)  # GPU time of each measured step (ms)
 
 
 @dataclass
@@ -104,6 +106,9 @@ class Report:
     run_dir: str | None = None
     notes: list[str] = field(default_factory=list)
     files: int | None = None         # lint: how many files were read
+    command: str | None = None       # the command line that made it (shown in the HTML report)
+    ranks: list[dict] = field(default_factory=list)  # several ranks: step, compute, collective ms per rank
+    straggler: dict | None = None    # several ranks: the rank the others wait for (job.imbalance)
     stop_signal: int | None = None   # the signal that stopped the run (Ctrl-C: SIGINT, SIGTERM, SIGHUP)
 
     def worst(self) -> str | None:

@@ -15,7 +15,7 @@ from datetime import datetime
 from ..errors import UsageError
 
 MARK = ".perfaudit-run"
-OWN_FILES = (MARK, "trace.json.gz", "trace.json", "trace.json.tmp", "result.json", "result.json.tmp",
+OWN_FILES = (MARK, "report.html", "trace.json.gz", "trace.json", "trace.json.tmp", "result.json", "result.json.tmp",
              "script.log", "progress.jsonl", "config.json", "report.html")
 DEFAULT_ROOT = os.path.join(".perfaudit", "runs")
 

@@ -31,15 +31,16 @@ def _device_events(ctx: Context):
     return [e for e in ctx.trace.device if e.pid == main and e.kind != "gpu_annotation"]
 
 
-@fact("gpu.step_breakdown", "Per step on the GPU (ms): kernel compute, copies not hidden under compute, "
-                            "and idle time split into sync wait (host blocked in a sync call), data wait "
-                            "(host in DataLoader) and other idle (host-bound: Python, launches); busy_pct.")
-def gpu_step_breakdown(ctx: Context) -> dict:
+def _gpu_per_step(ctx: Context) -> list[dict]:
+    """Per measured step, µs of kernel compute, copies not under compute, idle by cause; computed once."""
+    cached = ctx.__dict__.get("_gpu_per_step")
+    if cached is not None:
+        return cached
     _require_gpu(ctx)
     events = _device_events(ctx)
     syncs = iv.union((e.ts, e.end) for e in ctx.trace.host if e.kind == "runtime" and e.name in SYNC_RUNTIME)
     data = iv.union((e.ts, e.end) for e in ctx.trace.host if e.name.startswith(DATALOADER_PREFIX))
-    totals = Counter()
+    rows = []
     for step in ctx.steps:
         inside = [e for e in events if e.end > step.ts and e.ts < step.end]
         kernels = iv.union(iv.clip([(e.ts, e.end) for e in inside if e.kind == "kernel"], step.ts, step.end))
@@ -50,18 +51,36 @@ def gpu_step_breakdown(ctx: Context) -> dict:
         sync_idle = iv.intersect(idle, iv.clip(syncs, step.ts, step.end))
         rest = iv.intersect(idle, iv.complement(sync_idle, step.ts, step.end))
         data_idle = iv.overlap(rest, iv.clip(data, step.ts, step.end))
-        totals["compute"] += iv.total(kernels)
-        totals["copies"] += iv.total(busy) - iv.total(kernels)
-        totals["sync_wait"] += iv.total(sync_idle)
-        totals["data_wait"] += data_idle
-        totals["idle"] += iv.total(idle)
-        totals["step"] += step.dur
+        rows.append({"compute": iv.total(kernels), "copies": iv.total(busy) - iv.total(kernels),
+                     "sync_wait": iv.total(sync_idle), "data_wait": data_idle, "idle": iv.total(idle),
+                     "step": step.dur})
+    ctx.__dict__["_gpu_per_step"] = rows
+    return rows
+
+
+@fact("gpu.step_breakdown", "Per step on the GPU (ms): kernel compute, copies not hidden under compute, "
+                            "and idle time split into sync wait (host blocked in a sync call), data wait "
+                            "(host in DataLoader) and other idle (host-bound: Python, launches); busy_pct.")
+def gpu_step_breakdown(ctx: Context) -> dict:
+    totals = Counter()
+    for row in _gpu_per_step(ctx):
+        totals.update(row)
     n = len(ctx.steps)
     out = {k: v / n / 1000.0 for k, v in totals.items()}
     out["other_idle"] = max(out["idle"] - out["sync_wait"] - out["data_wait"], 0.0)
     out["busy_pct"] = 100.0 * (1 - out["idle"] / out["step"]) if out["step"] else 0.0
     out["idle_pct"] = 100.0 - out["busy_pct"]
     out["host_share"] = out["other_idle"] / out["idle"] if out["idle"] else 0.0
+    return out
+
+
+@fact("gpu.per_step", "Each measured step on the GPU (ms): compute, copies, sync wait, data wait, other idle.")
+def gpu_per_step(ctx: Context) -> list[dict]:
+    out = []
+    for row in _gpu_per_step(ctx):
+        ms = {k: v / 1000.0 for k, v in row.items()}
+        ms["other_idle"] = max(ms["idle"] - ms["sync_wait"] - ms["data_wait"], 0.0)
+        out.append({k: ms[k] for k in ("compute", "copies", "sync_wait", "data_wait", "other_idle", "step")})
     return out
 
 

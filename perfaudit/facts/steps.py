@@ -64,6 +64,18 @@ def step_breakdown(ctx: Context) -> dict:
     return out
 
 
+@fact("step.per_step", "Each measured step's host wall time by phase (ms): data, forward, backward, "
+                        "optimizer, other, total; so that an odd step shows.")
+def step_per_step(ctx: Context) -> list[dict]:
+    out = []
+    for step, times in zip(ctx.steps, phase_times(ctx)):
+        row = {k: v / 1000.0 for k, v in times.items()}
+        row["total"] = step.dur / 1000.0
+        row["other"] = max(row["total"] - sum(times.values()) / 1000.0, 0.0)
+        out.append(row)
+    return out
+
+
 @fact("run.on_gpu", "Whether the trace holds GPU activity.")
 def run_on_gpu(ctx: Context) -> bool:
     ctx.need_trace()

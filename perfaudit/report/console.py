@@ -142,5 +142,5 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
     for note in report.notes:
         console.print(Text(f"note: {note}", style="dim"))
     if report.run_dir:
-        console.print(Text(f"run folder: {report.run_dir}  (re-analyse: perfaudit analyze "
+        console.print(Text(f"run folder: {report.run_dir}  (report.html to open; re-analyse: perfaudit analyze "
                            f"{report.run_dir}/trace.json.gz)", style="dim"))
