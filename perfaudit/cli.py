@@ -63,6 +63,7 @@ RulesDirOpt = Annotated[Optional[list[str]], typer.Option(help="Extra rule direc
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="List skipped rules and their reasons.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")]
 FormatChoiceOpt = Annotated[Format, typer.Option("--format", help="Output format.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress line on stderr while the script runs.")]
 
 _state = {"debug": False}
 
@@ -256,7 +257,7 @@ def run(
     fmt: FormatOpt = None, output: OutputOpt = None, fail_on: FailOnOpt = None, config: ConfigOpt = None,
     select: SelectOpt = None, ignore: IgnoreOpt = None, baseline: BaselineOpt = None,
     baseline_write: BaselineWriteOpt = None, rules_dir: RulesDirOpt = None, verbose: VerboseOpt = False,
-    debug: DebugOpt = False,
+    quiet: QuietOpt = False, debug: DebugOpt = False,
 ):
     """Run SCRIPT for a bounded profiler window and report ranked fixes."""
     from .api import audit
@@ -265,23 +266,52 @@ def run(
     cfg.allow_no_training = cfg.allow_no_training or allow_no_training
     needs = set().union(*(r.needs() for r in rules)) if rules else set()
     options = _run_options(cfg, needs, warmup, steps, full, timeout, out_dir, stack)
-    with err.status(f"running {script} …") as status:
+    with _status(f"running {script} …", quiet) as status:
         report = audit(script, args or [], options, rules, _progress(status, script), setup.gate, _command())
     extra = 128 + report.stop_signal if report.stop_signal else EXIT_SCRIPT_FAILED if report.script_failed else None
     setup.finish(report, fail_on, verbose, extra, needs_training=True)
 
 
+class _Silent:
+    """A progress line that says nothing (--quiet)."""
+
+    def update(self, *args, **kwargs) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def _status(text: str, quiet: bool):
+    """The progress line on stderr: only on a terminal (rich stays silent otherwise), never with --quiet."""
+    return _Silent() if quiet else err.status(text)
+
+
 def _progress(status, script: str):
+    """The progress line's text from the child's progress records: what it is doing, and for how long."""
+    import time
+    started, state = time.monotonic(), {"text": f"starting {script} …", "waiting": True}
+
     def progress(event: dict) -> None:
         phase = event.get("phase")
-        if phase == "profiling":
-            status.update(f"profiling {script} on {event.get('device', 'cpu')}: warming up …")
+        if phase == "running":
+            state["text"] = f"{script}: waiting for training to start"
+        elif phase in ("profiling", "sized"):
+            state["waiting"] = False
+            state["text"] = f"{script}: training started, warming up"
         elif phase == "step":
+            state["waiting"] = False
             n, w = event["step"], event["warmup"]
-            label = f"warm-up {n}/{w}" if n <= w else f"recorded step {n - w}/{event['steps']}"
-            status.update(f"profiling {script}: {label}")
+            state["text"] = f"{script}: warm-up {n}/{w}" if n <= w else f"{script}: recording step {n - w}/{event['steps']}"
         elif phase == "exporting":
-            status.update("writing the trace …")
+            state["text"] = f"{script}: writing the trace"
+        elif phase == "done":
+            state["text"] = "analysing the trace"
+        elapsed = time.monotonic() - started
+        status.update(state["text"] + (f" ({elapsed:.0f} s)" if state["waiting"] else " …"))
     return progress
 
 
@@ -306,7 +336,7 @@ def fix(
     steps: Annotated[Optional[int], typer.Option(min=1, help="Steps to record (default 5).")] = None,
     out_dir: Annotated[Optional[str], typer.Option(help="Run folder (default ./.perfaudit/runs/<timestamp>).")] = None,
     config: ConfigOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None, rules_dir: RulesDirOpt = None,
-    debug: DebugOpt = False,
+    quiet: QuietOpt = False, debug: DebugOpt = False,
 ):
     """Turn the findings with a mechanical fix into edits of your source: a diff, or --write."""
     from .api import fix as plan
@@ -317,7 +347,7 @@ def fix(
         check_script(script)
     needs = set().union(*(r.needs() for r in setup.rules)) if setup.rules else set()
     options = _run_options(setup.cfg, needs, warmup, steps, out_dir=out_dir)
-    with err.status(f"running {script} …") as status:
+    with _status(f"running {script} …", quiet) as status:
         report, fixes = plan(script, args or [], options, setup.rules, {r.id for r in setup.rules}, source,
                              _progress(status, script))
     try:
@@ -352,7 +382,7 @@ def verify(
         "--format", "-f", help="Also the audit report with the verified figures: console, json, sarif, markdown, "
                                "… optionally with a file (-f json=report.json).")] = None,
     config: ConfigOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None, rules_dir: RulesDirOpt = None,
-    debug: DebugOpt = False,
+    quiet: QuietOpt = False, debug: DebugOpt = False,
 ):
     """Prove the fixes: A/B runs of the script as it is and fixed (your files untouched), step time
     with a confidence interval, and the loss checked. Exits 1 when a fix breaks the script or the loss."""
@@ -367,7 +397,7 @@ def verify(
     audit_options = _run_options(setup.cfg, needs, None, None, timeout=timeout)
     timing_options = _run_options(setup.cfg, set(), warmup, steps, timeout=timeout, out_dir=out_dir)
     timing_options.seed = seed
-    with err.status(f"verifying {script} …") as status:
+    with _status(f"verifying {script} …", quiet) as status:
         report, plan, result = verify_fixes(script, args or [], audit_options, timing_options, rounds, setup.rules,
                                             {r.id for r in setup.rules}, source, each,
                                             lambda text: status.update(f"verifying {script}: {text}"))

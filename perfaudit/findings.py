@@ -107,6 +107,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     files: int | None = None         # lint: how many files were read
     command: str | None = None       # the command line that made it (shown in the HTML report)
+    static_rules: list[str] = field(default_factory=list)  # lint: the rules whose static checks ran
     ranks: list[dict] = field(default_factory=list)  # several ranks: step, compute, collective ms per rank
     straggler: dict | None = None    # several ranks: the rank the others wait for (job.imbalance)
     stop_signal: int | None = None   # the signal that stopped the run (Ctrl-C: SIGINT, SIGTERM, SIGHUP)

@@ -170,10 +170,13 @@ def _supervise(proc, options: RunOptions, progress_path: str, on_progress) -> tu
                 previous[sig] = signal.signal(sig, on_stop)
     deadline = time.monotonic() + options.timeout if options.timeout else None
     stop_signal, timed_out, asked = None, False, False
-    progress_pos = 0
+    progress_pos, last_tick = 0, time.monotonic()
     try:
         while proc.poll() is None:
             try:
+                if on_progress and time.monotonic() - last_tick >= 1.0:  # a clock for the progress line
+                    last_tick = time.monotonic()
+                    on_progress({"phase": "tick"})
                 if on_progress and os.path.exists(progress_path):
                     with open(progress_path) as f:
                         f.seek(progress_pos)

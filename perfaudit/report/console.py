@@ -1,6 +1,9 @@
 """The console report: header (what ran, where the step goes), then ranked findings with fixes."""
 from __future__ import annotations
 
+import os
+import re
+
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -48,15 +51,27 @@ def describe_outcome(outcome: dict | None) -> str | None:
     return f"the script ended: {outcome.get('outcome')}"
 
 
+def shown(path: str) -> str:
+    """A path as ruff and pytest print it: relative to the working directory when inside it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
 def _header(report: Report) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
     if report.script:
-        grid.add_row("script", report.script)
+        grid.add_row("script", shown(report.script))
+    if report.files is not None:
+        grid.add_row("lint", f"{report.files} file(s) read, no run (the static pass: no torch import)")
+        grid.add_row("rules", f"{len(report.static_rules)} with a static check: {', '.join(report.static_rules)}")
     for t in report.traces[:8]:
         label = "trace" if len(report.traces) == 1 else f"rank {t.rank}" if t.rank is not None else "trace"
-        grid.add_row(label, t.path)
+        grid.add_row(label, shown(t.path))
         grid.add_row("device", t.device + ("" if t.device != "cpu" else "  (CPU only: GPU costs are estimates)"))
         step = f"{t.step_ms:.2f} ms mean" if t.step_ms is not None else "n/a"
         grid.add_row("steps", f"{t.steps} measured ({t.step_source}), {step}")
@@ -92,6 +107,17 @@ def verified_text(v: dict) -> str:
             f"{v['device']}{with_}; loss {v['loss']}")
 
 
+def without_listed_locations(message: str, locations) -> str:
+    """The message without the `at file:line, …` it repeats from the locations printed above it."""
+    listed = [re.escape(f"{loc.path}:{loc.line}") for loc in locations]
+    if not listed:
+        return message
+    one = "(?:" + "|".join(listed) + ")"
+    text = re.sub(rf"\s*\bat {one}(?:,\s*{one})*(?=[\s.,;:)]|$)", "", message)
+    text = re.sub(rf"\s*\({one}(?:,\s*{one})*\)", "", text)
+    return text
+
+
 def _finding(i: int, f: Finding) -> Group:
     head = Text()
     head.append(f"{i}. ", style="bold")
@@ -104,15 +130,15 @@ def _finding(i: int, f: Finding) -> Group:
         head.append(f"  ({est}{f.cost.ms_per_step:.3f} ms/step{share})", style="dim")
     lines = [head]
     for loc in f.locations[:5]:
-        where = Text(f"   {loc.path}:{loc.line}", style="bold magenta")
-        if loc.code:
-            where.append(f"  {loc.code}", style="dim")
+        where = Text(f"   {loc.path}:{loc.line}", style="bold magenta", no_wrap=True, overflow="ellipsis")
         if not loc.exact:
             where.append("  (enclosing function)", style="dim")
+        if loc.code:  # a code line is cut, not wrapped mid-expression
+            where.append(f"  {loc.code}", style="dim")
         lines.append(where)
     if len(f.locations) > 5:
         lines.append(Text(f"   … {len(f.locations) - 5} more locations", style="dim"))
-    lines.append(Text("   " + f.message))
+    lines.append(Text("   " + without_listed_locations(f.message, f.locations[:5])))
     if f.verified:
         lines.append(Text("   verified: ", style="bold green").append(verified_text(f.verified), style="default"))
     for note in f.notes:
@@ -142,5 +168,6 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
     for note in report.notes:
         console.print(Text(f"note: {note}", style="dim"))
     if report.run_dir:
-        console.print(Text(f"run folder: {report.run_dir}  (report.html to open; re-analyse: perfaudit analyze "
-                           f"{report.run_dir}/trace.json.gz)", style="dim"))
+        run_dir = shown(report.run_dir)
+        console.print(Text(f"run folder: {run_dir}  (report.html to open; re-analyse: perfaudit analyze "
+                           f"{run_dir}/trace.json.gz)", style="dim"))
