@@ -17,6 +17,7 @@ from operator import attrgetter
 import ijson
 
 from ..errors import TraceError
+from . import fast
 from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace
 from .steps import segment_steps
 
@@ -136,26 +137,34 @@ _NUMBERS = (int, float)
 
 
 def _to_event(raw) -> Event | None:
-    """Normalise one raw event, or None when it is not a complete event we analyse."""
+    """Normalise one raw event (a dict from the general parser), or None when it is not a complete
+    event we analyse."""
     if type(raw) is not dict or raw.get("ph") != "X":
         return None
-    kind = _kind(raw.get("cat"))
-    name = raw.get("name")
+    return _complete(raw.get("cat"), raw.get("name"), raw.get("ts"), raw.get("dur"), raw.get("pid"),
+                     raw.get("tid"), raw.get("args"))
+
+
+def _complete(cat, name, ts, dur, pid, tid, args) -> Event | None:
+    """A complete ("X") event from its fields; `args` a dict, or raw bytes the fast path decodes only
+    when this kind of event keeps some."""
+    kind = _kind(cat)
     if kind is None or type(name) is not str:
         return None
     if kind == "runtime" and not _runtime_kept(name):
         return None  # cudaEventQuery, cudaGetDevice, …: no fact reads them
-    ts, dur = raw.get("ts"), raw.get("dur")
     if type(ts) not in _NUMBERS or type(dur) not in _NUMBERS or dur < 0:
         raise ValueError("bad ts/dur")
-    args = raw.get("args")
     kept = _NO_ARGS
-    if args and type(args) is dict:
+    if args:
         keys = KEPT_ARGS.get(kind, ("Input Dims",) if kind == "op" and name in SHAPED_OPS else ())
         if keys:
-            kept = {key: args[key] for key in keys if key in args} or _NO_ARGS
+            if type(args) is not dict:
+                args = fast.decode_args(args)
+            if type(args) is dict:
+                kept = {key: args[key] for key in keys if key in args} or _NO_ARGS
     name = _names.setdefault(name, name)
-    return Event(kind, name, float(ts), float(dur), raw.get("pid"), raw.get("tid"), kept)
+    return Event(kind, name, float(ts), float(dur), pid, tid, kept)
 
 
 def _memory_event(raw: dict, trace: Trace) -> None:
@@ -222,16 +231,22 @@ def _parse_once(path: str, repair_utf8: bool) -> Trace:
     return trace
 
 
-def load_trace(path: str) -> Trace:
-    """Parse a trace file into the model. Raises TraceError with a one-line reason."""
-    path = os.fspath(path)
+def _try_fast(path: str) -> Trace | None:
+    """The trace by the fast path, or None: then the general parser reads it (and names any error)."""
+    try:
+        return _parse_fast(path)
+    except (TraceError, fast.NotFastLayout, ValueError, EOFError, zlib.error, gzip.BadGzipFile, OSError):
+        return None
+
+
+def _parse_general(path: str) -> Trace:
     try:
         try:
-            trace = _parse_once(path, repair_utf8=False)
+            return _parse_once(path, repair_utf8=False)
         except ijson.JSONError as exc:
             if "UTF8" not in str(exc) and "utf-8" not in str(exc).lower():
                 raise
-            trace = _parse_once(path, repair_utf8=True)
+            return _parse_once(path, repair_utf8=True)
     except TraceError:
         raise
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
@@ -243,6 +258,63 @@ def load_trace(path: str) -> Trace:
         raise TraceError(f"{path}: not valid JSON ({exc})") from exc
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+
+
+def _fast_events(stream, trace: Trace) -> None:
+    add = {"host": trace.host.append, "device": trace.device.append, "python": trace.python.append}
+    complete = _complete
+    for raw in fast.events(stream, _after_bracket(stream)):
+        if raw.ph == "X":
+            try:
+                ev = complete(raw.cat, raw.name, raw.ts, raw.dur, raw.pid, raw.tid, raw.args)
+            except ValueError:
+                trace.skipped_events += 1
+                continue
+            if ev is not None:
+                kind = ev.kind
+                add["device" if kind in DEVICE_KINDS else "python" if kind == "python" else "host"](ev)
+        elif raw.ph == "i" and raw.name == "[memory]":
+            _memory_event({"args": fast.decode_args(raw.args)}, trace)
+
+
+def _after_bracket(stream) -> bytes:
+    """Read past the `[` that opens traceEvents (the stream stands just after the key)."""
+    buf = b""
+    while True:
+        chunk = stream.read(1 << 12)
+        if not chunk:
+            raise fast.NotFastLayout("no traceEvents list")
+        buf += chunk
+        stripped = buf.lstrip()
+        if stripped[:1] == b":":
+            rest = stripped[1:].lstrip()
+            if rest[:1] == b"[":
+                return rest[1:]
+            if rest:
+                raise fast.NotFastLayout("traceEvents is not a list")
+        elif stripped:
+            raise fast.NotFastLayout("unexpected bytes after traceEvents")
+
+
+def _parse_fast(path: str) -> Trace:
+    with _open(path) as f:
+        meta, head, prefix = _read_head(f)
+        if prefix != "traceEvents.item":
+            raise fast.NotFastLayout("not a traceEvents object")
+        trace = Trace(path=path, meta=meta)
+        key = head.find(b'"traceEvents"')
+        stream = io.BufferedReader(_Prepend(head[key + len(b'"traceEvents"'):], f), 1 << 20)
+        _fast_events(stream, trace)
+    return trace
+
+
+def load_trace(path: str, fast_path: bool = True) -> Trace:
+    """Parse a trace file into the model: the fast path for Kineto's layout, the general streaming
+    parser for anything else (identical results). Raises TraceError with a one-line reason."""
+    path = os.fspath(path)
+    trace = _try_fast(path) if fast_path else None
+    if trace is None:
+        trace = _parse_general(path)
     if not (trace.host or trace.device or trace.python):
         raise TraceError(f"{path}: the trace holds no profiler events")
     for events in (trace.host, trace.device, trace.python):  # by start, enclosing events first

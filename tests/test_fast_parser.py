@@ -1,0 +1,52 @@
+"""The fast path (msgspec, Kineto's layout) and the general streaming parser (ijson) give the same
+trace on every shared trace, and the same report; a layout the fast path does not know falls back."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from conftest import TRACES, needs_shared
+from perfaudit.api import analyze
+from perfaudit.errors import TraceError
+from perfaudit.report.json_report import to_dict
+from perfaudit.trace import parser
+from perfaudit.trace.parser import load_trace
+
+SHARED = sorted(p for p in TRACES.rglob("*.json.gz")) if TRACES.exists() else []
+
+
+def _same(a, b) -> None:
+    assert a.host == b.host and a.device == b.device and a.python == b.python
+    assert a.meta == b.meta and a.memory == b.memory and a.skipped_events == b.skipped_events
+    assert a.steps == b.steps and a.step_source == b.step_source
+
+
+@pytest.mark.parametrize("path", SHARED, ids=lambda p: str(p.relative_to(TRACES)))
+def test_fast_path_and_general_parser_agree_on_every_shared_trace(path, monkeypatch):
+    needs_shared(path)
+    assert parser._parse_fast(str(path)).host  # the fast path itself reads it (no silent fallback)
+    _same(load_trace(str(path)), load_trace(str(path), fast_path=False))
+
+
+def test_the_report_is_the_same_with_either_parser(monkeypatch):
+    path = str(needs_shared(TRACES / "hta" / "negative_queue_a100_rank0.json.gz"))
+    fast = to_dict(analyze([path]))
+    monkeypatch.setattr(parser, "_try_fast", lambda p: None)
+    general = to_dict(analyze([path]))
+    assert fast == general and fast["findings"]
+
+
+def test_other_layouts_fall_back_and_errors_read_as_before(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10 * i, "dur": 5, "pid": 1, "tid": 1,
+               "args": {"Input Dims": [[2, 2], [2, 2]]}} for i in range(4)]
+    minified = tmp_path / "one_line.json"   # no line breaks at all: the general parser reads it
+    minified.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}, separators=(",", ":")))
+    assert len(load_trace(str(minified)).host) == 4
+    truncated = tmp_path / "cut.json.gz"
+    whole = gzip.decompress((TRACES / "hta" / "alexnet_a100.json.gz").read_bytes()) if TRACES.exists() else \
+        json.dumps({"traceEvents": events}, indent=2).encode()
+    truncated.write_bytes(gzip.compress(whole[: len(whole) // 2]))
+    with pytest.raises(TraceError, match="not valid JSON or truncated"):
+        load_trace(str(truncated))
