@@ -309,7 +309,7 @@ def fix(script: str, args: list[str], options: RunOptions, rules: list[Rule] | N
         on_progress: Callable[[dict], None] | None = None):
     """The edits for the findings of a run of SCRIPT (or of an earlier run, `source`): a FixPlan to
     show as a diff or write. Nothing is written here."""
-    from .fix import plan_fixes
+    from .fix.plan import plan_fixes
     rules = rules if rules is not None else load_rules()
     if source is not None:
         report, base = recorded_report(source, rules)
@@ -325,7 +325,7 @@ def verify(script: str, args: list[str], audit_options: RunOptions, timing_optio
     (all fixes, or with `each` one B per rule) over interleaved rounds, step times and losses compared.
     Returns (report, plan, verification); the user's files are not written."""
     from .collect.rundir import make_run_dir
-    from .fix import plan_fixes
+    from .fix.plan import plan_fixes
     from .verify import Variant, run_ab
     say = on_progress or (lambda text: None)
     folder = make_run_dir(timing_options.out_dir, timing_options.keep_runs)

@@ -14,8 +14,9 @@ import pytest
 from conftest import ROOT, SAMPLES, perfaudit
 from perfaudit.engine.loader import load_rules
 from perfaudit.findings import Cost, Finding, Location
-from perfaudit.fix import FIX_KINDS, plan_fixes
+from perfaudit.fix.catalog import FIX_KINDS
 from perfaudit.fix.edits import EDITS
+from perfaudit.fix.plan import plan_fixes
 
 FIXABLE = [(r.id, e.script) for r in load_rules() if r.autofix for e in r.examples
            if e.expect == "fire" and e.script and (e.severity or r.severity) != "info"]

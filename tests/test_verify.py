@@ -9,7 +9,7 @@ import textwrap
 
 from conftest import SAMPLES, perfaudit
 from perfaudit.collect.runner import RunOptions
-from perfaudit.fix import Change, FileFix, FixPlan
+from perfaudit.fix.plan import Change, FileFix, FixPlan
 from perfaudit.verify import Variant, loss_check, run_ab, speed_change
 
 

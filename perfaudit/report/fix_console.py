@@ -5,7 +5,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..findings import Report
-from ..fix import FixPlan
+from ..fix.plan import FixPlan
 
 
 def render_plan(report: Report, plan: FixPlan, written: list[str], console: Console) -> None:

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .. import __version__
-from ..fix import FixPlan
+from ..fix.plan import FixPlan
 from ..verify import Verification
 
 _SPEED_STYLE = {"faster": "green", "slower": "red", "no measurable change": "yellow", "too few steps": "yellow"}

@@ -18,6 +18,31 @@ class NotFastLayout(Exception):
     """The events are not laid out as the fast path expects (or not valid JSON): use the fallback."""
 
 
+_UNSET = msgspec.UNSET
+
+
+class RawArgs(msgspec.Struct):
+    """The args any fact reads; every other key is skipped by the decoder, unread."""
+    correlation: Any = _UNSET
+    bytes: Any = _UNSET
+    input_dims: Any = msgspec.field(default=_UNSET, name="Input Dims")
+    device_type: Any = msgspec.field(default=_UNSET, name="Device Type")
+    device_id: Any = msgspec.field(default=_UNSET, name="Device Id")
+    total_allocated: Any = msgspec.field(default=_UNSET, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=_UNSET, name="Total Reserved")
+
+
+# the JSON key of each RawArgs field
+ARG_KEYS = {f: (msgspec.structs.fields(RawArgs)[i].encode_name) for i, f in enumerate(RawArgs.__struct_fields__)}
+
+
+def args_dict(args: RawArgs | None) -> dict:
+    """The args present, under their JSON keys (what the general parser's dict would hold of them)."""
+    if args is None:
+        return {}
+    return {ARG_KEYS[f]: v for f in RawArgs.__struct_fields__ if (v := getattr(args, f)) is not _UNSET}
+
+
 class RawEvent(msgspec.Struct):
     ph: Any = None
     cat: Any = None
@@ -26,20 +51,10 @@ class RawEvent(msgspec.Struct):
     dur: Any = None
     pid: Any = None
     tid: Any = None
-    args: msgspec.Raw = msgspec.Raw()   # undecoded: most events' args are never read
+    args: RawArgs | None = None
 
 
 _DECODE = msgspec.json.Decoder(list[RawEvent]).decode
-_DECODE_ARGS = msgspec.json.Decoder().decode
-
-
-def decode_args(raw: msgspec.Raw):
-    if not raw:
-        return None
-    try:
-        return _DECODE_ARGS(raw)
-    except msgspec.DecodeError:
-        return None
 
 
 def _cut(buf: bytes) -> int:
@@ -67,16 +82,16 @@ def _batch(piece: bytes) -> list[RawEvent]:
         raise NotFastLayout(str(exc)) from None
 
 
-def events(stream, first: bytes):
-    """Yield RawEvents from a stream positioned inside `traceEvents` (`first`: bytes already read
-    after its `[`). Ends at the `]` that closes the list; what follows is not read."""
+def batches(stream, first: bytes):
+    """Yield lists of RawEvents from a stream positioned inside `traceEvents` (`first`: bytes already
+    read after its `[`). Ends at the `]` that closes the list; what follows is not read."""
     buf = first
     while True:
         chunk = stream.read(CHUNK)
         buf += chunk
         cut = _cut(buf)
         if cut:
-            yield from _batch(buf[:cut])
+            yield _batch(buf[:cut])
             buf = buf[cut:]
         if not chunk:
             break
@@ -86,7 +101,7 @@ def events(stream, first: bytes):
     end = _last_event_end(buf)
     if end < 0:
         raise NotFastLayout("no end of traceEvents")
-    yield from _batch(buf[:end])
+    yield _batch(buf[:end])
 
 
 def _last_event_end(buf: bytes) -> int:

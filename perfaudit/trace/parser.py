@@ -146,8 +146,7 @@ def _to_event(raw) -> Event | None:
 
 
 def _complete(cat, name, ts, dur, pid, tid, args) -> Event | None:
-    """A complete ("X") event from its fields; `args` a dict, or raw bytes the fast path decodes only
-    when this kind of event keeps some."""
+    """A complete ("X") event from its fields; `args` a dict, or the fast path's RawArgs."""
     kind = _kind(cat)
     if kind is None or type(name) is not str:
         return None
@@ -160,7 +159,7 @@ def _complete(cat, name, ts, dur, pid, tid, args) -> Event | None:
         keys = KEPT_ARGS.get(kind, ("Input Dims",) if kind == "op" and name in SHAPED_OPS else ())
         if keys:
             if type(args) is not dict:
-                args = fast.decode_args(args)
+                args = fast.args_dict(args)
             if type(args) is dict:
                 kept = {key: args[key] for key in keys if key in args} or _NO_ARGS
     name = _names.setdefault(name, name)
@@ -263,18 +262,19 @@ def _parse_general(path: str) -> Trace:
 def _fast_events(stream, trace: Trace) -> None:
     add = {"host": trace.host.append, "device": trace.device.append, "python": trace.python.append}
     complete = _complete
-    for raw in fast.events(stream, _after_bracket(stream)):
-        if raw.ph == "X":
-            try:
-                ev = complete(raw.cat, raw.name, raw.ts, raw.dur, raw.pid, raw.tid, raw.args)
-            except ValueError:
-                trace.skipped_events += 1
-                continue
-            if ev is not None:
-                kind = ev.kind
-                add["device" if kind in DEVICE_KINDS else "python" if kind == "python" else "host"](ev)
-        elif raw.ph == "i" and raw.name == "[memory]":
-            _memory_event({"args": fast.decode_args(raw.args)}, trace)
+    for batch in fast.batches(stream, _after_bracket(stream)):
+        for raw in batch:
+            if raw.ph == "X":
+                try:
+                    ev = complete(raw.cat, raw.name, raw.ts, raw.dur, raw.pid, raw.tid, raw.args)
+                except ValueError:
+                    trace.skipped_events += 1
+                    continue
+                if ev is not None:
+                    kind = ev.kind
+                    add["device" if kind in DEVICE_KINDS else "python" if kind == "python" else "host"](ev)
+            elif raw.ph == "i" and raw.name == "[memory]":
+                _memory_event({"args": fast.args_dict(raw.args)}, trace)
 
 
 def _after_bracket(stream) -> bytes:

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..collect.runner import RunOptions, RunResult, run_script
-from ..fix import FIX_KINDS, FixPlan
+from ..fix.catalog import FIX_KINDS
+from ..fix.plan import FixPlan
 from ..outcome import Outcome, is_failure
 from .stats import MIN_STEPS, LossCheck, SpeedChange, loss_check, speed_change
 
