@@ -71,7 +71,7 @@ def test_sigterm_and_sighup_stop_the_script_and_keep_the_report(tmp_path, sig):
     assert "stopped by" in stdout and "Traceback" not in stderr
     assert not _alive(str(SCRIPTS / "hang.py"))
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
-        ".perfaudit-run", "progress.jsonl", "result.json", "script.log", "trace.json.gz"]
+        ".perfaudit-run", "progress.jsonl", "report.html", "result.json", "script.log", "trace.json.gz"]
 
 
 def test_a_second_ctrl_c_still_reports_and_leaves_no_temporary_files(tmp_path):
@@ -116,7 +116,7 @@ def test_out_dir_never_touches_the_users_files(tmp_path):
     assert {name: (work / name).read_text() for name in mine} == mine
     runs = [p for p in work.iterdir() if p.name.startswith("perfaudit-run-")]
     assert len(runs) == 1 and (runs[0] / "trace.json.gz").exists()
-    assert f"run folder: {runs[0]}" in proc.stdout.replace("\n", "")
+    assert f"run folder: {runs[0].relative_to(work)}" in proc.stdout.replace("\n", "")  # as ruff prints paths
 
 
 def test_default_run_folders_are_pruned_and_ignored_by_git(tmp_path):
