@@ -103,3 +103,28 @@ def test_a_fix_that_breaks_the_script_is_reported_as_such(tmp_path):
     verdict = result.verdicts[0]
     assert not verdict.passed and "ValueError" in verdict.broke and "the fix broke me" in verdict.broke
     assert "raise ValueError" not in helper.read_text()
+
+
+def test_each_fix_is_measured_on_its_own(tmp_path):
+    """--each: one B per rule, each with its own figures, so a user sees which fix pays."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent('''\
+        import torch
+        from torch import nn
+        torch.autograd.set_detect_anomaly(True)
+        model = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        data, target = torch.randn(16, 32), torch.randn(16, 1)
+        for step in range(100000):
+            optimizer.zero_grad(set_to_none=False)
+            nn.functional.mse_loss(model(data), target).backward()
+            optimizer.step()
+        '''))
+    out = tmp_path / "each.json"
+    proc = perfaudit("verify", str(script), "--each", "--rounds", "1", "--steps", "8", "--out-dir", str(tmp_path / "v"),
+                     "-o", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fixes = {f["name"]: f for f in json.loads(out.read_text())["fixes"]}
+    assert {"DEBUG001", "GRAD001"} <= set(fixes)
+    assert all(f["rules"] == [name] and f["loss"]["verdict"] == "same" for name, f in fixes.items())
+    assert fixes["DEBUG001"]["speed"]["verdict"] == "faster"

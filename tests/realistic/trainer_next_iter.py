@@ -27,7 +27,8 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if torch.cuda.is_available():
         torch.backends.cudnn.benchmark = True
-    model = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    model = nn.Sequential(nn.Linear(32, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 2048),
+                          nn.ReLU(), nn.Linear(2048, 10))
     model = model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)  # expect-run: OPT001
     dataset = TensorDataset(torch.randn(8192, 32), torch.randint(0, 10, (8192,)))
