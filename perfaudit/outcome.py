@@ -33,3 +33,36 @@ def is_failure(record: dict | None) -> bool:
     if kind in (Outcome.EXITED, Outcome.OS_EXIT):
         return record.get("exit_code") not in (0, None)
     return kind in (Outcome.RAISED, Outcome.CRASHED, Outcome.TIMEOUT)
+
+
+def describe(outcome: dict | None) -> str | None:
+    """One line saying what happened to the script, or None when the window completed normally."""
+    if not outcome:
+        return None
+    kind = Outcome.of(outcome)
+    steps = outcome.get("steps_recorded")
+    seen = f" after {steps} recorded step(s)" if steps is not None else ""
+    if kind == Outcome.WINDOW_COMPLETE or outcome.get("outcome") is None:
+        after = outcome.get("after_window")
+        return describe(after) if after else None
+    if kind == Outcome.COMPLETED:
+        return f"the script finished{seen}" if steps is not None and steps < outcome.get("warmup", 0) + 1 else None
+    if kind == Outcome.EXITED:
+        return f"the script exited with code {outcome.get('exit_code')}{seen}"
+    if kind == Outcome.OS_EXIT:
+        return f"the script called os._exit({outcome.get('exit_code')}){seen}"
+    if kind == Outcome.RAISED:
+        site = outcome.get("site") or {}
+        where = f" at {site.get('path')}:{site.get('line')}" if site.get("path") else ""
+        return f"the script raised {outcome.get('exception')}: {outcome.get('message')}{where}{seen}"
+    if kind == Outcome.TIMEOUT:
+        return f"the script was stopped after the {outcome.get('timeout_s'):g} s timeout{seen}"
+    if kind == Outcome.INTERRUPTED:
+        by = outcome.get("by")
+        return f"the run was stopped{' by ' + by if by and by != 'SIGINT' else ' (Ctrl-C)' if by else ''}{seen}"
+    if kind == Outcome.SPAWNED:
+        return f"the script started its training in other processes ({outcome.get('api')})"
+    if kind == Outcome.CRASHED:
+        why = outcome.get("signal") or f"exit code {outcome.get('exit_code')}"
+        return f"the script crashed ({why}) before perfaudit could save its trace"
+    return f"the script ended: {outcome.get('outcome')}"

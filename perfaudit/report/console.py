@@ -10,45 +10,12 @@ from rich.table import Table
 from rich.text import Text
 
 from ..findings import Finding, Report
-from ..outcome import Outcome
+from ..outcome import describe as describe_outcome
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _PHASES = ("data", "forward", "backward", "optimizer", "other")
 _GPU_PHASES = (("compute", "compute"), ("copies", "copies"), ("sync_wait", "sync wait"),
                ("data_wait", "data wait"), ("other_idle", "idle (host-bound)"))
-
-
-def describe_outcome(outcome: dict | None) -> str | None:
-    """One line saying what happened to the script, or None when the window completed normally."""
-    if not outcome:
-        return None
-    kind = Outcome.of(outcome)
-    steps = outcome.get("steps_recorded")
-    seen = f" after {steps} recorded step(s)" if steps is not None else ""
-    if kind == Outcome.WINDOW_COMPLETE or outcome.get("outcome") is None:
-        after = outcome.get("after_window")
-        return describe_outcome(after) if after else None
-    if kind == Outcome.COMPLETED:
-        return f"the script finished{seen}" if steps is not None and steps < outcome.get("warmup", 0) + 1 else None
-    if kind == Outcome.EXITED:
-        return f"the script exited with code {outcome.get('exit_code')}{seen}"
-    if kind == Outcome.OS_EXIT:
-        return f"the script called os._exit({outcome.get('exit_code')}){seen}"
-    if kind == Outcome.RAISED:
-        site = outcome.get("site") or {}
-        where = f" at {site.get('path')}:{site.get('line')}" if site.get("path") else ""
-        return f"the script raised {outcome.get('exception')}: {outcome.get('message')}{where}{seen}"
-    if kind == Outcome.TIMEOUT:
-        return f"the script was stopped after the {outcome.get('timeout_s'):g} s timeout{seen}"
-    if kind == Outcome.INTERRUPTED:
-        by = outcome.get("by")
-        return f"the run was stopped{' by ' + by if by and by != 'SIGINT' else ' (Ctrl-C)' if by else ''}{seen}"
-    if kind == Outcome.SPAWNED:
-        return f"the script started its training in other processes ({outcome.get('api')})"
-    if kind == Outcome.CRASHED:
-        why = outcome.get("signal") or f"exit code {outcome.get('exit_code')}"
-        return f"the script crashed ({why}) before perfaudit could save its trace"
-    return f"the script ended: {outcome.get('outcome')}"
 
 
 def shown(path: str) -> str:

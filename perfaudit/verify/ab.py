@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from ..collect.runner import RunOptions, RunResult, run_script
 from ..fix.catalog import FIX_KINDS
 from ..fix.plan import FixPlan
-from ..outcome import Outcome, is_failure
+from ..outcome import describe, is_failure
 from .stats import MIN_STEPS, LossCheck, SpeedChange, loss_check, speed_change
 
 
@@ -69,24 +69,10 @@ def _describe(result: RunResult) -> str | None:
     """Why a run gave no usable step times (it failed, or ended before its window), or None."""
     outcome = result.outcome or {}
     if is_failure(outcome):
-        return _failure_text(outcome)
+        return describe(outcome) or f"it ended: {outcome.get('outcome')}"
     if not (result.timing and result.timing.get("step_times_s")):
         return f"it ended ({outcome.get('outcome', 'unknown')}) before any step was measured"
     return None
-
-
-def _failure_text(outcome: dict) -> str:
-    kind = outcome.get("outcome")
-    if kind == Outcome.RAISED:
-        site = outcome.get("site") or {}
-        where = f" at {os.path.relpath(site['path'])}:{site['line']}" if site.get("path") else ""
-        return f"it raised {outcome.get('exception')}: {outcome.get('message', '')}{where}"
-    if kind == Outcome.TIMEOUT:
-        return f"it timed out after {outcome.get('timeout_s')} s"
-    if kind == Outcome.EXITED:
-        return f"it exited with code {outcome.get('exit_code')}"
-    return f"it {kind}" + (f" ({outcome.get('signal') or outcome.get('exit_code')})" if outcome.get("signal")
-                           or outcome.get("exit_code") is not None else "")
 
 
 def _write_sources(plan: FixPlan, folder: str) -> dict[str, str]:
