@@ -8,7 +8,9 @@
 2. Analyses it with `perfaudit analyze` and loads it with plain `json.load`, each in a fresh process,
    and prints wall time and peak RSS of both and their ratios.
 3. Loads the original trace with HolisticTraceAnalysis' TraceAnalysis when HTA is installed.
-4. Times `perfaudit run` on a sample script against a plain torch.profiler run of the same script
+4. Analyses 1, 16 and 64 rank traces (the shared dlrm ranks, repeated) serially and with --jobs 2,
+   and prints wall time and peak RSS: memory per rank must stay flat as ranks grow.
+5. Times `perfaudit run` on a sample script against a plain torch.profiler run of the same script
    with the same window and profiler settings.
 Ratios, not absolute timings, are the result: both sides run on the same machine in the same run.
 """
@@ -81,6 +83,25 @@ def bench_analyze(path: Path) -> dict:
     }
 
 
+RANKS = ROOT.parent / "shared" / "traces" / "param" / "dlrm_8ranks"
+
+
+def bench_ranks(counts=(1, 16, 64)) -> list[tuple]:
+    """(ranks, jobs, seconds, peak RSS MB) for folders of rank traces made from the dlrm ranks."""
+    workers = sorted(RANKS.glob("*.json.gz"))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in counts:
+            folder = Path(tmp) / f"ranks{n}"
+            folder.mkdir()
+            for i in range(n):
+                os.symlink(workers[i % len(workers)], folder / f"rank{i:03d}.json.gz")
+            for jobs in (1, 2):
+                seconds, rss = measure(f"from perfaudit.api import analyze\nr = analyze([{str(folder)!r}], jobs={jobs})")
+                rows.append((n, jobs, seconds, rss))
+    return rows
+
+
 def bench_hta(src: Path, python: str) -> tuple | None:
     """HTA's TraceAnalysis loading the trace and its temporal breakdown (its closest analysis to
     perfaudit's step breakdown), in `python` (an interpreter where HTA is installed); start-up
@@ -142,6 +163,7 @@ def main() -> None:
     parser.add_argument("--size-mb", type=float, default=1000)
     parser.add_argument("--skip-run", action="store_true", help="skip the run-overhead comparison")
     parser.add_argument("--skip-analyze", action="store_true", help="skip the large-trace comparison")
+    parser.add_argument("--skip-ranks", action="store_true", help="skip the many-ranks comparison")
     parser.add_argument("--hta-python", default=sys.executable,
                         help="a Python with HolisticTraceAnalysis installed (default: this one)")
     args = parser.parse_args()
@@ -161,6 +183,10 @@ def main() -> None:
         print(f"ratio perfaudit/json.load: time {pt / jt:.2f}x, peak RSS {pr / jr:.2f}x; "
               f"perfaudit peak RSS / file size {pr / size:.2f}; fast path vs general parser: "
               f"{result['parse, general'][0] / result['parse, fast path'][0]:.1f}x faster")
+    if not args.skip_ranks and RANKS.exists():
+        print(f"{'ranks':>6}{'jobs':>6}{'seconds':>10}{'peak RSS MB':>14}")
+        for n, jobs, seconds, rss in bench_ranks():
+            print(f"{n:>6}{jobs:>6}{seconds:>10.2f}{rss:>14.0f}")
     hta = bench_hta(SOURCE, args.hta_python)
     if hta is None:
         print("HTA: not installed (pip install HolisticTraceAnalysis to compare)")

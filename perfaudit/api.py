@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from . import gate
 from .collect.runner import RunOptions, RunResult, run_script
@@ -13,6 +13,7 @@ from .engine.evaluate import evaluate
 from .engine.loader import Rule, load_rules
 from .errors import TraceError, UsageError
 from .facts import Context, Missing
+from .facts.ranks import rank_stats
 from .findings import Finding, Report, Skipped, TraceSummary, rank
 from .gate import GateOptions
 from .outcome import Outcome
@@ -50,26 +51,6 @@ def looks_like_trace(path: str) -> bool:
             return b'"traceEvents"' in f.read(1 << 20)
     except (OSError, EOFError, ValueError):
         return True  # unreadable: let the parser say why
-
-
-def _load_all(paths: list[str], notes: list[str]) -> list[Trace]:
-    """Every trace named or found; in a folder, files that are not traces are skipped and a trace that
-    cannot be read is named and skipped, as long as one trace can be read."""
-    traces, errors = [], []
-    for path, in_folder in expand_trace_paths(paths):
-        if in_folder and not looks_like_trace(path):
-            notes.append(f"skipped {path}: not a profiler trace")
-            continue
-        try:
-            traces.append(load_trace(path))
-        except TraceError as exc:
-            if not in_folder:
-                raise
-            errors.append(exc)
-            notes.append(f"skipped {exc}")
-    if not traces:
-        raise errors[0] if errors else UsageError(f"no profiler traces in {', '.join(paths)}")
-    return traces
 
 
 def _merge_across_traces(findings: list[Finding], ranks: dict) -> list[Finding]:
@@ -141,35 +122,102 @@ def _context_notes(ctx: Context) -> list[str]:
     return notes
 
 
+PARALLEL_FROM_BYTES = 32 << 20  # by default, traces are parsed in parallel from this total size
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+@dataclass
+class _TraceResult:
+    """What one trace contributes to the report: small enough to come back from a worker process."""
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    summary: TraceSummary | None = None
+    notes: list[str] = field(default_factory=list)
+    rank_stats: dict | None = None
+    probes_meta: dict = field(default_factory=dict)   # script and outcome, for a perfaudit run's trace
+    error: TraceError | None = None
+
+
+def _analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...]) -> _TraceResult:
+    """Parse one trace and evaluate the per-trace rules on it (in a worker process with --jobs); the
+    trace itself is dropped afterwards, so memory does not grow with the number of ranks."""
+    try:
+        trace = load_trace(path)
+    except TraceError as exc:
+        return _TraceResult(path, error=exc)
+    roots = source_roots + (os.path.dirname(os.path.abspath(path)), os.getcwd())
+    ctx = Context(trace, None, roots)
+    findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])
+    notes = _context_notes(ctx)
+    if trace.skipped_events:
+        notes.append(f"{path}: {trace.skipped_events} malformed events were ignored")
+    meta = {k: trace.probes.get(k) for k in ("script", "outcome")} if trace.probes else {}
+    return _TraceResult(path, findings, skipped, _summary(trace, ctx), notes, rank_stats(ctx), meta)
+
+
+def _analyze_all(paths: list[str], rules: list[Rule], source_roots: tuple[str, ...], jobs: int | None,
+                 notes: list[str]) -> list[_TraceResult]:
+    """Every trace named or found, in parallel processes when there are several (`jobs`: how many,
+    default the CPU count). In a folder, files that are not traces are skipped and a trace that cannot
+    be read is named and skipped, as long as one trace can be read."""
+    items = []
+    for path, in_folder in expand_trace_paths(paths):
+        if in_folder and not looks_like_trace(path):
+            notes.append(f"skipped {path}: not a profiler trace")
+        else:
+            items.append((path, in_folder))
+    if jobs is None and sum(_size(p) for p, _ in items) < PARALLEL_FROM_BYTES:
+        jobs = 1  # starting worker processes costs more than parsing a few small traces
+    workers = min(jobs or os.cpu_count() or 1, len(items))
+    if workers > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(_analyze_one, [p for p, _ in items], [rules] * len(items),
+                                    [source_roots] * len(items)))
+    else:
+        results = [_analyze_one(p, rules, source_roots) for p, _ in items]
+    good, errors = [], []
+    for (path, in_folder), result in zip(items, results):
+        if result.error is None:
+            good.append(result)
+        elif not in_folder:
+            raise result.error
+        else:
+            errors.append(result.error)
+            notes.append(f"skipped {result.error}")
+    if not good:
+        raise errors[0] if errors else UsageError(f"no profiler traces in {', '.join(paths)}")
+    return good
+
+
 def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tuple[str, ...] = (),
-            gate_options: GateOptions | None = None) -> Report:
-    """Run the rules on traces recorded elsewhere (or by an earlier `perfaudit run`)."""
+            gate_options: GateOptions | None = None, jobs: int | None = None) -> Report:
+    """Run the rules on traces recorded elsewhere (or by an earlier `perfaudit run`); several traces
+    (the ranks of a job) are analysed in `jobs` processes (default: one per CPU)."""
     rules = rules if rules is not None else load_rules()
     report = Report([], [], [])
-    traces = _load_all(paths, report.notes)
-    contexts = []
-    for trace in traces:
-        path = trace.path
-        roots = source_roots + (os.path.dirname(os.path.abspath(path)), os.getcwd())
-        ctx = Context(trace, None, roots)  # kept: the job-level rules reuse each rank's facts
-        findings, skipped = _evaluate(ctx, [r for r in rules if r.scope == "trace"])
-        contexts.append(ctx)
-        report.findings.extend(findings)
-        report.skipped.extend(s for s in skipped if s not in report.skipped)
-        report.traces.append(_summary(trace, ctx))
-        report.notes.extend(n for n in _context_notes(ctx) if n not in report.notes)
-        if trace.skipped_events:
-            report.notes.append(f"{path}: {trace.skipped_events} malformed events were ignored")
-        if len(traces) == 1 and trace.probes:  # recorded by `perfaudit run`: the same report again
-            script, outcome = trace.probes.get("script"), trace.probes.get("outcome")
-            report.script = script if isinstance(script, str) else None
-            report.outcome = outcome if isinstance(outcome, dict) else None
-    if len(traces) > 1:
+    results = _analyze_all(paths, rules, source_roots, jobs, report.notes)
+    for result in results:
+        report.findings.extend(result.findings)
+        report.skipped.extend(s for s in result.skipped if s not in report.skipped)
+        report.traces.append(result.summary)
+        report.notes.extend(n for n in result.notes if n not in report.notes)
+    if len(results) == 1 and results[0].probes_meta:  # recorded by `perfaudit run`: the same report again
+        script, outcome = results[0].probes_meta.get("script"), results[0].probes_meta.get("outcome")
+        report.script = script if isinstance(script, str) else None
+        report.outcome = outcome if isinstance(outcome, dict) else None
+    if len(results) > 1:
         report.findings = _merge_across_traces(report.findings, {t.path: t.rank for t in report.traces})
-    job_rules = [r for r in rules if r.scope == "job"]
-    if len(traces) > 1:
-        job = Context(None, {}, source_roots, job=contexts)
-        findings, skipped = _evaluate(job, job_rules)
+        job = Context(None, {}, source_roots, job=[r.rank_stats for r in results])
+        findings, skipped = _evaluate(job, [r for r in rules if r.scope == "job"])
         report.findings.extend(findings)
         report.skipped.extend(skipped)
         try:

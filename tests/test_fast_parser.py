@@ -50,3 +50,10 @@ def test_other_layouts_fall_back_and_errors_read_as_before(tmp_path):
     truncated.write_bytes(gzip.compress(whole[: len(whole) // 2]))
     with pytest.raises(TraceError, match="not valid JSON or truncated"):
         load_trace(str(truncated))
+
+
+def test_ranks_analysed_in_parallel_processes_give_the_same_job_report():
+    folder = str(needs_shared(TRACES / "param" / "dlrm_8ranks"))
+    serial, parallel = to_dict(analyze([folder], jobs=1)), to_dict(analyze([folder], jobs=2))
+    assert serial == parallel
+    assert "RANK001" in {f["rule"] for f in serial["findings"]} and len(serial["run"]["traces"]) == 8

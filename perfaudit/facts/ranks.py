@@ -1,5 +1,6 @@
 """Several ranks of one distributed job: per-rank step, compute and collective time, and who waits
-for whom (tip T16). A job context holds the per-trace contexts of every rank."""
+for whom (tip T16). Each rank's figures are computed where its trace is analysed (`rank_stats`, in
+a worker process with --jobs); a job context holds only those small dicts, never the traces."""
 from __future__ import annotations
 
 import re
@@ -25,12 +26,23 @@ def _rank_stats(rank_ctx: Context) -> dict:
             "compute_ms": compute / n / 1000.0, "collective_ms": collective / n / 1000.0}
 
 
+def rank_stats(rank_ctx: Context) -> dict | None:
+    """One rank's figures for the job facts, or None for a trace without a rank, GPU or steps."""
+    trace = rank_ctx.trace
+    if trace is None or trace.rank is None or not trace.has_gpu:
+        return None
+    try:
+        return _rank_stats(rank_ctx)
+    except (Missing, ZeroDivisionError):
+        return None
+
+
 @fact("job.ranks", "Per rank (traces of one job): mean step, GPU compute and collective time (ms).")
 def job_ranks(ctx: Context) -> list[dict]:
-    ranks = [c for c in (ctx.job or []) if c.trace is not None and c.trace.rank is not None and c.trace.has_gpu]
-    if len({c.trace.rank for c in ranks}) < 2:
+    ranks = [r for r in (ctx.job or []) if r]
+    if len({r["rank"] for r in ranks}) < 2:
         raise Missing("needs GPU traces of at least two ranks of one job (perfaudit analyze DIR)")
-    return sorted((_rank_stats(c) for c in ranks), key=lambda r: r["rank"])
+    return sorted(ranks, key=lambda r: r["rank"])
 
 
 @fact("job.imbalance", "The straggler: the rank that spends least time in collectives (the others wait "

@@ -52,9 +52,9 @@ class Context:
     """One trace (and its probes) under analysis; facts are computed once, on first use."""
 
     def __init__(self, trace: Trace | None, probes: dict | None = None, source_roots: tuple[str, ...] = (),
-                 job: list[Context] | None = None, strict: bool | None = None):
+                 job: list[dict] | None = None, strict: bool | None = None):
         self.trace = trace
-        self.job = job  # for a job-level context: the per-rank contexts
+        self.job = job  # for a job-level context: each rank's figures (facts.ranks.rank_stats)
         self.strict = strict_default() if strict is None else strict
         meta = trace.probes if trace is not None else {}
         self.meta = meta
