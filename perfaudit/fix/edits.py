@@ -210,7 +210,7 @@ class LoaderWorkers(LineTransformer):
         updated = set_kwarg(updated, "num_workers", cst.Integer(str(workers)))
         if keyword(original, "persistent_workers") is None:
             updated = set_kwarg(updated, "persistent_workers", cst.Name("True"))
-        self.changed(original, f"DataLoader(..., num_workers={workers}, persistent_workers=True)")
+        self.changed(original, f"num_workers={workers}, persistent_workers=True")
         return updated
 
 

@@ -96,8 +96,8 @@ def loss_check(a_rounds: list[list[float | None]], b_rounds: list[list[float | N
         pairs = [(x, y) for ra, rb in zip(a_rounds, b_rounds) for x, y in zip(ra, rb) if x is not None and y is not None]
         worst = max((_rel(x, y) for x, y in pairs), default=0.0)
         if worst <= EXACT_RTOL:
-            return LossCheck("same", f"the loss of all {len(pairs)} steps equal to A's within {EXACT_RTOL:g} "
-                                     f"relative (largest difference {worst:.1e})", True)
+            return LossCheck("same", f"all {len(pairs)} steps equal to A's (largest relative difference "
+                                     f"{worst:.0e})", True)
         return LossCheck("changed", f"the loss differs from A's by up to {100 * worst:.2g}% at the same step "
                                     f"(A repeats itself within {a_spread:.1e}): this fix should not change the maths",
                          False)
@@ -108,7 +108,7 @@ def loss_check(a_rounds: list[list[float | None]], b_rounds: list[list[float | N
     why = "" if deterministic or not same_maths else \
         f"A does not repeat itself (its rounds differ by up to {100 * a_spread:.2g}%), so the means are compared; "
     if abs(mean_b - mean_a) <= tol:
-        return LossCheck("within tolerance", f"{why}mean loss {mean_b:.4g} against A's {mean_a:.4g} "
+        return LossCheck("within tolerance", f"{why}mean {mean_b:.4g} against A's {mean_a:.4g} "
                                              f"(tolerance ±{tol:.3g})", True)
     return LossCheck("changed", f"{why}mean loss {mean_b:.4g} against A's {mean_a:.4g}, beyond the "
                                 f"tolerance ±{tol:.3g}", False)
