@@ -28,7 +28,7 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
     if not v.verdicts:
         console.print("nothing to verify: no finding of this run has an automatic fix (`perfaudit fix` says why)")
         return
-    console.print(f"A/B on {v.device or 'cpu'}: {v.rounds} rounds, {v.warmup} warm-up + "
+    console.print(f"A/B on {v.device or 'cpu'}: {v.rounds} round{'s' if v.rounds != 1 else ''}, {v.warmup} warm-up + "
                   f"{v.steps} measured steps a run, same seeds", highlight=False)
     for verdict in v.verdicts:
         label = "all fixes" if verdict.name == "B" else verdict.name
