@@ -151,16 +151,19 @@ def test_what_is_not_mechanical_is_refused_with_its_reason(tmp_path):
             train()
         if loss.item() > 5:
             pass
+        torch.autograd.set_detect_anomaly(args.debug)
         ''')
     plan = plan_fixes([_finding("DATA001", path, 2, 3, kind="loader_workers", params={"workers": 2}),
                        _finding("DEBUG001", path, 4, kind="debug_off"),
-                       _finding("SYNC001", path, 6, kind="accumulate_detached")], str(tmp_path))
+                       _finding("SYNC001", path, 6, kind="accumulate_detached"),
+                       _finding("DEBUG001", path, 8, kind="debug_off")], str(tmp_path))
     assert not plan.files and not plan.changes
     reasons = {(n.rule, n.where.rsplit(":", 1)[1]): n.reason for n in plan.not_fixed}
     assert "**kwargs" in reasons[("DATA001", "2")]
     assert "args.workers" in reasons[("DATA001", "3")]
     assert "result is used" in reasons[("DEBUG001", "4")]
     assert "mechanically" in reasons[("SYNC001", "6")]
+    assert "turn `args.debug` off" in reasons[("DEBUG001", "8")]  # the user's debug switch stays theirs
 
 
 def test_files_that_are_not_the_users_or_changed_since_the_run_are_left_alone(tmp_path):

@@ -223,11 +223,15 @@ class DebugOff(LineTransformer):
         if len(updated.body) != 1 or not isinstance(updated.body[0], cst.Expr) or self.hit(original) is None:
             return updated
         call = updated.body[0].value
-        if isinstance(call, cst.Call) and call_attr(call) == "set_detect_anomaly":
-            if call.args and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == "False":
-                return updated
-            self.changed(original, "removed set_detect_anomaly(True)")
-            return cst.RemoveFromParent()
+        if isinstance(call, cst.Call) and call_attr(call) == "set_detect_anomaly" and call.args:
+            value = call.args[0].value
+            if isinstance(value, cst.Name) and value.value == "True":
+                self.changed(original, "removed set_detect_anomaly(True)")
+                return cst.RemoveFromParent()
+            if not (isinstance(value, cst.Name) and value.value == "False"):  # a flag: the user's switch
+                code = cst.Module([]).code_for_node(value)
+                self.refused(original, f"set_detect_anomaly({code}) was on in this run: turn `{code}` off where "
+                                       "it is set (a debug switch is yours to keep)")
         return updated
 
     def leave_With(self, original, updated):

@@ -110,6 +110,7 @@ def plan_fixes(findings: list[Finding], root: str, select: set[str] | None = Non
             _add_loader(f, per_file, base_dir)
     for path, entries in per_file.items():
         _plan_file(plan, path, entries, root, base_dir)
+    plan.changes.sort(key=lambda c: (c.path, c.line))
     return plan
 
 

@@ -31,8 +31,8 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
     console.print(f"A/B on {v.device or 'cpu'}: {v.rounds} round{'s' if v.rounds != 1 else ''}, {v.warmup} warm-up + "
                   f"{v.steps} measured steps a run, same seeds", highlight=False)
     for verdict in v.verdicts:
-        label = "all fixes" if verdict.name == "B" else verdict.name
-        console.print(f"\n[bold]{escape(label)}[/] ({', '.join(verdict.rules)}):", highlight=False)
+        label = f"all fixes ({', '.join(verdict.rules)})" if verdict.name == "B" else verdict.name
+        console.print(f"\n[bold]{escape(label)}[/]:", highlight=False)
         for c in verdict.changes:
             console.print(f"  {escape(c.path)}:{c.line}  {c.rule}  {escape(c.what)}", highlight=False)
         if verdict.broke:
@@ -40,7 +40,7 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
             continue
         s = verdict.speed
         style = _SPEED_STYLE.get(s.verdict, "")
-        console.print(f"  step time  {s.mean_a_ms:.2f} → {s.mean_b_ms:.2f} ms (trimmed mean; {s.delta_ms:+.2f} ms, "
+        console.print(f"  step time  {s.mean_a_ms:.2f} → {s.mean_b_ms:.2f} ms ({s.delta_ms:+.2f} ms, "
                       f"{s.speedup_pct:+.1f}%): [{style}]{s.verdict}[/]", highlight=False)
         console.print(f"             95% interval of the change {_interval(s.low_ms, s.high_ms)}, "
                       f"{s.n_a} + {s.n_b} steps", highlight=False)

@@ -27,7 +27,7 @@ class Variant:
 
 @dataclass
 class Runs:
-    times: list[float] = field(default_factory=list)          # seconds per measured step, all rounds
+    times: list[list[float]] = field(default_factory=list)    # seconds per measured step, per round
     losses: list[list[float | None]] = field(default_factory=list)  # per round, per step
     device: str | None = None
     failure: str | None = None                               # the first run that did not reach its window
@@ -104,7 +104,7 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
             if failure:
                 runs[v.name].failure = failure
                 continue
-            runs[v.name].times.extend(result.timing["step_times_s"])
+            runs[v.name].times.append(result.timing["step_times_s"])
             runs[v.name].losses.append(result.timing["losses"])
             runs[v.name].device = result.timing.get("device")
         if runs["A"].failure:

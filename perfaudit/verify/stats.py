@@ -48,16 +48,31 @@ class SpeedChange:
         return -self.delta_ms
 
 
-def speed_change(a_s: list[float], b_s: list[float], seed: int = 0) -> SpeedChange:
-    """Step time of A and B (trimmed means; seconds in, ms out) and a percentile-bootstrap interval of
-    their difference. The verdict says faster/slower only when the interval excludes zero."""
-    a = [x * 1000.0 for x in a_s]
-    b = [x * 1000.0 for x in b_s]
+def _rounds_ms(values) -> list[list[float]]:
+    """Step times in ms, per round (a flat list is one round)."""
+    rounds = values if values and isinstance(values[0], list) else [values]
+    return [[x * 1000.0 for x in r] for r in rounds if r]
+
+
+def _resample(rounds: list[list[float]], rng: random.Random) -> list[float]:
+    """A bootstrap sample that keeps each run's own level: rounds drawn with replacement, then steps
+    within each. Steps of one process are not independent (its memory layout, its neighbours on the
+    machine), so resampling steps alone would give intervals too narrow to trust."""
+    picked = [rounds[rng.randrange(len(rounds))] for _ in rounds]
+    return [x for r in picked for x in rng.choices(r, k=len(r))]
+
+
+def speed_change(a_s, b_s, seed: int = 0) -> SpeedChange:
+    """Step time of A and B (trimmed means; seconds in, ms out; each a list of steps or a list of
+    rounds of steps) and a bootstrap interval of their difference. The verdict says faster/slower
+    only when the interval excludes zero."""
+    a_rounds, b_rounds = _rounds_ms(a_s), _rounds_ms(b_s)
+    a, b = [x for r in a_rounds for x in r], [x for r in b_rounds for x in r]
     med_a, med_b = trimmed_mean(a), trimmed_mean(b)
     if len(a) < MIN_STEPS or len(b) < MIN_STEPS:
         return SpeedChange(med_a, med_b, med_b - med_a, math.nan, math.nan, len(a), len(b), "too few steps")
     rng = random.Random(seed)
-    deltas = sorted(trimmed_mean(rng.choices(b, k=len(b))) - trimmed_mean(rng.choices(a, k=len(a)))
+    deltas = sorted(trimmed_mean(_resample(b_rounds, rng)) - trimmed_mean(_resample(a_rounds, rng))
                     for _ in range(BOOTSTRAP_RESAMPLES))
     tail = (1 - CONFIDENCE) / 2
     low, high = deltas[int(tail * len(deltas))], deltas[int((1 - tail) * len(deltas)) - 1]
