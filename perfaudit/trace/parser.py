@@ -158,7 +158,7 @@ def _complete(cat, name, ts, dur, pid, tid, args) -> Event | None:
     if args:
         keys = KEPT_ARGS.get(kind, ("Input Dims",) if kind == "op" and name in SHAPED_OPS else ())
         if keys:
-            if type(args) is not dict:
+            if isinstance(args, fast.RawArgs):
                 args = fast.args_dict(args)
             if type(args) is dict:
                 kept = {key: args[key] for key in keys if key in args} or _NO_ARGS
