@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -359,11 +360,17 @@ def fix(script: str, args: list[str], options: RunOptions, rules: list[Rule] | N
     show as a diff or write. Nothing is written here."""
     from .fix.plan import plan_fixes
     rules = rules if rules is not None else load_rules()
-    if source is not None:
-        report, base = recorded_report(source, rules)
-    else:
-        report, base = audit(script, args, options, rules, on_progress), None
+    report, base = _audited(script, args, options, rules, source, on_progress)
     return report, plan_fixes(report.findings, project_root(script), select, base)
+
+
+def _audited(script: str, args: list[str], options: RunOptions, rules: list[Rule], source: str | None,
+             on_progress: Callable[[dict], None] | None = None) -> tuple[Report, str | None]:
+    """The report to fix: a new run of SCRIPT, or an earlier one; and the folder its relative paths
+    are read from."""
+    if source is not None:
+        return recorded_report(source, rules)
+    return audit(script, args, options, rules, on_progress), None
 
 
 def verify(script: str, args: list[str], audit_options: RunOptions, timing_options: RunOptions, rounds: int = 3,
@@ -378,12 +385,12 @@ def verify(script: str, args: list[str], audit_options: RunOptions, timing_optio
     say = on_progress or (lambda text: None)
     folder = make_run_dir(timing_options.out_dir, timing_options.keep_runs)
     say("auditing the script …")
-    report, plan = fix(script, args, replace(audit_options, out_dir=os.path.join(folder, "audit")), rules, select,
-                       source)
+    rules = rules if rules is not None else load_rules()
+    report, base = _audited(script, args, replace(audit_options, out_dir=os.path.join(folder, "audit")), rules, source)
+    root = project_root(script)
+    plan = plan_fixes(report.findings, root, select, base)
     variants = [Variant("A", None)]
     if each:
-        base = recorded_report(source, rules or load_rules())[1] if source else None
-        root = project_root(script)
         variants += [Variant(rule, plan_fixes(report.findings, root, {rule}, base)) for rule in plan.rules]
     elif plan.files:
         variants.append(Variant("B", plan))
@@ -403,7 +410,7 @@ def _with_figures(f: Finding, verification) -> Finding:
     for v in verification.verdicts:
         if f.rule in v.rules and v.speed is not None and v.passed:
             s = v.speed
-            interval = None if s.low_ms != s.low_ms else [-s.high_ms, -s.low_ms]  # NaN: too few steps
+            interval = None if math.isnan(s.low_ms) else [-s.high_ms, -s.low_ms]  # NaN: too few steps
             return replace(f, verified={
                 "saved_ms": s.saved_ms, "interval_ms": interval, "speedup_pct": s.speedup_pct, "verdict": s.verdict,
                 "loss": v.loss.verdict, "loss_detail": v.loss.detail, "device": verification.device,

@@ -53,6 +53,20 @@ class LineTransformer(cst.CSTTransformer):
         self.outcome.refused.append((self.span(node)[0], why))
 
 
+class BlockTransformer(LineTransformer):
+    """An edit made on a block's list of statements (insert one before another, change a statement
+    from what an earlier one does), in function bodies and at module level alike."""
+
+    def edit_block(self, originals, updated):
+        return updated
+
+    def leave_IndentedBlock(self, original, updated):
+        return updated.with_changes(body=self.edit_block(original.body, updated.body))
+
+    def leave_Module(self, original, updated):
+        return updated.with_changes(body=self.edit_block(original.body, updated.body))
+
+
 # -- small helpers on calls ------------------------------------------------------------------------
 def dotted(node: cst.BaseExpression) -> str:
     """`torch.backends.cudnn.benchmark` for that attribute chain; "" for anything else."""
@@ -259,7 +273,7 @@ class DebugOff(LineTransformer):
                                     *rest])
 
 
-class _CudnnFlag(LineTransformer):
+class _CudnnFlag(BlockTransformer):
     VALUE = True
 
     def __init__(self, lines, params):
@@ -274,16 +288,13 @@ class _CudnnFlag(LineTransformer):
         self.changed(original, f"torch.backends.cudnn.benchmark = {self.VALUE}")
         return updated.with_changes(value=cst.Name(str(self.VALUE)))
 
-    def leave_IndentedBlock(self, original, updated):
-        return updated.with_changes(body=self._insert(original.body, updated.body))
-
     def leave_Module(self, original, updated):
-        body = self._insert(original.body, updated.body)
+        module = super().leave_Module(original, updated)
         if self.lines and not self.done and self.VALUE:
             self.outcome.refused.append((min(self.lines), "no statement to put the flag before"))
-        return updated.with_changes(body=body)
+        return module
 
-    def _insert(self, originals, updated):
+    def edit_block(self, originals, updated):
         """The flag set just before the located statement (where the optimizer is built) when the
         script does not assign it there already."""
         if self.done or not self.VALUE:
@@ -358,7 +369,7 @@ def _device_of_copy(call: cst.Call) -> cst.BaseExpression | None:
 
 
 @edit("create_on_device")
-class CreateOnDevice(LineTransformer):
+class CreateOnDevice(BlockTransformer):
     """`torch.randn(...).to(device)` → `torch.randn(..., device=device)`; `x = torch.randn(...)`
     followed by `x = x.to(device)` → the creation takes `device=device` (the copy then does nothing)."""
 
@@ -371,7 +382,7 @@ class CreateOnDevice(LineTransformer):
         self.changed(original, "created with device=")
         return set_kwarg(updated.func.value, "device", device)
 
-    def _fix_block(self, originals, updated):
+    def edit_block(self, originals, updated):
         updated = list(updated)
         for i, stmt in enumerate(originals):
             if i == 0 or not isinstance(stmt, cst.SimpleStatementLine) or self.hit(stmt) is None:
@@ -390,11 +401,6 @@ class CreateOnDevice(LineTransformer):
                     break
         return updated
 
-    def leave_IndentedBlock(self, original, updated):
-        return updated.with_changes(body=self._fix_block(original.body, updated.body))
-
-    def leave_Module(self, original, updated):
-        return updated.with_changes(body=self._fix_block(original.body, updated.body))
 
 
 def _copied_name(stmt) -> tuple[str, cst.BaseExpression] | None:
