@@ -93,8 +93,12 @@ def _summary(trace: Trace, ctx: Context) -> TraceSummary:
         per_step = ctx.get("step.per_step")
     except Missing:
         per_step = []
+    try:
+        compiled = ctx.get("compile.summary")
+    except Missing:
+        compiled = None
     return TraceSummary(trace.path, device, trace.rank, len(trace.measured_steps), trace.step_source,
-                        step_ms, breakdown, trace.has_stacks, env, gpu, per_step, gpu_steps)
+                        step_ms, breakdown, trace.has_stacks, env, gpu, per_step, gpu_steps, compiled)
 
 
 def _evaluate(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skipped]]:

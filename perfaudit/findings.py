@@ -92,6 +92,7 @@ class TraceSummary:
     gpu_breakdown: dict | None = None   # compute, copies, sync_wait, data_wait, other_idle (ms/step)
     per_step: list[dict] = field(default_factory=list)      # host phases of each measured step (ms)
     gpu_per_step: list[dict] = field(default_factory=list)  # GPU time of each measured step (ms)
+    compile: dict | None = None         # torch.compile: compile seconds before/inside the window (facts.compiled)
 
 
 @dataclass

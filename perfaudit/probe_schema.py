@@ -39,6 +39,21 @@ PROBE_FIELDS: dict[str, dict] = {
         "import_samples": _INT,
         "lines": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "samples": _INT},
                           {"func": {"type": "string"}})}}]},
+    "compile": {"oneOf": [{"type": "null"}, {"type": "object", "properties": {
+        "compiles": _list_of({"phase": {"type": "string"}, "seconds": {"type": "number"}},
+                             {"id": {"type": "string"}, "step": _OPT_INT, "trigger": {"type": ["string", "null"]}}),
+        "frames": _list_of({"id": {"type": "string"}, "phase": {"type": "string"}},
+                           {"func": {"type": ["string", "null"]}, "path": {"type": ["string", "null"]},
+                            "line": _OPT_INT, "step": _OPT_INT, "seconds": {"type": ["number", "null"]},
+                            "fail_reason": {"type": ["string", "null"]}, "fell_back": {"type": "boolean"},
+                            "restart_reasons": {"type": "array", "items": {"type": "string"}},
+                            "recompile_reason": {"oneOf": [{"type": "null"}, {"type": "object", "properties": {
+                                "guard": {"type": "string"}, "line": {"type": "integer"}}}]},
+                            "resume": _SITE}),
+        "graph_breaks": _list_of({"site": _SITE}, {"reason": {"type": "string"},
+                                                   "compile_id": {"type": ["string", "null"]}}),
+        "limit_hits": _list_of({"message": {"type": "string"}}, {"compile_id": {"type": ["string", "null"]}}),
+        "timed_by_callbacks": {"type": "boolean"}}}]},
     "executed_lines": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "count": _INT}),
     "environment": {"type": "object", "properties": {
         "torch": {"type": ["string", "null"]}, "cpu_count": _OPT_INT, "cuda_available": {"type": "boolean"},

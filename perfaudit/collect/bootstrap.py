@@ -71,6 +71,9 @@ class Session:
         self.restarts: list[str] = []
         self._forward_hooks = None
         self._depth = 0
+        self.steps_ended = 0         # every step the detector saw end, before the window too
+        self.compile_warmup = 0      # warm-up steps added because the step was still compiling
+        self.sizing_retries = 0
         self._progress = open(os.path.join(self.run_dir, "progress.jsonl"), "a", buffering=1)
 
     # -- progress ------------------------------------------------------------------------------
@@ -86,6 +89,9 @@ class Session:
                                            and self.step_index >= self.warmup else None)
         self.probes.on_batch = self.detector.batch_fetched
         self.probes.before_batch = self.flush
+        self.probes.compile.where = self._where
+        # global module hooks added or removed under torch.compile make compiled code recompile
+        self.probes.compile.on_activate = self._stop_inference_watch
         self.probes.install()
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
         def before_step(opt, args, kwargs):
@@ -131,6 +137,15 @@ class Session:
         _watch_parent(os.getppid())
 
     profiling = True  # TimingSession (verify) measures plain step times instead
+
+    def _where(self) -> tuple[str, int]:
+        """The phase and step a compile falls in: before the first step ended, before the window
+        (sizing and warm-up), in the measured window, or after it."""
+        if self.steps_ended == 0:
+            return "startup", 0
+        if self.prof is None or self.step_index < self.warmup:
+            return ("after" if self.window_closed else "warmup"), self.steps_ended
+        return ("after" if self.window_closed else "window"), self.steps_ended
 
     def backward_called(self, tensors) -> None:
         """backward() is about to run on `tensors` (TimingSession keeps the loss)."""
@@ -199,7 +214,8 @@ class Session:
 
     def _open_step(self) -> None:
         if self.step_index == self._module_trace_step:
-            self.probes.start_module_trace()
+            if not self.probes.compile.active:  # a global module hook would make compiled code recompile
+                self.probes.start_module_trace()
             self.probes.start_line_trace()
         self.step_rf = self.torch.profiler.record_function(f"ProfilerStep#{self.step_index}")
         self.step_rf.__enter__()
@@ -252,6 +268,8 @@ class Session:
         if not self.pending or os.getpid() != self.pid:
             return
         self.pending = False
+        compiled = self.probes.compile.compiled_since_last_check()  # tagged with the step that ended
+        self.steps_ended += 1
         if self.prof is None:
             if not raise_done:
                 return
@@ -259,7 +277,12 @@ class Session:
                 self.sizing = _Sizer(self)
                 self.sizing.start()
                 return
-            self._fit_budget(*self.sizing.stop())  # the second ended: record from the third
+            sized = self.sizing.stop()
+            if compiled and self.sizing_retries < MAX_COMPILE_WARMUP:  # the sized step was compiling: again
+                self.sizing_retries += 1
+                self.sizing.start()
+                return
+            self._fit_budget(*sized)  # a step sized: record from the next
             self._start_profiler()
             return
         if self.step_index >= self.warmup:
@@ -268,6 +291,12 @@ class Session:
         if self.step_index == self._module_trace_step:
             self.probes.stop_module_trace()
         self.step_index += 1
+        if compiled and self.step_index <= self.warmup:  # still compiling: warm up on, within a bound
+            extended = min(self.step_index + QUIET_STEPS_AFTER_COMPILE, self.config["warmup"] + MAX_COMPILE_WARMUP)
+            if extended > self.warmup:
+                self.compile_warmup += extended - self.warmup
+                self.warmup = extended
+                self._say("compiling", warmup=self.warmup)
         if self.step_index == self.warmup:
             self.probes.start_sync_debug()  # measured steps only: the warnings cost time
         self._say("step", step=self.step_index, warmup=self.warmup, steps=self.steps)
@@ -329,7 +358,8 @@ class Session:
             "path_aliases": self.config.get("path_aliases") or {},
             "window": {"warmup": self.warmup, "steps": self.steps, "recorded": self.step_index,
                        "step_source": self.detector.source, "restarts": self.restarts,
-                       "budget_s": self.budget_s, "budget_hit": self.budget_hit, "trimmed": self.trimmed},
+                       "budget_s": self.budget_s, "budget_hit": self.budget_hit, "trimmed": self.trimmed,
+                       "compile_warmup": self.compile_warmup},
             "outcome": result,
             "probes": self.probes.snapshot(),
         }
@@ -369,6 +399,12 @@ class Session:
         self._say("done")
 
 
+# torch.compile: the window starts after this many steps without a new compile, and warm-up (and the
+# sizing step) grows by at most MAX_COMPILE_WARMUP steps for it (a frame recompiling every step would
+# otherwise never let the window start; it is then measured, and reported, as it is)
+QUIET_STEPS_AFTER_COMPILE = 2
+MAX_COMPILE_WARMUP = 10
+
 # bytes of uncompressed trace per recorded event (an op with its input shapes), and per Python call when
 # stacks are recorded (its python_function event and those of the builtins it calls); measured on an
 # op-heavy step (LSTMCell over 999 time steps: 131k events, 61 MB) and on the samples
@@ -390,6 +426,7 @@ class _Sizer:
     def start(self) -> None:
         from torch.profiler import ProfilerActivity, profile
         torch = self.session.torch
+        self.calls = 0
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         try:
             self.prof = profile(activities=activities)

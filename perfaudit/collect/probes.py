@@ -99,6 +99,8 @@ class Probes:
         self._sync_debug = None
         self.on_batch = lambda: None
         self.before_batch = lambda: None
+        from .compile_probe import CompileProbe
+        self.compile = CompileProbe()
 
     # -- installation ------------------------------------------------------------------------
     def install(self) -> None:
@@ -149,6 +151,7 @@ class Probes:
                 self._guard_spawn(tmp, name)
         _wrap(torch.optim.lr_scheduler.LRScheduler, "__init__", lambda a, k: self.schedulers.append(
             {"site": user_site(3), "class": type(a[0]).__name__}))
+        self.compile.install()
 
     def _neutralise_profilers(self) -> None:
         """A profiler the script starts itself (torch.profiler, the legacy autograd profiler,
@@ -429,6 +432,7 @@ class Probes:
             "sync_debug": [{"path": p, "line": l, "count": n} for (p, l), n in self.sync_debug.items()],
             "module_order": self.module_order[:200],
             "startup": self.startup,
+            "compile": self.compile.snapshot(),
             "executed_lines": [{"path": p, "line": l, "count": n} for (p, l), n in self.executed.items()],
             "environment": environment(),
         }

@@ -74,7 +74,14 @@ class _Evaluation:
 def _site_passes(ev: _Evaluation, site_values: dict, site: Site) -> bool:
     for clause in ev.rule.spec.get("evidence", {}).get("where", []):
         field = clause["field"]
-        left = site.exact if field == "exact" else site_values[field]
+        if field == "exact":
+            left = site.exact
+        elif field.startswith("extra."):  # a figure of the fact's own (compile.recompiles: recompiles)
+            left = site.extra.get(field[len("extra."):])
+            if left is None:
+                return False
+        else:
+            left = site_values[field]
         if not _OPS[clause["op"]](left, ev.value(clause["value"])):
             return False
     return True
@@ -161,6 +168,8 @@ def _cost(ev: _Evaluation, step_ms: float) -> Cost:
         if isinstance(value, (int, float)):
             ms = value * ev.value(spec["per_unit_us"]) / 1000.0 if "per_unit_us" in spec else float(value)
             ms *= ev.value(spec.get("scale", 1.0))
+    if spec.get("unknown_when_zero") and not ms:
+        ms = None
     estimated = spec.get("estimated", False)
     if isinstance(estimated, dict):
         estimated = ev.holds_optional(estimated)

@@ -64,6 +64,7 @@ RULE_SCHEMA = {
                 "per_unit_us": _VALUE,
                 "scale": _VALUE,
                 "estimated": {"oneOf": [{"type": "boolean"}, _CONDITION]},
+                "unknown_when_zero": {"type": "boolean"},  # nothing measured is no cost figure, not 0 ms
             },
         },
         "fix": {"type": "string", "minLength": 1},

@@ -52,6 +52,8 @@ def _header(report: Report) -> Panel:
             parts = [f"{label} {gpu[key]:.2f} ms ({100 * gpu[key] / gpu['step']:.0f}%)"
                      for key, label in _GPU_PHASES if gpu.get(key, 0) > 0.005 * gpu["step"]]
             grid.add_row("GPU time", ", ".join(parts) + f"; busy {gpu['busy_pct']:.0f}%")
+        if t.compile:
+            grid.add_row("compile", compile_text(t.compile))
         env = t.environment
         if env:
             grid.add_row("environment", f"torch {env.get('torch')}, CUDA {env.get('cuda') or '-'}, "
@@ -63,6 +65,15 @@ def _header(report: Report) -> Panel:
     if outcome:
         grid.add_row("outcome", Text(outcome, style="bold red"))
     return Panel(grid, title="perfaudit", title_align="left")
+
+
+def compile_text(c: dict) -> str:
+    """torch.compile's time, kept apart from the step time."""
+    text = (f"{c['before_s']:.2f} s compiling before the window ({c['graphs']} graph(s) in {c['frames']} "
+            f"frame(s)), {c['window_s']:.2f} s inside it")
+    if c.get("warmup_added"):
+        text += f"; warm-up ran {c['warmup_added']} more step(s) until compiling stopped"
+    return text
 
 
 def verified_text(v: dict) -> str:

@@ -47,6 +47,7 @@ def to_dict(report: Report) -> dict:
             "step_ms": first.step_ms if first else None,
             "breakdown_ms": first.breakdown if first else None,
             "gpu_breakdown_ms": first.gpu_breakdown if first else None,
+            "compile": first.compile if first else None,
             "torch": env.get("torch"),
             "environment": env,
             "traces": [{"path": t.path, "device": t.device, "rank": t.rank, "steps": t.steps,

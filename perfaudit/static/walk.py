@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..calls import call_name, creates_on_host
+from .compiled import graph_breaks_in_compiled
 from .registry import CHECKS, Hit, Scope
 
 _LOOPS = (ast.For, ast.While, ast.AsyncFor)
@@ -98,4 +99,5 @@ class Walker(ast.NodeVisitor):
 def check_tree(tree: ast.AST) -> list[Hit]:
     walker = Walker(training_functions(tree))
     walker.visit(tree)
+    walker.hits += graph_breaks_in_compiled(tree)  # needs the whole module: which functions are compiled
     return sorted({(h.rule, h.line): h for h in walker.hits}.values(), key=lambda h: (h.line, h.rule))
