@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -12,12 +13,13 @@ from . import gate
 from .collect.runner import RunOptions, RunResult, run_script
 from .engine.evaluate import evaluate
 from .engine.loader import Rule, load_rules
-from .errors import TraceError, UsageError
+from .errors import LaunchError, TraceError, UsageError
 from .facts import Context, Missing
 from .facts.ranks import rank_stats
 from .findings import Finding, Report, Skipped, TraceSummary, rank
 from .gate import GateOptions
 from .outcome import Outcome
+from .outcome import describe as describe_outcome
 from .trace import Trace, load_trace
 
 _TRACE_PATTERNS = ("*.json", "*.json.gz")
@@ -41,6 +43,9 @@ def expand_trace_paths(paths: list[str]) -> list[tuple[str, bool]]:
     if not out:
         raise UsageError("no trace files given")
     return out
+
+
+_OWN_FILES = re.compile(r"^(rank\d+\.)?result\.json$")
 
 
 def looks_like_trace(path: str) -> bool:
@@ -175,7 +180,8 @@ def _analyze_all(paths: list[str], rules: list[Rule], source_roots: tuple[str, .
     items = []
     for path, in_folder in expand_trace_paths(paths):
         if in_folder and not looks_like_trace(path):
-            notes.append(f"skipped {path}: not a profiler trace")
+            if not _OWN_FILES.search(os.path.basename(path)):  # perfaudit's own files in a run folder: quietly
+                notes.append(f"skipped {path}: not a profiler trace")
         else:
             items.append((path, in_folder))
     if jobs is None and sum(_size(p) for p, _ in items) < PARALLEL_FROM_BYTES:
@@ -210,15 +216,22 @@ def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tup
     rules = rules if rules is not None else load_rules()
     report = Report([], [], [])
     results = _analyze_all(paths, rules, source_roots, jobs, report.notes)
+    _combine(report, results, rules, source_roots)
+    if len(results) == 1 and results[0].probes_meta:  # recorded by `perfaudit run`: the same report again
+        script, outcome = results[0].probes_meta.get("script"), results[0].probes_meta.get("outcome")
+        report.script = script if isinstance(script, str) else None
+        report.outcome = outcome if isinstance(outcome, dict) else None
+    return gate.finalize(report, gate_options or GateOptions(), rules=rules)
+
+
+def _combine(report: Report, results: list[_TraceResult], rules: list[Rule], source_roots: tuple[str, ...]) -> None:
+    """Each trace's findings into one report; for several ranks, merged across them, with the job's
+    own rules (the straggler) on their figures."""
     for result in results:
         report.findings.extend(result.findings)
         report.skipped.extend(s for s in result.skipped if s not in report.skipped)
         report.traces.append(result.summary)
         report.notes.extend(n for n in result.notes if n not in report.notes)
-    if len(results) == 1 and results[0].probes_meta:  # recorded by `perfaudit run`: the same report again
-        script, outcome = results[0].probes_meta.get("script"), results[0].probes_meta.get("outcome")
-        report.script = script if isinstance(script, str) else None
-        report.outcome = outcome if isinstance(outcome, dict) else None
     if len(results) > 1:
         report.findings = _merge_across_traces(report.findings, {t.path: t.rank for t in report.traces})
         job = Context(None, {}, source_roots, job=[r.rank_stats for r in results])
@@ -230,7 +243,6 @@ def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tup
             report.straggler = job.get("job.imbalance")
         except Missing:
             pass
-    return gate.finalize(report, gate_options or GateOptions(), rules=rules)
 
 
 def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] | None = None,
@@ -241,6 +253,8 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
     from .static import lint as lint_paths
     rules = rules if rules is not None else load_rules()
     result = run_script(script, args, options, on_progress)
+    if options.launch:
+        return _audit_job(script, result, rules, gate_options, command)
     trace = None
     notes = []
     if result.trace_path:
@@ -276,6 +290,49 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
     report = gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
     _write_html(report, rules)
     return report
+
+
+def _audit_job(script: str, result: RunResult, rules: list[Rule], gate_options: GateOptions | None,
+               command: str | None) -> Report:
+    """A run under torchrun: every rank's trace analysed (in parallel processes), merged into the job's
+    report as `perfaudit analyze RUN_FOLDER` would, with what happened to each rank."""
+    from .static import lint as lint_paths
+    if not result.rank_outcomes and result.stop_signal is None:
+        raise LaunchError(f"torchrun could not start the job: {_last_error(result.log_path)} "
+                          f"(its output: {result.log_path})")
+    report = Report([], [], [], script=result.script, outcome=result.outcome, run_dir=result.run_dir,
+                    stop_signal=result.stop_signal, command=command)
+    roots = (os.path.dirname(result.script), os.getcwd())
+    if result.rank_traces:
+        try:
+            _combine(report, _analyze_all(result.rank_traces, rules, roots, None, report.notes), rules, roots)
+        except (TraceError, UsageError) as exc:
+            report.notes.append(f"the recorded traces could not be read: {exc}")
+    failed = result.outcome.get("failed_ranks") or []
+    for rank in failed:
+        said = describe_outcome(result.rank_outcomes.get(rank))
+        report.notes.append(f"rank {rank}: {said or 'did not finish its window'}")
+    unmeasured = [r for r in result.outcome.get("unmeasured_ranks") or [] if r not in failed]
+    if unmeasured:
+        report.notes.append(f"rank(s) {', '.join(map(str, unmeasured))} never reached the measured window "
+                            "(uneven data, or stopped when another rank failed)")
+    if not result.rank_traces:
+        report.notes.append(_no_trace_reason(result))
+    gate.merge_static(report, lint_paths([script], rules))
+    report = gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
+    _write_html(report, rules)
+    return report
+
+
+def _last_error(log_path: str) -> str:
+    """The last line of the launcher's output that names an error, else its last line."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = [l.strip() for l in f.read()[-(64 << 10):].splitlines() if l.strip()]
+    except OSError:
+        return "no output"
+    errors = [l for l in lines if re.search(r"(Error|Exception|error:)", l)]
+    return (errors or lines or ["no output"])[-1][:300]
 
 
 def _write_html(report: Report, rules: list[Rule]) -> None:

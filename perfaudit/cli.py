@@ -254,6 +254,16 @@ def run(
     stack: Annotated[bool, typer.Option("--stack/--no-stack", help="Record Python stacks (needed for file:line).")] = True,
     allow_no_training: Annotated[bool, typer.Option(
         "--allow-no-training", help="Let the gate pass a run that never reached a training step.")] = False,
+    nproc_per_node: Annotated[Optional[str], typer.Option(
+        "--nproc-per-node", help="Run under torchrun with this many processes per node (one report for the job).",
+        rich_help_panel="torchrun")] = None,
+    nnodes: Annotated[Optional[str], typer.Option(help="torchrun --nnodes.", rich_help_panel="torchrun")] = None,
+    node_rank: Annotated[Optional[int], typer.Option(help="torchrun --node-rank.", rich_help_panel="torchrun")] = None,
+    rdzv_endpoint: Annotated[Optional[str], typer.Option(help="torchrun --rdzv-endpoint.", rich_help_panel="torchrun")] = None,
+    rdzv_backend: Annotated[Optional[str], typer.Option(help="torchrun --rdzv-backend.", rich_help_panel="torchrun")] = None,
+    rdzv_id: Annotated[Optional[str], typer.Option(help="torchrun --rdzv-id.", rich_help_panel="torchrun")] = None,
+    master_addr: Annotated[Optional[str], typer.Option(help="torchrun --master-addr.", rich_help_panel="torchrun")] = None,
+    master_port: Annotated[Optional[int], typer.Option(help="torchrun --master-port.", rich_help_panel="torchrun")] = None,
     fmt: FormatOpt = None, output: OutputOpt = None, fail_on: FailOnOpt = None, config: ConfigOpt = None,
     select: SelectOpt = None, ignore: IgnoreOpt = None, baseline: BaselineOpt = None,
     baseline_write: BaselineWriteOpt = None, rules_dir: RulesDirOpt = None, verbose: VerboseOpt = False,
@@ -266,6 +276,11 @@ def run(
     cfg.allow_no_training = cfg.allow_no_training or allow_no_training
     needs = set().union(*(r.needs() for r in rules)) if rules else set()
     options = _run_options(cfg, needs, warmup, steps, full, timeout, out_dir, stack)
+    launch = {"--nproc-per-node": nproc_per_node, "--nnodes": nnodes, "--node-rank": node_rank,
+              "--rdzv-endpoint": rdzv_endpoint, "--rdzv-backend": rdzv_backend, "--rdzv-id": rdzv_id,
+              "--master-addr": master_addr, "--master-port": master_port}
+    if any(v is not None for v in launch.values()):  # torchrun's own options, passed through
+        options.launch = [item for key, value in launch.items() if value is not None for item in (key, str(value))]
     with _status(f"running {script} …", quiet) as status:
         report = audit(script, args or [], options, rules, _progress(status, script), setup.gate, _command())
     extra = 128 + report.stop_signal if report.stop_signal else EXIT_SCRIPT_FAILED if report.script_failed else None

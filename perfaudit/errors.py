@@ -23,3 +23,9 @@ class TraceError(PerfauditError):
 
 class RuleError(PerfauditError):
     """A rule file that does not load or validate."""
+
+
+class LaunchError(PerfauditError):
+    """torchrun could not start the job (bad options, rendezvous failure): no rank ran the script."""
+
+    exit_code = EXIT_SCRIPT_FAILED

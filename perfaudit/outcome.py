@@ -39,6 +39,9 @@ def describe(outcome: dict | None) -> str | None:
     """One line saying what happened to the script, or None when the window completed normally."""
     if not outcome:
         return None
+    if outcome.get("rank") is not None and outcome.get("failed_ranks"):  # a torchrun job: the rank that failed
+        inner = describe({k: v for k, v in outcome.items() if k not in ("rank", "failed_ranks")})
+        return f"rank {outcome['rank']}: {inner}" if inner else None
     kind = Outcome.of(outcome)
     steps = outcome.get("steps_recorded")
     seen = f" after {steps} recorded step(s)" if steps is not None else ""

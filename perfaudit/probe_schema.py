@@ -54,6 +54,11 @@ PROBE_FIELDS: dict[str, dict] = {
                                                    "compile_id": {"type": ["string", "null"]}}),
         "limit_hits": _list_of({"message": {"type": "string"}}, {"compile_id": {"type": ["string", "null"]}}),
         "timed_by_callbacks": {"type": "boolean"}}}]},
+    "ddp": _list_of({"site": _SITE, "sync_forwards": _INT, "window_sync_forwards": _INT},
+                    {"nosync_forwards": _INT, "window_nosync_forwards": _INT,
+                     "find_unused_parameters": {"type": "boolean"}, "gradient_as_bucket_view": {"type": "boolean"},
+                     "backend": {"type": "string"}, "unused_parameter_size": _OPT_INT,
+                     "param_device": {"type": ["string", "null"]}, "param_bytes": _INT, "params_without_grad": _INT}),
     "executed_lines": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "count": _INT}),
     "environment": {"type": "object", "properties": {
         "torch": {"type": ["string", "null"]}, "cpu_count": _OPT_INT, "cuda_available": {"type": "boolean"},

@@ -67,6 +67,13 @@ def sample_report(run_dir):
 
 
 @pytest.fixture(scope="session")
+def job_report(run_dir):
+    """report(script path under the repo, nproc) -> the JSON report of `perfaudit run --nproc-per-node`
+    (torchrun, gloo on the CPU; cached)."""
+    return lambda script, nproc: _run_json("run", str(ROOT / script), run_dir, ("--nproc-per-node", str(nproc)))
+
+
+@pytest.fixture(scope="session")
 def trace_report(run_dir):
     """report(relative trace path under shared/) -> the JSON report of `perfaudit analyze` (cached)."""
     def get(rel: str) -> dict:

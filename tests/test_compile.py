@@ -51,6 +51,20 @@ def test_clean_compiled_model_reports_neither_and_shows_compile_time_apart(sampl
     assert "compiling before the window" in shown.stdout and "0.00 s inside it" in shown.stdout
 
 
+def test_fuse_and_util_say_whether_torch_compile_is_the_fix(trace_report):
+    """On a GPU trace with no compiled region, the rules that torch.compile answers say it is the fix."""
+    report = trace_report("../shared/traces/hta/negative_queue_a100_rank0.json.gz")
+    [fuse] = _rule(report, "FUSE001")
+    assert any("Nothing in the measured steps ran compiled code" in n for n in fuse["notes"])
+
+
+def test_html_report_shows_compile_time_apart(run_dir, sample_report, tmp_path):
+    sample_report("compile_break_bad.py")
+    out = tmp_path / "r.html"
+    perfaudit("analyze", f"{run_dir}/compile_break_bad/trace.json.gz", "-f", f"html={out}")
+    assert "compiling before the window" in out.read_text()
+
+
 def test_compile_probe_snapshot_matches_its_description(sample_report, run_dir):
     for name in ("compile_break_bad", "compile_recompile_bad", "compile_good"):
         sample_report(f"{name}.py")

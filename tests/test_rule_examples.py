@@ -14,8 +14,10 @@ EXAMPLES = [pytest.param(rule, ex, id=f"{rule.id}-{ex.target}")
 
 
 @pytest.mark.parametrize("rule,example", EXAMPLES)
-def test_rule_example(rule, example, sample_report, trace_report):
-    if example.script:
+def test_rule_example(rule, example, sample_report, trace_report, job_report):
+    if example.nproc:  # a DDP sample: under torchrun, one report for the job
+        report = job_report(example.script, example.nproc)
+    elif example.script:
         report = sample_report(example.script.split("/")[-1])
     else:
         report = trace_report(example.trace)

@@ -57,6 +57,25 @@ def test_invalid_utf8_in_names(tmp_path):
     assert any(e.name.startswith("k") for e in trace.device)
 
 
+def test_bare_quotes_in_names_as_torch_2_9_writes_them(tmp_path):
+    """torch 2.9 exports a Python frame of a code object named `""` as `"name": "f.py(0): """"`."""
+    lines = ['{"traceEvents": [',
+             '  {',
+             '    "ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,',
+             '    "ts": 10, "dur": 5',
+             '  },',
+             '  {',
+             '    "ph": "X", "cat": "python_function", "name": "torch/export/_trace.py(0): """", "pid": 1, "tid": 1,',
+             '    "ts": 9, "dur": 7',
+             '  }',
+             ']}']
+    path = tmp_path / "bare-quotes.json.gz"
+    path.write_bytes(gzip.compress("\n".join(lines).encode()))
+    trace = load_trace(str(path))
+    assert [e.name for e in trace.host] == ["aten::mm"]
+    assert [e.name for e in trace.python] == ['torch/export/_trace.py(0): """']  # the quotes kept
+
+
 def test_top_level_list_format(tmp_path):
     path = tmp_path / "list.json"
     path.write_text(json.dumps(OLD_GENERATION))

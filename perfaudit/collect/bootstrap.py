@@ -74,7 +74,11 @@ class Session:
         self.steps_ended = 0         # every step the detector saw end, before the window too
         self.compile_warmup = 0      # warm-up steps added because the step was still compiling
         self.sizing_retries = 0
-        self._progress = open(os.path.join(self.run_dir, "progress.jsonl"), "a", buffering=1)
+        self.rank = launched_rank()  # under torchrun: every rank writes rank<R>.* files in the run folder
+        self._progress = open(self._path("progress.jsonl"), "a", buffering=1)
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.run_dir, name if self.rank is None else f"rank{self.rank}.{name}")
 
     # -- progress ------------------------------------------------------------------------------
     def _say(self, phase: str, **extra) -> None:
@@ -329,7 +333,7 @@ class Session:
         self._write_result(result, trace_path)
 
     def _export(self, result: dict) -> str | None:
-        plain = os.path.join(self.run_dir, "trace.json")
+        plain = self._path("trace.json")
         final = plain + ".gz"
         try:
             self.prof.export_chrome_trace(plain)
@@ -351,6 +355,8 @@ class Session:
     def _meta(self, result: dict) -> dict:
         return {
             "version": 1,
+            "rank": self.rank,
+            "world_size": int(os.environ["WORLD_SIZE"]) if self.rank is not None and "WORLD_SIZE" in os.environ else None,
             "script": os.path.abspath(self.script),
             "argv": sys.argv[1:],
             "cwd": os.getcwd(),
@@ -372,10 +378,10 @@ class Session:
                "optimizers_built": self.detector.optimizers_built}
         if self.prof is None:
             out["probes"] = self.probes.snapshot()
-        tmp = os.path.join(self.run_dir, "result.json.tmp")
+        tmp = self._path("result.json.tmp")
         with open(tmp, "w") as f:
             json.dump(out, f, default=str)
-        os.replace(tmp, os.path.join(self.run_dir, "result.json"))
+        os.replace(tmp, self._path("result.json"))
 
     def finish(self, result: dict) -> None:
         """Called once whatever happened: close the window if still open, then record the outcome."""
@@ -389,7 +395,7 @@ class Session:
         if not self.window_closed:
             self._close_window(result)
         else:
-            path = os.path.join(self.run_dir, "result.json")
+            path = self._path("result.json")
             with open(path) as f:
                 previous = json.load(f)
             if result["outcome"] not in (Outcome.COMPLETED, Outcome.WINDOW_COMPLETE):
@@ -447,6 +453,16 @@ class _Sizer:
                 events = 0
             self.prof = None
         return events, self.calls
+
+
+def launched_rank() -> int | None:
+    """This process's rank when torchrun (torch.distributed.run) started it, else None."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ and "LOCAL_RANK" not in os.environ:
+        return None
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return None
 
 
 def _role(optimizer) -> tuple:
@@ -533,6 +549,10 @@ def main() -> None:
     except BaseException as exc:  # the user's script failed: keep what was recorded
         result = _describe_exception(exc)
     session.finish(result)
+    job = config.get("job_report")
+    if job and session.rank == 0:  # `torchrun -m perfaudit.launch`: rank 0 reports on the whole job
+        from ..launch import job_report
+        job_report(config["run_dir"], job["world_size"])
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # skip interpreter teardown of a half-finished training script; the runner cleans up

@@ -152,6 +152,58 @@ class Probes:
         _wrap(torch.optim.lr_scheduler.LRScheduler, "__init__", lambda a, k: self.schedulers.append(
             {"site": user_site(3), "class": type(a[0]).__name__}))
         self.compile.install()
+        self._watch_ddp()
+
+    # -- DistributedDataParallel: its options, and how often its forward asks for gradient sync --------
+    def _watch_ddp(self) -> None:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        probes = self
+        self.ddp: list[dict] = []
+
+        def record(args, kwargs):
+            model = args[0]
+            self.ddp.append({"site": user_site(3), "_ref": weakref.ref(model), "sync_forwards": 0,
+                             "nosync_forwards": 0, "window_sync_forwards": 0, "window_nosync_forwards": 0})
+            model._perfaudit_ddp = len(self.ddp) - 1
+
+        _wrap(DDP, "__init__", record)
+        original_forward = DDP.forward
+
+        @functools.wraps(original_forward)
+        def forward(model, *args, **kwargs):
+            try:
+                info = probes.ddp[model._perfaudit_ddp]
+                sync = "sync_forwards" if model.require_backward_grad_sync else "nosync_forwards"
+                info[sync] += 1
+                if probes.window_step() is not None:
+                    info["window_" + sync] += 1
+            except Exception:
+                pass
+            return original_forward(model, *args, **kwargs)
+
+        DDP.forward = forward
+
+    def _ddp_snapshot(self) -> list[dict]:
+        out = []
+        for info in getattr(self, "ddp", []):
+            entry = {k: v for k, v in info.items() if not k.startswith("_")}
+            model = info["_ref"]()
+            if model is not None:
+                try:  # DDP's own record: options, backend, and the parameters that got no gradient
+                    data = model._get_ddp_logging_data()
+                    entry.update(find_unused_parameters=bool(data.get("find_unused_parameters")),
+                                 gradient_as_bucket_view=bool(data.get("gradient_as_bucket_view")),
+                                 backend=str(data.get("backend_name", "")),
+                                 unused_parameter_size=data.get("unused_parameter_size"))
+                except Exception:
+                    entry.update(find_unused_parameters=bool(getattr(model, "find_unused_parameters", False)),
+                                 gradient_as_bucket_view=bool(getattr(model, "gradient_as_bucket_view", False)))
+                params = [p for p in model.parameters() if p.requires_grad]
+                entry["param_device"] = params[0].device.type if params else None
+                entry["param_bytes"] = sum(p.numel() * p.element_size() for p in params)
+                entry["params_without_grad"] = sum(1 for p in params if p.grad is None)
+            out.append(entry)
+        return out
 
     def _neutralise_profilers(self) -> None:
         """A profiler the script starts itself (torch.profiler, the legacy autograd profiler,
@@ -433,6 +485,7 @@ class Probes:
             "module_order": self.module_order[:200],
             "startup": self.startup,
             "compile": self.compile.snapshot(),
+            "ddp": self._ddp_snapshot(),
             "executed_lines": [{"path": p, "line": l, "count": n} for (p, l), n in self.executed.items()],
             "environment": environment(),
         }

@@ -53,8 +53,8 @@ def make_run_dir(out_dir: str | None, keep_runs: int = 10) -> str:
         if os.path.isdir(base) and os.listdir(base) and not is_run_dir(base):
             base = os.path.join(base, f"perfaudit-run-{_stamp()}")  # the user's folder: never overwrite
         _writable(base)
-        for name in OWN_FILES:  # an earlier run in the same folder: start clean
-            if os.path.isfile(os.path.join(base, name)):
+        for name in os.listdir(base) if os.path.isdir(base) else ():  # an earlier run here: start clean
+            if name in OWN_FILES or (name.startswith("rank") and name.split(".", 1)[-1] in OWN_FILES):
                 os.remove(os.path.join(base, name))
     _mark(base)
     return os.path.abspath(base)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..outcome import Outcome
+from ..outcome import Outcome, is_failure
 from .rundir import make_run_dir, path_aliases, remove_aliases
 
 GRACE_SECONDS = 20          # how long a signalled child gets to write what it recorded
@@ -44,6 +45,9 @@ class RunOptions:
     mode: str = "profile"
     seed: int | None = None
     patched: dict[str, str] = field(default_factory=dict)
+    # torchrun's options (`--nproc-per-node 2`, `--nnodes`, `--rdzv-endpoint` …): the script runs under
+    # torch.distributed.run, one bootstrap per rank, each writing rank<R>.* files in the run folder
+    launch: list[str] | None = None
 
 
 @dataclass
@@ -56,6 +60,8 @@ class RunResult:
     probes: dict = field(default_factory=dict)  # only when no trace was written
     timing: dict | None = None         # a timing run (verify): step times and losses
     stop_signal: int | None = None     # the signal that stopped perfaudit (SIGINT, SIGTERM, SIGHUP)
+    rank_traces: list[str] = field(default_factory=list)     # under torchrun: each rank's trace
+    rank_outcomes: dict[int, dict] = field(default_factory=dict)  # what happened to each rank
 
     @property
     def interrupted(self) -> bool:
@@ -134,13 +140,16 @@ def run_script(script: str, args: list[str], options: RunOptions,
               "path_aliases": aliases, "mode": options.mode, "seed": options.seed, "patched": options.patched,
               "run_as": next((a for a, real in aliases.items() if real == script_path), None)}
     log_path = os.path.join(run_dir, "script.log")
-    progress_path = os.path.join(run_dir, "progress.jsonl")
+    progress_path = os.path.join(run_dir, "rank0.progress.jsonl" if options.launch else "progress.jsonl")
     env = dict(os.environ, PYTHONUNBUFFERED="1", PERFAUDIT_CONFIG=json.dumps(config))
     if options.seed is not None:
         env["PYTHONHASHSEED"] = str(options.seed)
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, "-m", "perfaudit.collect.bootstrap", script, *args]
+    if options.launch:  # PyTorch's own launcher starts the ranks; each runs the bootstrap
+        cmd = [sys.executable, "-m", "torch.distributed.run", *options.launch, "-m", "perfaudit.collect.bootstrap",
+               script, *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, env=env)
     logger = threading.Thread(target=_copy_capped, args=(proc.stdout, log_path), daemon=True)
@@ -149,7 +158,10 @@ def run_script(script: str, args: list[str], options: RunOptions,
     logger.join(5)
     if alias_dir:
         remove_aliases(alias_dir)
-    result = _collect(script_path, run_dir, log_path, proc.returncode, stop_signal, timed_out, options)
+    if options.launch:
+        result = _collect_ranks(script_path, run_dir, log_path, proc.returncode, stop_signal, timed_out, options)
+    else:
+        result = _collect(script_path, run_dir, log_path, proc.returncode, stop_signal, timed_out, options)
     site = result.outcome.get("site")
     for alias, real in aliases.items():  # an exception's line, as the user knows the file
         if isinstance(site, dict) and str(site.get("path", "")).startswith(alias):
@@ -210,14 +222,14 @@ def _supervise(proc, options: RunOptions, progress_path: str, on_progress) -> tu
     return stop_signal, timed_out
 
 
-def _salvage_trace(run_dir: str) -> None:
+def _salvage_trace(run_dir: str, prefix: str = "") -> None:
     """A child killed while exporting leaves Kineto's temporary file or an unzipped trace: remove the
     former; keep the latter, gzipped, when it is complete (a usable trace, without perfaudit's probes)."""
     for leftover in ("trace.json.tmp", "result.json.tmp"):
-        path = os.path.join(run_dir, leftover)
+        path = os.path.join(run_dir, prefix + leftover)
         if os.path.exists(path):
             os.remove(path)
-    plain, final = os.path.join(run_dir, "trace.json"), os.path.join(run_dir, "trace.json.gz")
+    plain, final = os.path.join(run_dir, prefix + "trace.json"), os.path.join(run_dir, prefix + "trace.json.gz")
     if not os.path.exists(plain):
         return
     if not os.path.exists(final) and _complete_json(plain):
@@ -234,11 +246,11 @@ def _complete_json(path: str) -> bool:
         return f.read().rstrip().endswith(b"}")
 
 
-def _progress_record(run_dir: str) -> dict:
+def _progress_record(run_dir: str, prefix: str = "") -> dict:
     """What the progress file says was reached, for a child that died before writing result.json."""
     seen: dict = {}
     try:
-        with open(os.path.join(run_dir, "progress.jsonl")) as f:
+        with open(os.path.join(run_dir, prefix + "progress.jsonl")) as f:
             for line in f:
                 try:
                     event = json.loads(line)
@@ -277,3 +289,79 @@ def _collect(script: str, run_dir: str, log_path: str, returncode: int, stop_sig
     trace = result.get("trace") or os.path.join(run_dir, "trace.json.gz")
     return RunResult(script, run_dir, trace if os.path.exists(trace) else None, outcome,
                      log_path, result.get("probes", {}), timing=result.get("timing"), stop_signal=stop_signal)
+
+
+_RANK_FILE = re.compile(r"rank(\d+)\.progress\.jsonl$")
+_FINE = (Outcome.WINDOW_COMPLETE, Outcome.COMPLETED)
+
+
+_ROOT_RANK = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)(?:.*?\((SIG\w+)\))?", re.S)
+
+
+def _root_cause(log_path: str) -> dict | None:
+    """The 'Root Cause (first observed failure)' torchrun prints when a worker fails: its rank and how
+    it ended (an exit code, or the signal that killed it)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(os.path.getsize(log_path) - (64 << 10), 0))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    m = _ROOT_RANK.search(text)
+    if m is None:
+        return None
+    code = int(m.group(2))
+    out = {"rank": int(m.group(1))}
+    if code < 0 or m.group(3):
+        out["signal"] = m.group(3) or signal.Signals(-code).name
+    else:
+        out["exit_code"] = code
+    return out
+
+
+def _collect_ranks(script: str, run_dir: str, log_path: str, returncode: int, stop_signal: int | None,
+                   timed_out: bool, options: RunOptions) -> RunResult:
+    """Every rank that started (it wrote rank<R>.progress.jsonl): its outcome and its trace. The job's
+    outcome is the first failed rank's (named), else rank 0's; ranks that never reached the window
+    are named too."""
+    ranks = sorted(int(m.group(1)) for m in map(_RANK_FILE.match, os.listdir(run_dir)) if m)
+    outcomes, traces = {}, []
+    for rank in ranks:
+        prefix = f"rank{rank}."
+        _salvage_trace(run_dir, prefix)
+        record = {}
+        try:
+            with open(os.path.join(run_dir, prefix + "result.json")) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            pass
+        outcome = {k: v for k, v in record.items() if k not in ("probes", "trace", "timing")}
+        if not outcome:  # killed before it could write: what its progress file says it reached
+            outcome = {**_progress_record(run_dir, prefix), "outcome": Outcome.CRASHED,
+                       "exit_code": returncode}
+        outcomes[rank] = {**outcome, "rank": rank}
+        trace = os.path.join(run_dir, prefix + "trace.json.gz")
+        if os.path.exists(trace):
+            traces.append(trace)
+    root = _root_cause(log_path)  # torchrun names the first rank that failed, and how
+    if root and root["rank"] in outcomes and Outcome.of(outcomes[root["rank"]]) in (Outcome.CRASHED, None):
+        outcomes[root["rank"]].update({k: v for k, v in root.items() if k != "rank"}, outcome=Outcome.CRASHED)
+    failed = [r for r in ranks if Outcome.of(outcomes[r]) not in _FINE]
+    # the rank that failed first, as torchrun saw it, then ranks that failed on their own, then the
+    # ranks stopped because of them (a broken connection, the launcher's SIGTERM)
+    failed.sort(key=lambda r: (r != (root or {}).get("rank"), not is_failure(outcomes[r]), r))
+    if not ranks:
+        job = {"outcome": Outcome.CRASHED, "exit_code": returncode, "detail": "no rank started (rendezvous or "
+               "launcher failure: script.log has torchrun's message)"}
+    else:
+        job = dict(outcomes[failed[0]] if failed else outcomes[ranks[0]])
+    job["ranks"] = {str(r): str(outcomes[r].get("outcome")) for r in ranks}
+    job["failed_ranks"] = failed
+    job["unmeasured_ranks"] = [r for r in ranks if not outcomes[r].get("profiling_started")
+                               or (outcomes[r].get("steps_recorded") or 0) <= (outcomes[r].get("warmup") or 0)]
+    if timed_out:
+        job.update(outcome=Outcome.TIMEOUT, timeout_s=options.timeout)
+    elif stop_signal is not None:
+        job.update(outcome=Outcome.INTERRUPTED, by=signal.Signals(stop_signal).name)
+    return RunResult(script, run_dir, traces[0] if traces else None, job, log_path,
+                     stop_signal=stop_signal, rank_traces=traces, rank_outcomes=outcomes)

@@ -46,6 +46,7 @@ class Example:
     trace: str | None = None
     args: tuple[str, ...] = ()
     severity: str | None = None
+    nproc: int | None = None         # run under torchrun with this many processes (a DDP sample)
 
     @property
     def target(self) -> str:
@@ -77,7 +78,7 @@ class Rule:
                    spec["message"], spec["fix"],
                    Docs(docs["what"], docs["why"], docs["example"], docs["use_instead"], tuple(docs["references"])),
                    tuple(Example(e["expect"], e.get("script"), e.get("trace"), tuple(e.get("args", ())),
-                                 e.get("severity")) for e in spec["examples"]),
+                                 e.get("severity"), e.get("nproc")) for e in spec["examples"]),
                    path, spec.get("scope", "trace"), dict(spec.get("thresholds", {})), spec)
 
     @property

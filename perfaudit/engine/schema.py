@@ -92,6 +92,7 @@ RULE_SCHEMA = {
                 "args": {"type": "array", "items": {"type": "string"}},
                 "expect": {"enum": ["fire", "silent"]},
                 "severity": {"enum": ["info", "warning", "error"]},
+                "nproc": {"type": "integer", "minimum": 2},
             },
             "oneOf": [{"required": ["script"]}, {"required": ["trace"]}],
         }},

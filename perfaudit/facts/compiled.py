@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ..trace.nesting import innermost
 from .registry import Context, Missing, fact
 from .sites import Site, site_from_probe
 
@@ -41,29 +42,17 @@ def regions(ctx: Context) -> dict:
     trace = ctx.need_trace()
     regs = [e for e in trace.host if e.name.startswith(REGION) and ctx.step_of(e.ts) is not None]
     graph_calls = [e for e in trace.host if e.name.startswith(GRAPH_CALLS) and ctx.step_of(e.ts) is not None]
-    parent: dict[int, object] = {}
-    stacks: dict[tuple, list] = defaultdict(list)
-    for r in regs:  # sorted by (ts, -dur): a sweep with a stack per thread finds each region's parent
-        stack = stacks[(r.pid, r.tid)]
-        while stack and stack[-1].end < r.ts:
-            stack.pop()
-        if stack and stack[-1].end >= r.end:
-            parent[id(r)] = stack[-1]
-        stack.append(r)
+    parent = innermost(regs, regs)  # a resumed frame's region sits inside the frame that broke
     own = {id(r): r.dur for r in regs}
     for r in regs:
         if id(r) in parent:
             own[id(parent[id(r)])] -= r.dur
     by_region = {id(r): r for r in regs}
-    inside: dict[int, object] = {}
-    for g in graph_calls:  # each graph call's innermost region
-        best = None
-        for r in regs:
-            if r.pid == g.pid and r.tid == g.tid and r.ts <= g.ts and g.end <= r.end and (best is None or r.ts >= best.ts):
-                best = r
-        if best is not None:
-            inside[id(g)] = best
-            own[id(best)] -= g.dur
+    inside = innermost(regs, graph_calls)  # each graph call's innermost region
+    for g in graph_calls:
+        if id(g) in inside:
+            own[id(inside[id(g)])] -= g.dur
+
     def top(r):
         while id(r) in parent:
             r = parent[id(r)]

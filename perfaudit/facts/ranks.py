@@ -26,22 +26,39 @@ def _rank_stats(rank_ctx: Context) -> dict:
             "compute_ms": compute / n / 1000.0, "collective_ms": collective / n / 1000.0}
 
 
-def rank_stats(rank_ctx: Context) -> dict | None:
-    """One rank's figures for the job facts, or None for a trace without a rank, GPU or steps."""
+def _host_rank_stats(rank_ctx: Context) -> dict:
+    """A CPU job (gloo): collectives run on the host, in gloo's threads (`gloo:all_reduce`); a rank
+    waiting for a slower one spends that wait inside them. Compute is the rest of the step."""
     trace = rank_ctx.trace
-    if trace is None or trace.rank is None or not trace.has_gpu:
+    calls = [e for e in trace.host if _COLLECTIVE.search(e.name)]
+    collective = step_total = 0.0
+    for step in rank_ctx.steps:
+        inside = [(e.ts, e.end) for e in calls if e.end > step.ts and e.ts < step.end]
+        collective += iv.total(iv.union(iv.clip(inside, step.ts, step.end)))
+        step_total += step.dur
+    n = len(rank_ctx.steps)
+    return {"rank": trace.rank, "path": trace.path, "step_ms": rank_ctx.step_ms,
+            "compute_ms": (step_total - collective) / n / 1000.0, "collective_ms": collective / n / 1000.0,
+            "device": "cpu"}
+
+
+def rank_stats(rank_ctx: Context) -> dict | None:
+    """One rank's figures for the job facts, or None for a trace without a rank or steps."""
+    trace = rank_ctx.trace
+    if trace is None or trace.rank is None:
         return None
     try:
-        return _rank_stats(rank_ctx)
+        return _rank_stats(rank_ctx) if trace.has_gpu else _host_rank_stats(rank_ctx)
     except (Missing, ZeroDivisionError):
         return None
 
 
-@fact("job.ranks", "Per rank (traces of one job): mean step, GPU compute and collective time (ms).")
+@fact("job.ranks", "Per rank (traces of one job): mean step, compute and collective time (ms): GPU kernels "
+                   "on a GPU job, host time in gloo collectives on a CPU job.")
 def job_ranks(ctx: Context) -> list[dict]:
     ranks = [r for r in (ctx.job or []) if r]
     if len({r["rank"] for r in ranks}) < 2:
-        raise Missing("needs GPU traces of at least two ranks of one job (perfaudit analyze DIR)")
+        raise Missing("needs the traces of at least two ranks of one job (perfaudit analyze DIR)")
     return sorted(ranks, key=lambda r: r["rank"])
 
 
@@ -51,7 +68,7 @@ def job_ranks(ctx: Context) -> list[dict]:
 def job_imbalance(ctx: Context) -> dict:
     ranks = ctx.get("job.ranks")
     if not any(r["collective_ms"] for r in ranks):
-        raise Missing("no collective kernels in the traces")
+        raise Missing("no collectives in the traces")
     slowest = min(ranks, key=lambda r: r["collective_ms"])
     others = [r for r in ranks if r is not slowest]
     waits = {r["rank"]: r["collective_ms"] - slowest["collective_ms"] for r in others}

@@ -147,5 +147,7 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
         console.print(Text(f"note: {note}", style="dim"))
     if report.run_dir:
         run_dir = shown(report.run_dir)
+        job = len(report.traces) > 1 or bool((report.outcome or {}).get("ranks"))
+        target = run_dir if job else f"{run_dir}/trace.json.gz"  # a job: every rank's trace
         console.print(Text(f"run folder: {run_dir}  (report.html to open; re-analyse: perfaudit analyze "
-                           f"{run_dir}/trace.json.gz)", style="dim"))
+                           f"{target})", style="dim"))

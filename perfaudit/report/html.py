@@ -11,7 +11,7 @@ from jinja2 import Environment
 from .. import __version__
 from ..engine.loader import Rule
 from ..findings import Finding, Report, TraceSummary
-from .console import describe_outcome, verified_text
+from .console import compile_text, describe_outcome, verified_text
 
 HOST_PHASES = (("data", "data", "#e4a03c"), ("forward", "forward", "#4c78a8"), ("backward", "backward", "#72b7b2"),
                ("optimizer", "optimizer", "#b279a2"), ("other", "other", "#bab0ac"))
@@ -85,7 +85,8 @@ def _finding_view(f: Finding, top_ms: float, rules: dict[str, Rule]) -> dict:
 
 def _trace_view(t: TraceSummary) -> dict:
     return {"t": t, "host": _stacked(t.per_step, HOST_PHASES, "total"),
-            "gpu": _stacked(t.gpu_per_step, GPU_PHASES, "step")}
+            "gpu": _stacked(t.gpu_per_step, GPU_PHASES, "step"),
+            "compile": compile_text(t.compile) if t.compile else None}
 
 
 def render(report: Report, rules: list[Rule]) -> str:

@@ -97,4 +97,5 @@ class Trace:
         info = self.meta.get("distributedInfo")
         if isinstance(info, dict) and isinstance(info.get("rank"), int):
             return info["rank"]
-        return None
+        rank = self.probes.get("rank") if isinstance(self.probes, dict) else None  # perfaudit run under torchrun
+        return rank if isinstance(rank, int) and not isinstance(rank, bool) else None

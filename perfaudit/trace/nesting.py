@@ -32,14 +32,12 @@ def enclosing(containers: list[Event], queries: list[Event]) -> Iterator[tuple[E
             while i < len(outer) and outer[i].ts <= q.ts:
                 e = outer[i]
                 i += 1
-                if e is q:
-                    continue
                 while stack and stack[-1].end < e.ts:
                     stack.pop()
-                stack.append(e)
+                stack.append(e)  # q itself too, when it is a container: it may enclose later queries
             while stack and stack[-1].end < q.ts:
                 stack.pop()
-            yield q, stack
+            yield q, ([e for e in stack if e is not q] if any(e is q for e in stack) else stack)
 
 
 def innermost(containers: list[Event], queries: list[Event]) -> dict[int, Event]:

@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import os
+import re
 import zlib
 from operator import attrgetter
 
@@ -39,24 +40,49 @@ _names: dict[str, str] = {}  # one string object per distinct event name
 _HEAD_LIMIT = 64 << 20  # metadata before traceEvents larger than this is not a Kineto trace
 
 
-class _Utf8Repair(io.RawIOBase):
-    """A byte stream with invalid UTF-8 replaced (torch 2.13 writes some in event names)."""
+# Kineto writes each event's name on one line, followed by its pid: `"name": "...", "pid": `
+_NAME_LINE = re.compile(rb'^(\s*"ph": "X", "cat": "[^"]*", "name": ")(.*)(", "pid": .*)$')
+_BARE_QUOTE = re.compile(rb'(?<!\\)"')
+
+
+def _escape_name(line: bytes) -> bytes:
+    """Escape quotes left bare inside an event name (torch 2.9 writes `"name": "f.py(0): """"`)."""
+    m = _NAME_LINE.match(line)
+    if m is None or b'"' not in m.group(2):
+        return line
+    return m.group(1) + _BARE_QUOTE.sub(rb'\\"', m.group(2)) + m.group(3)
+
+
+class _Repair(io.RawIOBase):
+    """A byte stream with what some torch versions write wrong put right: invalid UTF-8 replaced
+    (torch 2.13 writes some in event names) and bare quotes in event names escaped (torch 2.9)."""
 
     def __init__(self, raw):
         self._raw = raw
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._buf = b""
+        self._partial = b""  # a line not yet complete
 
     def readable(self):
         return True
 
-    def readinto(self, b):
+    def _fill(self) -> None:
         while not self._buf:
             chunk = self._raw.read(1 << 20)
             if not chunk:
-                self._buf = self._decoder.decode(b"", final=True).encode()
-                break
-            self._buf = self._decoder.decode(chunk).encode()
+                text = self._partial + self._decoder.decode(b"", final=True).encode()
+                self._buf, self._partial = (_escape_name(text) if text else b""), b""
+                return
+            text = self._partial + self._decoder.decode(chunk).encode()
+            cut = text.rfind(b"\n") + 1
+            self._partial = text[cut:]
+            lines = text[:cut]
+            if b'""' in lines:  # only lines with a doubled quote can hold a bare one
+                lines = b"\n".join(_escape_name(l) for l in lines.split(b"\n"))
+            self._buf = lines
+
+    def readinto(self, b):
+        self._fill()
         n = min(len(b), len(self._buf))
         b[:n] = self._buf[:n]
         self._buf = self._buf[n:]
@@ -221,9 +247,9 @@ class _Prepend(io.RawIOBase):
         return len(data)
 
 
-def _parse_once(path: str, repair_utf8: bool) -> Trace:
+def _parse_once(path: str, repair: bool) -> Trace:
     with _open(path) as f:
-        stream = _Utf8Repair(f) if repair_utf8 else f
+        stream = _Repair(f) if repair else f
         meta, head, prefix = _read_head(stream)
         trace = Trace(path=path, meta=meta)
         _events(io.BufferedReader(_Prepend(head, stream), 1 << 20), prefix, trace)
@@ -241,11 +267,12 @@ def _try_fast(path: str) -> Trace | None:
 def _parse_general(path: str) -> Trace:
     try:
         try:
-            return _parse_once(path, repair_utf8=False)
-        except ijson.JSONError as exc:
-            if "UTF8" not in str(exc) and "utf-8" not in str(exc).lower():
-                raise
-            return _parse_once(path, repair_utf8=True)
+            return _parse_once(path, repair=False)
+        except ijson.JSONError as first:
+            try:  # what a torch version is known to write wrong, put right; else the first error stands
+                return _parse_once(path, repair=True)
+            except ijson.JSONError:
+                raise first from None
     except TraceError:
         raise
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:

@@ -1,0 +1,87 @@
+"""Distributed jobs under torchrun (gloo on the CPU, two ranks): one report for the job, the straggler
+named, a failed rank named with nothing left running, the launcher's own failures in one line, and the
+`torchrun -m perfaudit.launch` form job scripts use."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from conftest import ROOT, perfaudit
+
+STRAGGLER = ROOT / "sample_scripts" / "distributed" / "ddp_straggler.py"
+
+
+def _strip(report: dict) -> list:
+    return sorted((f["rule"], f["severity"], f["message"]) for f in report["findings"])
+
+
+def test_straggler_is_named_with_the_wait_it_causes_and_analyze_agrees(tmp_path):
+    out = tmp_path / "job.json"
+    proc = perfaudit("run", "--nproc-per-node", "2", str(STRAGGLER), "--warmup", "2", "--steps", "3",
+                     "--out-dir", str(tmp_path / "run"), "-f", f"json={out}", env={"SLOW_RANK_DELAY": "0.03"})
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    report = json.loads(out.read_text())
+    assert {"rank0.trace.json.gz", "rank1.trace.json.gz"} <= set(os.listdir(tmp_path / "run"))
+    assert [t["rank"] for t in report["run"]["traces"]] == [0, 1]
+    [straggler] = [f for f in report["findings"] if f["rule"] == "RANK001"]
+    assert straggler["message"].startswith("Rank 1 of 2 is the straggler")
+    assert straggler["cost"]["ms_per_step"] > 15  # rank 0 waits for rank 1's 30 ms every step
+    again = tmp_path / "again.json"
+    perfaudit("analyze", str(tmp_path / "run"), "-f", f"json={again}")
+    assert _strip(json.loads(again.read_text())) == _strip(report)
+
+
+def test_a_rank_killed_mid_window_is_named_and_nothing_is_left_running(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal
+        import torch, torch.distributed as dist
+        from torch import nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        open(os.path.join({str(tmp_path)!r}, f"pid{{rank}}"), "w").write(str(os.getpid()))
+        model = DDP(nn.Linear(64, 8))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for step in range(1000):
+            if rank == 1 and step == 5:
+                os.kill(os.getpid(), signal.SIGKILL)
+            opt.zero_grad()
+            model(torch.randn(16, 64)).sum().backward()
+            opt.step()
+    """))
+    out = tmp_path / "job.json"
+    proc = perfaudit("run", "--nproc-per-node", "2", str(script), "--out-dir", str(tmp_path / "run"),
+                     "-f", f"json={out}")
+    assert proc.returncode == 3, proc.stdout
+    report = json.loads(out.read_text())
+    assert report["run"]["outcome"]["rank"] == 1 and report["run"]["outcome"]["signal"] == "SIGKILL"
+    assert any(n.startswith("rank 1: the script crashed (SIGKILL)") for n in report["notes"])
+    assert report["run"]["traces"][0]["rank"] == 0  # what rank 0 recorded is kept and reported
+    for pid in (int((tmp_path / f"pid{r}").read_text()) for r in (0, 1)):
+        assert not os.path.exists(f"/proc/{pid}"), f"process {pid} left running"
+
+
+def test_launcher_failure_is_one_line(tmp_path):
+    proc = perfaudit("run", "--nproc-per-node", "2", "--rdzv-backend", "nosuch", str(STRAGGLER),
+                     "--out-dir", str(tmp_path / "run"))
+    assert proc.returncode == 3
+    assert proc.stderr.strip().count("\n") == 0 and "torchrun could not start the job" in proc.stderr
+    assert "rendezvous backend 'nosuch'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_torchrun_module_form_writes_the_job_report(tmp_path):
+    """The one-line change for job scripts: `torchrun … -m perfaudit.launch train.py`."""
+    env = {**os.environ, "SLOW_RANK_DELAY": "0.03",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "-m", "perfaudit.launch", "--steps", "3", "--out-dir", str(tmp_path / "run"),
+                           str(STRAGGLER)], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert [t["rank"] for t in report["run"]["traces"]] == [0, 1]
+    assert any(f["rule"] == "RANK001" and f["message"].startswith("Rank 1") for f in report["findings"])
+    assert (tmp_path / "run" / "report.html").exists() and "straggler" in proc.stdout
