@@ -309,9 +309,9 @@ def _audit_job(script: str, result: RunResult, rules: list[Rule], gate_options: 
         except (TraceError, UsageError) as exc:
             report.notes.append(f"the recorded traces could not be read: {exc}")
     failed = result.outcome.get("failed_ranks") or []
-    for rank in failed:
-        said = describe_outcome(result.rank_outcomes.get(rank))
-        report.notes.append(f"rank {rank}: {said or 'did not finish its window'}")
+    for failed_rank in failed:
+        said = describe_outcome(result.rank_outcomes.get(failed_rank))
+        report.notes.append(f"rank {failed_rank}: {said or 'did not finish its window'}")
     unmeasured = [r for r in result.outcome.get("unmeasured_ranks") or [] if r not in failed]
     if unmeasured:
         report.notes.append(f"rank(s) {', '.join(map(str, unmeasured))} never reached the measured window "

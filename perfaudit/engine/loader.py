@@ -156,7 +156,8 @@ def _check_names(spec: dict, where: str) -> None:
             raise RuleError(f"{where}: unknown threshold '{value['threshold']}' (declare it under thresholds)")
     for clause in spec.get("evidence", {}).get("where", []):
         if clause["field"] not in SITE_FIELDS and not clause["field"].startswith("extra."):  # a fact's own figure
-            raise RuleError(f"{where}: evidence.where field '{clause['field']}' is not one of {sorted(SITE_FIELDS)} or extra.NAME")
+            raise RuleError(f"{where}: evidence.where field '{clause['field']}' is not one of "
+                            f"{sorted(SITE_FIELDS)} or extra.NAME")
     for key in ("sites",):
         name = spec.get("evidence", {}).get(key)
         if name and name not in FACTS:

@@ -1,13 +1,12 @@
 """A compiled text classifier the way many repos write one: argparse, a Trainer class, torch.compile on
-the model, a padding-aware mean pooling helper, a DataLoader of variable-length batches, a logging
-interval. The pooling helper divides by the number of real tokens read with `.item()`: inside the
+the model, a padding-aware mean pooling helper, shuffled batches cut from tensors held in memory, a
+logging interval. The pooling helper divides by the number of real tokens read with `.item()`: inside the
 compiled forward that is a graph break on every call."""
 import argparse
 import logging
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 log = logging.getLogger("train")
 
@@ -33,10 +32,10 @@ class Classifier(nn.Module):
 
 
 class Trainer:
-    def __init__(self, model, loader, lr: float, device):
+    def __init__(self, model, batches, lr: float, device):
         self.device = device
         self.model = torch.compile(model.to(device), backend="aot_eager")  # inductor on a GPU box
-        self.loader = loader
+        self.batches = batches
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
         self.criterion = nn.CrossEntropyLoss()
         self.step = 0
@@ -52,7 +51,7 @@ class Trainer:
     def fit(self, epochs: int, log_every: int):
         for epoch in range(epochs):
             running = torch.zeros((), device=self.device)
-            for tokens, labels in self.loader:
+            for tokens, labels in self.batches():
                 running += self.train_step(tokens, labels)
                 self.step += 1
                 if self.step % log_every == 0:
@@ -73,8 +72,13 @@ def main():
     tokens = torch.randint(1, 1000, (2048, 48))
     tokens[:, 40:] = 0  # padding
     labels = torch.randint(0, 4, (2048,))
-    loader = DataLoader(TensorDataset(tokens, labels), batch_size=args.batch_size, shuffle=True, drop_last=True)
-    Trainer(Classifier(1000, 128, 4), loader, args.lr, device).fit(args.epochs, args.log_every)
+
+    def batches():  # a fresh shuffle each epoch; the last, short batch is dropped
+        order = torch.randperm(len(tokens))
+        for idx in order[: len(order) // args.batch_size * args.batch_size].split(args.batch_size):
+            yield tokens[idx], labels[idx]
+
+    Trainer(Classifier(1000, 128, 4), batches, args.lr, device).fit(args.epochs, args.log_every)
 
 
 if __name__ == "__main__":
