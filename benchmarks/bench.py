@@ -63,8 +63,16 @@ def build_trace(src: Path, size_mb: float, out: Path) -> int:
 
 def measure(code: str, python: str = sys.executable) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of a fresh Python process running code."""
+    # peak RSS from /proc (VmHWM: this process's own, fresh at exec); ru_maxrss is carried over from
+    # the forking parent on Linux, so a big benchmark process would inflate every later figure
     wrapper = (f"import resource, time, sys\nt = time.perf_counter()\n{code}\n"
-               "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+               "el = time.perf_counter() - t\n"
+               "try:\n"
+               "    hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+               "    rss = int(hwm) / 1024\n"
+               "except (OSError, IndexError):\n"
+               "    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+               "print(el, rss)")
     proc = subprocess.run([python, "-c", wrapper], capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-2000:])
@@ -81,6 +89,22 @@ def bench_analyze(path: Path) -> dict:
                                   f"tr = parser.load_trace({str(path)!r}, fast_path=False)"),
         "perfaudit analyze": measure(f"from perfaudit.api import analyze\nr = analyze([{str(path)!r}])"),
     }
+
+
+def bench_gzip(path: Path) -> dict:
+    """The same trace gzipped (level 1, as fast as it gets): decompression alone with zlib and with
+    ISA-L (what perfaudit reads .gz with when its wheel is there), and perfaudit analyze on the .gz."""
+    from isal import igzip
+    gz = path.with_suffix(".json.gz")
+    with open(path, "rb") as src, igzip.open(gz, "wb", compresslevel=1) as dst:
+        while chunk := src.read(1 << 24):
+            dst.write(chunk)
+    drain = "\nwhile f.read(1 << 24): pass"
+    out = {"gunzip, zlib": measure(f"import gzip\nf = gzip.open({str(gz)!r}, 'rb'){drain}"),
+           "gunzip, ISA-L": measure(f"from isal import igzip\nf = igzip.open({str(gz)!r}, 'rb'){drain}"),
+           "perfaudit analyze .gz": measure(f"from perfaudit.api import analyze\nr = analyze([{str(gz)!r}])")}
+    gz.unlink()
+    return out
 
 
 RANKS = ROOT.parent / "shared" / "traces" / "param" / "dlrm_8ranks"
@@ -108,11 +132,12 @@ def bench_hta(src: Path, python: str) -> tuple | None:
     included on both sides."""
     if subprocess.run([python, "-c", "import hta"], capture_output=True).returncode != 0:
         return None
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:  # best of 3 on both sides: this machine is shared
         os.symlink(src, Path(tmp) / "rank0.json.gz")
-        hta_t = measure(f"from hta.trace_analysis import TraceAnalysis\n"
-                        f"TraceAnalysis(trace_dir={tmp!r}).get_temporal_breakdown(visualize=False)", python)
-    ours = measure(f"from perfaudit.api import analyze\nr = analyze([{str(src)!r}])")
+        hta_t = min(measure(f"from hta.trace_analysis import TraceAnalysis\n"
+                            f"TraceAnalysis(trace_dir={tmp!r}).get_temporal_breakdown(visualize=False)", python)
+                    for _ in range(3))
+    ours = min(measure(f"from perfaudit.api import analyze\nr = analyze([{str(src)!r}])") for _ in range(3))
     return hta_t, ours
 
 
@@ -176,6 +201,7 @@ def main() -> None:
             size = big.stat().st_size / 1e6
             print(f"trace: {size:.0f} MB, {events:,} events (steps of {SOURCE.name} replicated)")
             result = bench_analyze(big)
+            zipped = bench_gzip(big)
         (jt, jr), (pt, pr) = result["json.load"], result["perfaudit analyze"]
         print(f"{'':24}{'seconds':>10}{'peak RSS MB':>14}{'MB/s':>10}")
         for name, (seconds, rss) in result.items():
@@ -183,6 +209,8 @@ def main() -> None:
         print(f"ratio perfaudit/json.load: time {pt / jt:.2f}x, peak RSS {pr / jr:.2f}x; "
               f"perfaudit peak RSS / file size {pr / size:.2f}; fast path vs general parser: "
               f"{result['parse, general'][0] / result['parse, fast path'][0]:.1f}x faster")
+        for name, (seconds, rss) in zipped.items():
+            print(f"{name:24}{seconds:>10.2f}{rss:>14.0f}{size / seconds:>10.0f}  (MB/s of the trace unzipped)")
     if not args.skip_ranks and RANKS.exists():
         print(f"{'ranks':>6}{'jobs':>6}{'seconds':>10}{'peak RSS MB':>14}")
         for n, jobs, seconds, rss in bench_ranks():

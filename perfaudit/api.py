@@ -8,9 +8,9 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from . import gate
-from .collect.runner import RunOptions, RunResult, run_script
 from .engine.evaluate import evaluate
 from .engine.loader import Rule, load_rules
 from .errors import LaunchError, TraceError, UsageError
@@ -21,6 +21,9 @@ from .gate import GateOptions
 from .outcome import Outcome
 from .outcome import describe as describe_outcome
 from .trace import Trace, load_trace
+
+if TYPE_CHECKING:
+    from .collect.runner import RunOptions, RunResult
 
 _TRACE_PATTERNS = ("*.json", "*.json.gz")
 _NOT_TRAINING = {"dataloader": "DataLoader batches", "inference": "calls of the top-level module under no_grad"}
@@ -155,7 +158,7 @@ class _TraceResult:
     error: TraceError | None = None
 
 
-def _analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...]) -> _TraceResult:
+def _analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job: bool = True) -> _TraceResult:
     """Parse one trace and evaluate the per-trace rules on it (in a worker process with --jobs); the
     trace itself is dropped afterwards, so memory does not grow with the number of ranks."""
     try:
@@ -169,7 +172,7 @@ def _analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...]) ->
     if trace.skipped_events:
         notes.append(f"{path}: {trace.skipped_events} malformed events were ignored")
     meta = {k: trace.probes.get(k) for k in ("script", "outcome")} if trace.probes else {}
-    return _TraceResult(path, findings, skipped, _summary(trace, ctx), notes, rank_stats(ctx), meta)
+    return _TraceResult(path, findings, skipped, _summary(trace, ctx), notes, rank_stats(ctx) if job else None, meta)
 
 
 def _analyze_all(paths: list[str], rules: list[Rule], source_roots: tuple[str, ...], jobs: int | None,
@@ -194,7 +197,7 @@ def _analyze_all(paths: list[str], rules: list[Rule], source_roots: tuple[str, .
             results = list(pool.map(_analyze_one, [p for p, _ in items], [rules] * len(items),
                                     [source_roots] * len(items)))
     else:
-        results = [_analyze_one(p, rules, source_roots) for p, _ in items]
+        results = [_analyze_one(p, rules, source_roots, len(items) > 1) for p, _ in items]
     good, errors = [], []
     for (path, in_folder), result in zip(items, results):
         if result.error is None:
@@ -250,6 +253,7 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
           command: str | None = None) -> Report:
     """Run a script for a bounded profiler window, evaluate every rule on what was recorded, and
     merge what the static pass sees in the script. The run folder gets the report as HTML."""
+    from .collect.runner import run_script  # not for `analyze`: subprocess, threads, tempfile
     from .static import lint as lint_paths
     rules = rules if rules is not None else load_rules()
     result = run_script(script, args, options, on_progress)
@@ -375,6 +379,14 @@ def _no_trace_reason(result: RunResult) -> str:
                 "was seen before the script ended")
     return ("nothing was measured: the script never started training (no optimizer step, backward(), "
             "DataLoader batch or inference call was seen before it ended)")
+
+
+def __getattr__(name: str):
+    """RunOptions, exported here, is imported on first use: `analyze` never needs the runner."""
+    if name == "RunOptions":
+        from .collect.runner import RunOptions
+        return RunOptions
+    raise AttributeError(name)
 
 
 __all__ = ["GateOptions", "Report", "RunOptions", "analyze", "audit", "evaluate_trace", "expand_trace_paths", "lint", "rank"]

@@ -4,8 +4,6 @@
 Imports no torch."""
 from __future__ import annotations
 
-import jsonschema
-
 _SITE = {"oneOf": [{"type": "null"}, {"type": "object", "required": ["path", "line"], "properties": {
     "path": {"type": "string"}, "line": {"type": "integer"}, "func": {"type": ["string", "null"]}}}]}
 _INT = {"type": "integer", "minimum": 0}
@@ -67,7 +65,15 @@ PROBE_FIELDS: dict[str, dict] = {
         "max_memory_allocated": _INT, "max_memory_reserved": _INT}},
 }
 SNAPSHOT_SCHEMA = {"type": "object", "required": list(PROBE_FIELDS), "properties": PROBE_FIELDS}
-_VALIDATORS = {key: jsonschema.Draft7Validator(schema) for key, schema in PROBE_FIELDS.items()}
+_VALIDATORS: dict = {}
+
+
+def _validator(key: str):
+    """Built on first use: a trace recorded elsewhere has no probes and needs no jsonschema."""
+    if not _VALIDATORS:
+        import jsonschema
+        _VALIDATORS.update({k: jsonschema.Draft7Validator(schema) for k, schema in PROBE_FIELDS.items()})
+    return _VALIDATORS.get(key)
 
 
 def checked_probes(probes) -> tuple[dict, list[str]]:
@@ -77,10 +83,9 @@ def checked_probes(probes) -> tuple[dict, list[str]]:
         return {}, ([] if probes is None else ["probes"])
     out, bad = {}, []
     for key, value in probes.items():
-        validator = _VALIDATORS.get(key)
-        if validator is None:
+        if key not in PROBE_FIELDS:
             continue  # a newer perfaudit's field, or noise: not read by any fact
-        if validator.is_valid(value):
+        if _validator(key).is_valid(value):
             out[key] = value
         else:
             bad.append(key)

@@ -2,12 +2,13 @@
 the facts, thresholds and tips they name."""
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass, field
 from importlib import resources
 
-import jsonschema
 import yaml
 
 from ..errors import RuleError
@@ -19,7 +20,6 @@ from .template import PLACEHOLDER, valid_spec
 AGGREGATES = {"count_per_step", "ms_per_step", "share_pct", "n_sites", "details", "where", "lines",
               "step_ms", "n_steps", "device"}
 SITE_FIELDS = {"count_per_step", "ms_per_step", "step_share", "exact"}
-_VALIDATOR = jsonschema.Draft7Validator(RULE_SCHEMA)
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
 
 
@@ -194,12 +194,66 @@ def load_rule(path: str) -> Rule:
         raise RuleError(f"{where}: YAML syntax error{at}: {getattr(exc, 'problem', exc)}") from exc
     if not isinstance(spec, dict):
         raise RuleError(f"{where}: a rule file must hold a mapping of keys")
+    digest = _digest(spec)
+    if digest not in _validated():  # a file seen valid before, under this schema, is not checked again
+        _check_schema(spec, where)
+        _check_names(spec, where)
+        _remember(digest)
+    return Rule.from_spec(spec, where)
+
+
+def _check_schema(spec: dict, where: str) -> None:
+    import jsonschema  # only for rule files not validated before: 80 ms of imports spared on most runs
+    global _VALIDATOR
+    if _VALIDATOR is None:
+        _VALIDATOR = jsonschema.Draft7Validator(RULE_SCHEMA)
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(spec))
     if error is not None:
         key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
         raise RuleError(f"{where}: invalid key '{key}': {error.message}")
-    _check_names(spec, where)
-    return Rule.from_spec(spec, where)
+
+
+_VALIDATOR = None
+# The digests of rule files that passed both checks, with the schema, facts and tips they were checked
+# against: a cache in the user's cache folder (XDG_CACHE_HOME), like pytest's or mypy's.
+_SCHEMA_KEY = hashlib.sha256(json.dumps([RULE_SCHEMA, sorted(FACTS), sorted(TIPS)], sort_keys=True,
+                                        default=str).encode()).hexdigest()
+_cache: set[str] | None = None
+
+
+def _digest(spec: dict) -> str:
+    return hashlib.sha256((_SCHEMA_KEY + json.dumps(spec, sort_keys=True, default=str)).encode()).hexdigest()
+
+
+def _cache_path() -> str:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "perfaudit", "validated-rules.json")
+
+
+def _validated() -> set[str]:
+    global _cache
+    if _cache is None:
+        try:
+            with open(_cache_path(), encoding="utf-8") as f:
+                data = json.load(f)
+            _cache = {d for d in data if isinstance(d, str)} if isinstance(data, list) else set()
+        except (OSError, ValueError):
+            _cache = set()
+    return _cache
+
+
+def _remember(digest: str) -> None:
+    cache = _validated()
+    cache.add(digest)
+    path = _cache_path()
+    try:  # a cache: when it cannot be written, the files are simply checked again next time
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(sorted(cache)[-2000:], f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def builtin_rules_dir() -> str:

@@ -33,6 +33,13 @@ def _region_frame(name: str) -> str | None:
     return _frame_of(cid.strip())
 
 
+def _all_regions(ctx: Context) -> list:
+    cached = ctx.__dict__.get("_all_compiled_regions")
+    if cached is None:
+        cached = ctx.__dict__["_all_compiled_regions"] = [e for e in ctx.need_trace().host if e.name.startswith(REGION)]
+    return cached
+
+
 def regions(ctx: Context) -> dict:
     """Compiled regions in the measured steps: which frames ran, the nested (resumed) calls, and the
     host time of each frame spent outside its compiled graphs. Computed once."""
@@ -40,8 +47,9 @@ def regions(ctx: Context) -> dict:
     if cached is not None:
         return cached
     trace = ctx.need_trace()
-    regs = [e for e in trace.host if e.name.startswith(REGION) and ctx.step_of(e.ts) is not None]
-    graph_calls = [e for e in trace.host if e.name.startswith(GRAPH_CALLS) and ctx.step_of(e.ts) is not None]
+    regs = [e for e in _all_regions(ctx) if ctx.step_of(e.ts) is not None]
+    graph_calls = [e for e in trace.host if e.name.startswith(GRAPH_CALLS) and ctx.step_of(e.ts) is not None] \
+        if regs else []
     parent = innermost(regs, regs)  # a resumed frame's region sits inside the frame that broke
     own = {id(r): r.dur for r in regs}
     for r in regs:
@@ -75,12 +83,12 @@ def compile_used(ctx: Context) -> bool:
     try:
         snap = _snapshot(ctx)
     except Missing:
-        if ctx.trace is not None and any(e.name.startswith(REGION) for e in ctx.trace.host):
+        if ctx.trace is not None and _all_regions(ctx):
             return True
         raise
     if snap and (snap.get("frames") or snap.get("compiles")):
         return True
-    return ctx.trace is not None and any(e.name.startswith(REGION) for e in ctx.trace.host)
+    return ctx.trace is not None and bool(_all_regions(ctx))
 
 
 @fact("compile.step_compiled", "Whether the measured steps ran compiled code (a Torch-Compiled Region "

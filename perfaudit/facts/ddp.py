@@ -32,13 +32,13 @@ def unused_search_needless(ctx: Context) -> list[Site]:
                            "than one is gradient accumulation without no_sync() (an all-reduce per micro-step).")
 def sync_per_step(ctx: Context) -> list[Site]:
     n = len(ctx.steps)
-    stats = rank_stats(ctx) if ctx.trace is not None else None
-    collective_ms = (stats or {}).get("collective_ms") or 0.0
     sites = []
     for m in _models(ctx):
         per_step = m.get("window_sync_forwards", 0) / n
         if per_step <= 1.0:
             continue
+        stats = rank_stats(ctx)
+        collective_ms = (stats or {}).get("collective_ms") or 0.0
         site = site_from_probe(ctx, m.get("site"), f"{per_step:.1f} synchronised forwards per optimizer step")
         site.count = m.get("window_sync_forwards", 0)
         site.steps_seen = set(range(n))

@@ -42,7 +42,7 @@ def _gpu_per_step(ctx: Context) -> list[dict]:
     data = iv.union((e.ts, e.end) for e in ctx.trace.host if e.name.startswith(DATALOADER_PREFIX))
     rows = []
     for step in ctx.steps:
-        inside = [e for e in events if e.end > step.ts and e.ts < step.end]
+        inside = ctx.overlapping(events, step.ts, step.end)
         kernels = iv.union(iv.clip([(e.ts, e.end) for e in inside if e.kind == "kernel"], step.ts, step.end))
         copies = iv.union(iv.clip([(e.ts, e.end) for e in inside if e.kind in ("memcpy", "memset")],
                                   step.ts, step.end))

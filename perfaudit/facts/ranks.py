@@ -12,14 +12,25 @@ from .registry import Context, Missing, fact
 _COLLECTIVE = re.compile(r"nccl|rccl|allreduce|all_reduce|allgather|reducescatter|sendrecv", re.I)
 
 
+def _collective_names(events) -> dict[str, bool]:
+    """Whether each distinct event name is a collective (one regex test per name, not per event)."""
+    return {name: bool(_COLLECTIVE.search(name)) for name in {e.name for e in events}}
+
+
+def _per_step(rank_ctx: Context, events) -> list[list]:
+    """The events (sorted by start) overlapping each measured step."""
+    return [rank_ctx.overlapping(events, step.ts, step.end) for step in rank_ctx.steps]
+
+
 def _rank_stats(rank_ctx: Context) -> dict:
     trace = rank_ctx.trace
+    kernels = [e for e in trace.device if e.kind == "kernel"]
+    is_collective = _collective_names(kernels)
     compute = collective = 0.0
-    for step in rank_ctx.steps:
-        inside = [e for e in trace.device if e.kind == "kernel" and e.end > step.ts and e.ts < step.end]
-        compute += iv.total(iv.union(iv.clip([(e.ts, e.end) for e in inside if not _COLLECTIVE.search(e.name)],
+    for step, inside in zip(rank_ctx.steps, _per_step(rank_ctx, kernels)):
+        compute += iv.total(iv.union(iv.clip([(e.ts, e.end) for e in inside if not is_collective[e.name]],
                                              step.ts, step.end)))
-        collective += iv.total(iv.union(iv.clip([(e.ts, e.end) for e in inside if _COLLECTIVE.search(e.name)],
+        collective += iv.total(iv.union(iv.clip([(e.ts, e.end) for e in inside if is_collective[e.name]],
                                                 step.ts, step.end)))
     n = len(rank_ctx.steps)
     return {"rank": trace.rank, "path": trace.path, "step_ms": rank_ctx.step_ms,
@@ -30,11 +41,11 @@ def _host_rank_stats(rank_ctx: Context) -> dict:
     """A CPU job (gloo): collectives run on the host, in gloo's threads (`gloo:all_reduce`); a rank
     waiting for a slower one spends that wait inside them. Compute is the rest of the step."""
     trace = rank_ctx.trace
-    calls = [e for e in trace.host if _COLLECTIVE.search(e.name)]
+    is_collective = _collective_names(trace.host)
+    calls = [e for e in trace.host if is_collective[e.name]]
     collective = step_total = 0.0
-    for step in rank_ctx.steps:
-        inside = [(e.ts, e.end) for e in calls if e.end > step.ts and e.ts < step.end]
-        collective += iv.total(iv.union(iv.clip(inside, step.ts, step.end)))
+    for step, inside in zip(rank_ctx.steps, _per_step(rank_ctx, calls)):
+        collective += iv.total(iv.union(iv.clip([(e.ts, e.end) for e in inside], step.ts, step.end)))
         step_total += step.dur
     n = len(rank_ctx.steps)
     return {"rank": trace.rank, "path": trace.path, "step_ms": rank_ctx.step_ms,

@@ -129,6 +129,16 @@ class Context:
             return i
         return None
 
+    def overlapping(self, events: list[Event], start: float, end: float) -> list[Event]:
+        """Events (sorted by ts) that overlap [start, end]: a bisect, not a scan of the whole list (a
+        step at a time over a gigabyte trace)."""
+        cache = self.__dict__.setdefault("_overlap_cache", {})
+        index = cache.get(id(events))
+        if index is None or index[0] is not events:  # the list itself is kept: its id stays its own
+            index = cache[id(events)] = (events, [e.ts for e in events], max((e.dur for e in events), default=0.0))
+        _, starts, longest = index
+        return [e for e in events[bisect_left(starts, start - longest):bisect_left(starts, end)] if e.end > start]
+
     def within(self, events: list[Event], start: float, end: float) -> list[Event]:
         """Events (sorted by ts) starting inside [start, end]."""
         cache = self.__dict__.setdefault("_ts_cache", {})

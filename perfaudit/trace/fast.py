@@ -3,7 +3,7 @@ after another, each ending at a line break (Kineto's indented objects, or one ob
 
 The stream is read in bounded chunks; each chunk is cut after the last complete event and decoded
 at once by msgspec into a struct that holds only the fields the analysis reads (`args` is kept as
-raw bytes and decoded only for the few kinds that need it). Anything that does not fit this layout
+raw bytes and decoded only for the few events that need it). Anything that does not fit this layout
 raises NotFastLayout, and the caller parses the file again with the general streaming parser."""
 from __future__ import annotations
 
@@ -36,9 +36,17 @@ class RawArgs(msgspec.Struct):
 ARG_KEYS = {f: (msgspec.structs.fields(RawArgs)[i].encode_name) for i, f in enumerate(RawArgs.__struct_fields__)}
 
 
-def args_dict(args: RawArgs | None) -> dict:
-    """The args present, under their JSON keys (what the general parser's dict would hold of them)."""
-    if args is None:
+_DECODE_ARGS = msgspec.json.Decoder(RawArgs).decode
+
+
+def args_dict(raw: msgspec.Raw) -> dict:
+    """The args an event holds that a fact reads, under their JSON keys (what the general parser's
+    dict would hold of them). Decoded here, for the few events that need them, not with every event."""
+    if not raw:
+        return {}
+    try:
+        args = _DECODE_ARGS(raw)
+    except msgspec.DecodeError:  # args that are not an object: ignored, as by the general parser
         return {}
     return {ARG_KEYS[f]: v for f in RawArgs.__struct_fields__ if (v := getattr(args, f)) is not _UNSET}
 
@@ -51,7 +59,7 @@ class RawEvent(msgspec.Struct):
     dur: Any = None
     pid: Any = None
     tid: Any = None
-    args: RawArgs | None = None
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # undecoded: most events need none
 
 
 _DECODE = msgspec.json.Decoder(list[RawEvent]).decode

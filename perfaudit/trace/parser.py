@@ -89,6 +89,16 @@ class _Repair(io.RawIOBase):
         return n
 
 
+try:  # Intel ISA-L's gzip reader: the same format, about 3.5x faster than zlib's (README, Dependencies)
+    from isal import igzip as _igzip
+    from isal import isal_zlib as _isal_zlib
+    _gunzip = _igzip.open
+    _GZIP_ERRORS: tuple = (EOFError, zlib.error, gzip.BadGzipFile, _isal_zlib.error)
+except ImportError:  # a platform without its wheel: the standard library
+    _gunzip = gzip.open
+    _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+
+
 def _open(path: str):
     if not os.path.exists(path):
         if os.path.islink(path):  # a link to nowhere, or a loop of links
@@ -103,7 +113,7 @@ def _open(path: str):
         raise TraceError(f"trace file is empty: {path}")
     with open(path, "rb") as f:
         magic = f.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    return _gunzip(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
 def _read_head(stream) -> tuple[dict, bytes, str]:
@@ -172,7 +182,7 @@ def _to_event(raw) -> Event | None:
 
 
 def _complete(cat, name, ts, dur, pid, tid, args) -> Event | None:
-    """A complete ("X") event from its fields; `args` a dict, or the fast path's RawArgs."""
+    """A complete ("X") event from its fields (the general parser; the fast path inlines this)."""
     kind = _kind(cat)
     if kind is None or type(name) is not str:
         return None
@@ -184,8 +194,6 @@ def _complete(cat, name, ts, dur, pid, tid, args) -> Event | None:
     if args:
         keys = KEPT_ARGS.get(kind, ("Input Dims",) if kind == "op" and name in SHAPED_OPS else ())
         if keys:
-            if isinstance(args, fast.RawArgs):
-                args = fast.args_dict(args)
             if type(args) is dict:
                 kept = {key: args[key] for key in keys if key in args} or _NO_ARGS
     name = _names.setdefault(name, name)
@@ -260,7 +268,7 @@ def _try_fast(path: str) -> Trace | None:
     """The trace by the fast path, or None: then the general parser reads it (and names any error)."""
     try:
         return _parse_fast(path)
-    except (TraceError, fast.NotFastLayout, ValueError, EOFError, zlib.error, gzip.BadGzipFile, OSError):
+    except (TraceError, fast.NotFastLayout, ValueError, OSError, *_GZIP_ERRORS):
         return None
 
 
@@ -275,7 +283,7 @@ def _parse_general(path: str) -> Trace:
                 raise first from None
     except TraceError:
         raise
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+    except _GZIP_ERRORS as exc:
         raise TraceError(f"{path}: truncated or corrupt gzip ({exc})") from exc
     except ijson.IncompleteJSONError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unexpected end"
@@ -287,21 +295,34 @@ def _parse_general(path: str) -> Trace:
 
 
 def _fast_events(stream, trace: Trace) -> None:
-    add = {"host": trace.host.append, "device": trace.device.append, "python": trace.python.append}
-    complete = _complete
+    """_complete's work inlined for the fast path (about a third of the parse time is this loop)."""
+    add = {"device": trace.device.append, "python": trace.python.append}
+    add_host = trace.host.append
+    numbers, no_args, names, runtime_kept, kinds = _NUMBERS, _NO_ARGS, _names, _runtime_kept, _kind
     for batch in fast.batches(stream, _after_bracket(stream)):
         for raw in batch:
-            if raw.ph == "X":
-                try:
-                    ev = complete(raw.cat, raw.name, raw.ts, raw.dur, raw.pid, raw.tid, raw.args)
-                except ValueError:
-                    trace.skipped_events += 1
-                    continue
-                if ev is not None:
-                    kind = ev.kind
-                    add["device" if kind in DEVICE_KINDS else "python" if kind == "python" else "host"](ev)
-            elif raw.ph == "i" and raw.name == "[memory]":
-                _memory_event({"args": fast.args_dict(raw.args)}, trace)
+            if raw.ph != "X":
+                if raw.ph == "i" and raw.name == "[memory]":
+                    _memory_event({"args": fast.args_dict(raw.args)}, trace)
+                continue
+            kind, name = kinds(raw.cat), raw.name
+            if kind is None or type(name) is not str or (kind == "runtime" and not runtime_kept(name)):
+                continue
+            ts, dur = raw.ts, raw.dur
+            if type(ts) not in numbers or type(dur) not in numbers or dur < 0:
+                trace.skipped_events += 1
+                continue
+            kept, args = no_args, raw.args
+            if args:
+                keys = KEPT_ARGS.get(kind, ("Input Dims",) if kind == "op" and name in SHAPED_OPS else ())
+                if keys:
+                    found = fast.args_dict(args)
+                    kept = {key: found[key] for key in keys if key in found} or no_args
+            ev = Event(kind, names.setdefault(name, name), float(ts), float(dur), raw.pid, raw.tid, kept)
+            (add[_PLACE[kind]] if kind in _PLACE else add_host)(ev)
+
+
+_PLACE = {**{k: "device" for k in DEVICE_KINDS}, "python": "python"}
 
 
 def _after_bracket(stream) -> bytes:
