@@ -1,5 +1,5 @@
 """Importing this package registers every fact."""
-from . import compiled, copies, data, ddp, debug, gpu_time, grads, model, optim, probed, ranks, shapes, startup, steps, sync  # noqa: F401
+from . import comm, compiled, copies, data, ddp, debug, gpu_time, grads, model, optim, probed, ranks, shapes, startup, steps, sync  # noqa: F401
 from .registry import FACTS, Context, Missing, fact
 from .sites import Site
 

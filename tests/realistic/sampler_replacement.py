@@ -12,7 +12,7 @@ def make_loader(batch_size):
 
 
 def main():
-    model = nn.Sequential(nn.Linear(256, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
+    model = nn.Sequential(nn.Linear(256, 3072), nn.ReLU(), nn.Linear(3072, 3072), nn.ReLU(), nn.Linear(3072, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     it = iter(make_loader(128))
     for step in range(1_000_000):

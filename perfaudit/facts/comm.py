@@ -1,0 +1,32 @@
+"""Communication left exposed (tip T28): collective kernels (NCCL/RCCL) that run while no compute
+kernel does, so the step waits for them instead of overlapping them with backward."""
+from __future__ import annotations
+
+from . import intervals as iv
+from .gpu_time import _COLLECTIVE, _device_events, _require_gpu
+from .registry import Context, Missing, fact
+
+
+@fact("comm.exposed", "Per step on the busiest GPU: collective kernel time, the part of it with no "
+                      "compute kernel running alongside (exposed), its share of the step and the share "
+                      "of collective time overlapped by compute (ms, %).")
+def comm_exposed(ctx: Context) -> dict:
+    _require_gpu(ctx)
+    events = [e for e in _device_events(ctx) if e.kind == "kernel"]
+    collective_total = exposed_total = step_total = 0.0
+    for step in ctx.steps:
+        inside = ctx.overlapping(events, step.ts, step.end)
+        comm = iv.union(iv.clip([(e.ts, e.end) for e in inside if _COLLECTIVE.search(e.name)], step.ts, step.end))
+        if not comm:
+            continue
+        compute = iv.union(iv.clip([(e.ts, e.end) for e in inside if not _COLLECTIVE.search(e.name)],
+                                   step.ts, step.end))
+        collective_total += iv.total(comm)
+        exposed_total += iv.total(comm) - iv.overlap(comm, compute)
+        step_total += step.dur
+    if not collective_total:
+        raise Missing("no collective kernels in the measured steps")
+    n = len(ctx.steps)
+    return {"collective_ms": collective_total / n / 1000.0, "exposed_ms": exposed_total / n / 1000.0,
+            "share_pct": 100.0 * exposed_total / step_total if step_total else 0.0,
+            "overlap_pct": 100.0 * (1 - exposed_total / collective_total)}
