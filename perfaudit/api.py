@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import gate
 from .engine.evaluate import evaluate
-from .engine.loader import Rule, load_rules
+from .engine.loader import Rule, builtin_rules_dir, load_rules
 from .errors import LaunchError, TraceError, UsageError
 from .facts import Context, Missing
 from .facts.ranks import rank_stats
@@ -256,6 +256,10 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
     from .collect.runner import run_script  # not for `analyze`: subprocess, threads, tempfile
     from .static import lint as lint_paths
     rules = rules if rules is not None else load_rules()
+    if options.launch:  # the ranks evaluate the same rules on their own traces
+        options.rule_ids = [r.id for r in rules]
+        folders = {os.path.dirname(os.path.realpath(r.path)) for r in rules}
+        options.rules_dirs = sorted(folders - {os.path.realpath(builtin_rules_dir())})
     result = run_script(script, args, options, on_progress)
     if options.launch:
         return _audit_job(script, result, rules, gate_options, command)
@@ -308,10 +312,9 @@ def _audit_job(script: str, result: RunResult, rules: list[Rule], gate_options: 
                     stop_signal=result.stop_signal, command=command)
     roots = (os.path.dirname(result.script), os.getcwd())
     if result.rank_traces:
-        try:
-            _combine(report, _analyze_all(result.rank_traces, rules, roots, None, report.notes), rules, roots)
-        except (TraceError, UsageError) as exc:
-            report.notes.append(f"the recorded traces could not be read: {exc}")
+        done = job_results(result.rank_traces, rules, roots, report.notes)
+        if done:
+            _combine(report, done, rules, roots)
     failed = result.outcome.get("failed_ranks") or []
     for failed_rank in failed:
         said = describe_outcome(result.rank_outcomes.get(failed_rank))
@@ -326,6 +329,18 @@ def _audit_job(script: str, result: RunResult, rules: list[Rule], gate_options: 
     report = gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
     _write_html(report, rules)
     return report
+
+
+def job_results(traces: list[str], rules: list[Rule], roots: tuple[str, ...], notes: list[str]) -> list[_TraceResult]:
+    """Each rank's result, in rank order: what the rank analysed itself (rank<R>.analysis.json), and
+    for a rank that left none, its trace parsed here (in worker processes when there are several)."""
+    from .jobs import load_analyses
+    done, missing = load_analyses(traces)
+    try:
+        done += _analyze_all(missing, rules, roots, None, notes) if missing else []
+    except (TraceError, UsageError) as exc:
+        notes.append(f"the recorded traces could not be read: {exc}")
+    return sorted(done, key=lambda r: traces.index(r.path) if r.path in traces else len(traces))
 
 
 def _last_error(log_path: str) -> str:

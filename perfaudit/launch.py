@@ -17,6 +17,7 @@ import sys
 import time
 
 RANK_WAIT_S = 120  # how long rank 0 waits for the other ranks' records after its own window
+ANALYSIS_WAIT_S = 60  # then for their own analyses (a rank without one is parsed by rank 0)
 
 
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -44,7 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     config = {"run_dir": run_dir, "warmup": opts.warmup, "steps": opts.steps, "full": False,
               "with_stack": not opts.no_stack, "record_shapes": True, "record_budget_s": 30.0,
               "trace_budget_mb": 200.0, "path_aliases": {}, "mode": "profile", "seed": None, "patched": {},
-              "run_as": None, "job_report": {"world_size": world, "rank": rank}}
+              "run_as": None, "job_report": {"world_size": world, "rank": rank},
+              "source_roots": [os.path.dirname(os.path.abspath(opts.script)), os.getcwd()]}
     os.environ["PERFAUDIT_CONFIG"] = json.dumps(config)
     sys.argv = [sys.argv[0], opts.script, *args]
     from .collect.bootstrap import main as bootstrap
@@ -57,10 +59,21 @@ def job_report(run_dir: str, world_size: int) -> None:
     expected = [os.path.join(run_dir, f"rank{r}.result.json") for r in range(world_size)]
     while time.monotonic() < deadline and not all(os.path.exists(p) for p in expected):
         time.sleep(0.2)
-    from . import api
+    # each rank analyses its own trace after writing its record: give that a moment to finish
+    traces = [p for p in (os.path.join(run_dir, f"rank{r}.trace.json.gz") for r in range(world_size))
+              if os.path.exists(p)]
+    from .jobs import analysis_path
+    deadline = time.monotonic() + ANALYSIS_WAIT_S
+    while time.monotonic() < deadline and not all(os.path.exists(analysis_path(t)) for t in traces):
+        time.sleep(0.2)
+    from . import api, gate
     from .report import console, html, json_report
+    rules = api.load_rules()
     try:
-        report = api.analyze([run_dir])
+        report = api.Report([], [], [])
+        roots = (os.getcwd(),)
+        api._combine(report, api.job_results(traces, rules, roots, report.notes), rules, roots)
+        report = gate.finalize(report, gate.GateOptions(), rules=rules)
     except Exception as exc:  # noqa: BLE001 - the job must end; say why there is no report
         print(f"perfaudit: no job report: {exc}", file=sys.stderr)
         return
@@ -69,7 +82,6 @@ def job_report(run_dir: str, world_size: int) -> None:
         report.notes.append(f"rank(s) {', '.join(map(str, missing))} left no record within {RANK_WAIT_S} s "
                             "(crashed, or the run folder is not shared between nodes)")
     report.run_dir = run_dir
-    rules = api.load_rules()
     with open(os.path.join(run_dir, "report.json"), "w", encoding="utf-8") as f:
         f.write(json_report.render(report))
     with open(os.path.join(run_dir, "report.html"), "w", encoding="utf-8") as f:

@@ -24,7 +24,9 @@ def test_straggler_is_named_with_the_wait_it_causes_and_analyze_agrees(tmp_path)
                      "--out-dir", str(tmp_path / "run"), "-f", f"json={out}", env={"SLOW_RANK_DELAY": "0.03"})
     assert proc.returncode == 0, proc.stderr + proc.stdout
     report = json.loads(out.read_text())
-    assert {"rank0.trace.json.gz", "rank1.trace.json.gz"} <= set(os.listdir(tmp_path / "run"))
+    # each rank analysed its own trace where it ran; the job report is put together from those
+    assert {"rank0.trace.json.gz", "rank1.trace.json.gz", "rank0.analysis.json",
+            "rank1.analysis.json"} <= set(os.listdir(tmp_path / "run"))
     assert [t["rank"] for t in report["run"]["traces"]] == [0, 1]
     [straggler] = [f for f in report["findings"] if f["rule"] == "RANK001"]
     assert straggler["message"].startswith("Rank 1 of 2 is the straggler")
@@ -85,3 +87,15 @@ def test_torchrun_module_form_writes_the_job_report(tmp_path):
     assert [t["rank"] for t in report["run"]["traces"]] == [0, 1]
     assert any(f["rule"] == "RANK001" and f["message"].startswith("Rank 1") for f in report["findings"])
     assert (tmp_path / "run" / "report.html").exists() and "straggler" in proc.stdout
+
+
+def test_a_rank_analysis_round_trips(run_dir, sample_report):
+    """What a rank leaves (rank<R>.analysis.json) reads back as the result it analysed."""
+    from perfaudit.api import _analyze_one
+    from perfaudit.engine.loader import load_rules
+    from perfaudit.jobs import _from_json, _to_json
+    sample_report("sync_bad.py")
+    result = _analyze_one(f"{run_dir}/sync_bad/trace.json.gz", load_rules(), ())
+    again = _from_json(json.loads(json.dumps(_to_json(result))))
+    assert again.findings == result.findings and again.summary == result.summary
+    assert again.skipped == result.skipped and again.rank_stats == result.rank_stats

@@ -74,6 +74,7 @@ class Session:
         self.steps_ended = 0         # every step the detector saw end, before the window too
         self.compile_warmup = 0      # warm-up steps added because the step was still compiling
         self.sizing_retries = 0
+        self.trace_path: str | None = None
         self.rank = launched_rank()  # under torchrun: every rank writes rank<R>.* files in the run folder
         self._progress = open(self._path("progress.jsonl"), "a", buffering=1)
 
@@ -330,6 +331,7 @@ class Session:
             except Exception:
                 pass
             trace_path = self._export(result)
+        self.trace_path = trace_path
         self._write_result(result, trace_path)
 
     def _export(self, result: dict) -> str | None:
@@ -549,6 +551,12 @@ def main() -> None:
     except BaseException as exc:  # the user's script failed: keep what was recorded
         result = _describe_exception(exc)
     session.finish(result)
+    if session.rank is not None and session.trace_path and config.get("mode") != "timing":
+        try:  # under torchrun: this rank analyses its own trace, here, while the others do theirs
+            from ..jobs import analyse_rank
+            analyse_rank(session.trace_path, config)
+        except Exception as exc:  # the parent parses the trace itself and says why
+            session._say("analysis_failed", error=str(exc)[:300])
     job = config.get("job_report")
     if job and session.rank == 0:  # `torchrun -m perfaudit.launch`: rank 0 reports on the whole job
         from ..launch import job_report

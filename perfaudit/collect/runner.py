@@ -48,6 +48,8 @@ class RunOptions:
     # torchrun's options (`--nproc-per-node 2`, `--nnodes`, `--rdzv-endpoint` …): the script runs under
     # torch.distributed.run, one bootstrap per rank, each writing rank<R>.* files in the run folder
     launch: list[str] | None = None
+    rule_ids: list[str] | None = None      # under torchrun, the rules each rank evaluates on its own trace
+    rules_dirs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -138,7 +140,9 @@ def run_script(script: str, args: list[str], options: RunOptions,
               "with_stack": options.with_stack, "record_shapes": options.record_shapes,
               "record_budget_s": options.record_budget_s, "trace_budget_mb": options.trace_budget_mb,
               "path_aliases": aliases, "mode": options.mode, "seed": options.seed, "patched": options.patched,
-              "run_as": next((a for a, real in aliases.items() if real == script_path), None)}
+              "run_as": next((a for a, real in aliases.items() if real == script_path), None),
+              "rule_ids": options.rule_ids, "rules_dirs": options.rules_dirs,
+              "source_roots": [os.path.dirname(script_path), os.getcwd()]}
     log_path = os.path.join(run_dir, "script.log")
     progress_path = os.path.join(run_dir, "rank0.progress.jsonl" if options.launch else "progress.jsonl")
     env = dict(os.environ, PYTHONUNBUFFERED="1", PERFAUDIT_CONFIG=json.dumps(config))
