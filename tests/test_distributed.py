@@ -62,7 +62,12 @@ def test_a_rank_killed_mid_window_is_named_and_nothing_is_left_running(tmp_path)
     report = json.loads(out.read_text())
     assert report["run"]["outcome"]["rank"] == 1 and report["run"]["outcome"]["signal"] == "SIGKILL"
     assert any(n.startswith("rank 1: the script crashed (SIGKILL)") for n in report["notes"])
-    assert report["run"]["traces"][0]["rank"] == 0  # what rank 0 recorded is kept and reported
+    # rank 0 loses its peer mid-collective: it writes and reports what it recorded (the usual case), or,
+    # when torch itself crashes in the broken collective (a SIGSEGV seen once in gloo), it is named too
+    if report["run"]["traces"]:
+        assert report["run"]["traces"][0]["rank"] == 0
+    else:
+        assert any(n.startswith("rank 0: the script crashed") for n in report["notes"]), report["notes"]
     for pid in (int((tmp_path / f"pid{r}").read_text()) for r in (0, 1)):
         assert not os.path.exists(f"/proc/{pid}"), f"process {pid} left running"
 

@@ -299,28 +299,27 @@ _RANK_FILE = re.compile(r"rank(\d+)\.progress\.jsonl$")
 _FINE = (Outcome.WINDOW_COMPLETE, Outcome.COMPLETED)
 
 
-_ROOT_RANK = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)(?:.*?\((SIG\w+)\))?", re.S)
+_FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank[^)]*\)\s*exitcode\s*:\s*(-?\d+)[^\n]*?(?:\((SIG\w+)\))?\s*$",
+                          re.M)
 
 
-def _root_cause(log_path: str) -> dict | None:
-    """The 'Root Cause (first observed failure)' torchrun prints when a worker fails: its rank and how
-    it ended (an exit code, or the signal that killed it)."""
+def _torchrun_failures(log_path: str) -> tuple[int | None, dict[int, dict]]:
+    """What torchrun printed when workers failed: the rank it calls the root cause (the first observed
+    failure), and how each failed rank ended (an exit code, or the signal that killed it)."""
     try:
         with open(log_path, "rb") as f:
             f.seek(max(os.path.getsize(log_path) - (64 << 10), 0))
             text = f.read().decode("utf-8", "replace")
     except OSError:
-        return None
-    m = _ROOT_RANK.search(text)
-    if m is None:
-        return None
-    code = int(m.group(2))
-    out = {"rank": int(m.group(1))}
-    if code < 0 or m.group(3):
-        out["signal"] = m.group(3) or signal.Signals(-code).name
-    else:
-        out["exit_code"] = code
-    return out
+        return None, {}
+    ended = {}
+    for m in _FAILED_RANK.finditer(text):
+        code = int(m.group(2))
+        ended[int(m.group(1))] = ({"signal": m.group(3) or signal.Signals(-code).name} if code < 0 or m.group(3)
+                                  else {"exit_code": code})
+    _, _, after = text.rpartition("Root Cause")
+    root = _FAILED_RANK.search(after)
+    return (int(root.group(1)) if root else None), ended
 
 
 def _collect_ranks(script: str, run_dir: str, log_path: str, returncode: int, stop_signal: int | None,
@@ -347,13 +346,15 @@ def _collect_ranks(script: str, run_dir: str, log_path: str, returncode: int, st
         trace = os.path.join(run_dir, prefix + "trace.json.gz")
         if os.path.exists(trace):
             traces.append(trace)
-    root = _root_cause(log_path)  # torchrun names the first rank that failed, and how
-    if root and root["rank"] in outcomes and Outcome.of(outcomes[root["rank"]]) in (Outcome.CRASHED, None):
-        outcomes[root["rank"]].update({k: v for k, v in root.items() if k != "rank"}, outcome=Outcome.CRASHED)
+    root, ended = _torchrun_failures(log_path)  # torchrun names the first rank that failed, and how
+    for rank, how in ended.items():
+        if rank in outcomes and Outcome.of(outcomes[rank]) in (Outcome.CRASHED, None):
+            outcomes[rank] = {k: v for k, v in outcomes[rank].items() if k not in ("exit_code", "signal")}
+            outcomes[rank].update(how, outcome=Outcome.CRASHED)
     failed = [r for r in ranks if Outcome.of(outcomes[r]) not in _FINE]
     # the rank that failed first, as torchrun saw it, then ranks that failed on their own, then the
     # ranks stopped because of them (a broken connection, the launcher's SIGTERM)
-    failed.sort(key=lambda r: (r != (root or {}).get("rank"), not is_failure(outcomes[r]), r))
+    failed.sort(key=lambda r: (r != root, not is_failure(outcomes[r]), r))
     if not ranks:
         job = {"outcome": Outcome.CRASHED, "exit_code": returncode, "detail": "no rank started (rendezvous or "
                "launcher failure: script.log has torchrun's message)"}
