@@ -8,8 +8,10 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from conftest import ROOT, perfaudit
+from markers import located, marked
 
 STRAGGLER = ROOT / "sample_scripts" / "distributed" / "ddp_straggler.py"
 
@@ -104,3 +106,16 @@ def test_a_rank_analysis_round_trips(run_dir, sample_report):
     again = _from_json(json.loads(json.dumps(_to_json(result))))
     assert again.findings == result.findings and again.summary == result.summary
     assert again.skipped == result.skipped and again.rank_stats == result.rank_stats
+
+
+def test_a_realistic_ddp_trainer_is_reported_at_its_marked_lines_only(job_report):
+    """Real code under two ranks: a Trainer class, data sharded by rank, accumulation that forgets
+    no_sync(), logging on rank 0. Every marked finding at its line, nothing else at warning or above."""
+    path = ROOT / "tests" / "realistic" / "distributed" / "ddp_trainer.py"
+    report = job_report(str(path.relative_to(ROOT)), 2)
+    assert report["run"]["outcome"]["outcome"] == "window_complete"
+    found = located(report["findings"], path.name, ("run", "both"))
+    loud = {(f["rule"], loc["line"]) for f in report["findings"] if f["severity"] != "info"
+            for loc in f["locations"] if Path(loc["path"]).name == path.name}
+    assert marked(path, "run") <= found, f"missing: {marked(path, 'run') - found}"
+    assert loud <= marked(path, "run"), f"unmarked: {loud - marked(path, 'run')}"
