@@ -46,6 +46,9 @@ def data_loader(ctx: Context) -> dict:
         "recommended_workers": recommended, "cpu_bound": bool(cpus) and needed > max(cpus, 2),
         # with workers: would more of them help? not past the CPU count
         "more_workers_help": bool(workers) and needed > workers and (not cpus or workers < cpus),
+        # the workers and the training process need more cores than there are: on a CPU-only run they
+        # compete for them, and part of the wait is that competition, not slow loading
+        "oversubscribed": bool(cpus) and bool(workers) and workers + 1 > cpus,
         "persistent_workers": (loader or {}).get("persistent_workers"),
         "prefetch_factor": (loader or {}).get("prefetch_factor"),
         "path": ctx.source.display_path(site["path"]) if site.get("path") else None,
