@@ -20,7 +20,7 @@ RANK_WAIT_S = 120  # how long rank 0 waits for the other ranks' records after it
 ANALYSIS_WAIT_S = 60  # then for their own analyses (a rank without one is parsed by rank 0)
 
 
-def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m perfaudit.launch",
                                      description="Run under torchrun: audit every rank, one report for the job.")
     parser.add_argument("--warmup", type=int, default=2)
@@ -29,12 +29,12 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--no-stack", action="store_true", help="do not record Python stacks")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
-    opts = parser.parse_args(argv)
-    return opts, opts.args
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
-    opts, args = _parse(sys.argv[1:] if argv is None else argv)
+    opts = _parse(sys.argv[1:] if argv is None else argv)
+    args = opts.args
     if args[:1] == ["--"]:
         args = args[1:]
     rank = int(os.environ.get("RANK", "0"))

@@ -258,7 +258,7 @@ def _frame_record(m, phase: str, step) -> dict:
            "seconds": get("entire_frame_compile_time_s", None),
            "fail_type": get("fail_type", None), "fail_reason": _first_line(get("fail_reason", None))[:300] or None,
            "recompile_reason": None, "restart_reasons": [], "resume": None}
-    if isinstance(out["seconds"], (int, float)) is False:
+    if not isinstance(out["seconds"], (int, float)):
         out["seconds"] = None
     reason = get("recompile_reason", None)
     if isinstance(reason, str) and reason.strip():

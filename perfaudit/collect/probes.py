@@ -101,6 +101,7 @@ class Probes:
         self.before_batch = lambda: None
         from .compile_probe import CompileProbe
         self.compile = CompileProbe()
+        self.ddp: list[dict] = []         # DistributedDataParallel models: options and synced forwards
 
     # -- installation ------------------------------------------------------------------------
     def install(self) -> None:
@@ -158,7 +159,6 @@ class Probes:
     def _watch_ddp(self) -> None:
         from torch.nn.parallel import DistributedDataParallel as DDP
         probes = self
-        self.ddp: list[dict] = []
 
         def record(args, kwargs):
             model = args[0]
@@ -185,7 +185,7 @@ class Probes:
 
     def _ddp_snapshot(self) -> list[dict]:
         out = []
-        for info in getattr(self, "ddp", []):
+        for info in self.ddp:
             entry = {k: v for k, v in info.items() if not k.startswith("_")}
             model = info["_ref"]()
             if model is not None:

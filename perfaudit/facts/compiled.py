@@ -33,13 +33,6 @@ def _region_frame(name: str) -> str | None:
     return _frame_of(cid.strip())
 
 
-def _all_regions(ctx: Context) -> list:
-    cached = ctx.__dict__.get("_all_compiled_regions")
-    if cached is None:
-        cached = ctx.__dict__["_all_compiled_regions"] = [e for e in ctx.need_trace().host if e.name.startswith(REGION)]
-    return cached
-
-
 def regions(ctx: Context) -> dict:
     """Compiled regions in the measured steps: which frames ran, the nested (resumed) calls, and the
     host time of each frame spent outside its compiled graphs. Computed once."""
@@ -47,7 +40,7 @@ def regions(ctx: Context) -> dict:
     if cached is not None:
         return cached
     trace = ctx.need_trace()
-    regs = [e for e in _all_regions(ctx) if ctx.step_of(e.ts) is not None]
+    regs = [e for e in trace.host if e.name.startswith(REGION) and ctx.step_of(e.ts) is not None]
     graph_calls = [e for e in trace.host if e.name.startswith(GRAPH_CALLS) and ctx.step_of(e.ts) is not None] \
         if regs else []
     parent = innermost(regs, regs)  # a resumed frame's region sits inside the frame that broke
@@ -75,20 +68,6 @@ def regions(ctx: Context) -> dict:
            "eager_us": dict(eager_us), "regions": len(regs)}
     ctx.__dict__["_compiled_regions"] = out
     return out
-
-
-@fact("compile.used", "Whether the script ran torch.compile'd code (the compile probe, or compiled "
-                      "regions in the trace).")
-def compile_used(ctx: Context) -> bool:
-    try:
-        snap = _snapshot(ctx)
-    except Missing:
-        if ctx.trace is not None and _all_regions(ctx):
-            return True
-        raise
-    if snap and (snap.get("frames") or snap.get("compiles")):
-        return True
-    return ctx.trace is not None and bool(_all_regions(ctx))
 
 
 @fact("compile.step_compiled", "Whether the measured steps ran compiled code (a Torch-Compiled Region "
@@ -193,7 +172,7 @@ def graph_breaks(ctx: Context) -> list[Site]:
     return sites
 
 
-def _guard_site(ctx: Context, first: dict, guard: dict | None) -> dict:
+def _guard_site(first: dict, guard: dict | None) -> dict:
     """The user line a failing guard comes from (dynamo writes it, its path cut short), else the
     compiled function's first line."""
     where = {"path": first.get("path"), "line": first.get("line"), "func": first.get("func")}
@@ -230,7 +209,7 @@ def recompiles(ctx: Context) -> list[Site]:
         window_s = _compile_seconds(snap, ("window",), frame)
         training_s = _compile_seconds(snap, ("warmup", "window"), frame)
         fell_step = next((r.get("step") for r in records if r.get("fell_back")), None)
-        site = site_from_probe(ctx, _guard_site(ctx, first, last),
+        site = site_from_probe(ctx, _guard_site(first, last),
                                _recompile_detail(first.get("func"), last, len(later), training_s, len(in_window),
                                                  window_s, fell_back, fell_step))
         site.count = len(in_window)
