@@ -15,6 +15,7 @@ Keys (command-line flags override them):
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -114,6 +115,9 @@ def _parse(table: dict, where: str) -> Config:
         if not isinstance(values, dict) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
             _fail(where, f"thresholds.{rule}", "expected a table of name = number")
+        for name, value in values.items():
+            if not math.isfinite(value):  # nan/inf compares false with everything: the rule would never fire
+                _fail(where, f"thresholds.{rule}.{name}", f"expected a finite number, not {value}")
         cfg.thresholds[rule.upper()] = dict(values)
     return cfg
 

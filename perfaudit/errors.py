@@ -4,6 +4,7 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1        # a finding at or above --fail-on
 EXIT_USAGE = 2           # bad arguments, unreadable input, invalid rule files
 EXIT_SCRIPT_FAILED = 3   # the audited script raised, exited non-zero, crashed or timed out
+EXIT_INTERNAL = 4        # a bug in perfaudit (the report says what was collected before it)
 EXIT_INTERRUPTED = 130   # Ctrl-C
 
 

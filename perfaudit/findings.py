@@ -112,6 +112,7 @@ class Report:
     ranks: list[dict] = field(default_factory=list)  # several ranks: step, compute, collective ms per rank
     straggler: dict | None = None    # several ranks: the rank the others wait for (job.imbalance)
     stop_signal: int | None = None   # the signal that stopped the run (Ctrl-C: SIGINT, SIGTERM, SIGHUP)
+    internal_errors: list[dict] = field(default_factory=list)  # perfaudit's own errors in the audited process
 
     def worst(self) -> str | None:
         return max((f.severity for f in self.findings), key=severity_rank, default=None)

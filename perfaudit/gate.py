@@ -65,3 +65,13 @@ def merge_static(report: Report, static: list[Finding]) -> None:
             merged.append(replace(f, severity="info", notes=(STATIC_ONLY_NOTE,),
                                   evidence={**f.evidence, "confidence": "low", "origin": "static"}))
     report.findings = merged
+
+
+def gate_fails(report: Report, level: str, needs_training: bool = False, allow_no_training: bool = False) -> bool:
+    """Whether the gate at `level` fails the report. With `needs_training`, an active gate also fails a
+    run in which no training step was measured (nothing measured is not a pass), unless allowed."""
+    unmeasured = needs_training and level != "never" and not report.measured and not allow_no_training
+    if unmeasured:
+        report.notes.append(f"gate (--fail-on {level}): no training step was measured, so nothing was "
+                            "checked; this fails the gate (--allow-no-training to let it pass)")
+    return report.fails(level) or unmeasured

@@ -1,5 +1,5 @@
 """`torchrun … -m perfaudit.launch [OPTIONS] train.py ARGS`: the form for job scripts (SLURM, a
-cluster launcher) that already call torchrun. Every rank runs the script under perfaudit's bootstrap
+cluster launcher) that already call torchrun. Every rank runs the script under perfaudit.child
 (the same probes and window as `perfaudit run`) and writes rank<R>.* files in one run folder; rank 0
 then waits for the other ranks' files, analyses every rank's trace and prints the job's report (also
 written as report.json and report.html in the run folder).
@@ -14,10 +14,6 @@ import argparse
 import json
 import os
 import sys
-import time
-
-RANK_WAIT_S = 120  # how long rank 0 waits for the other ranks' records after its own window
-ANALYSIS_WAIT_S = 60  # then for their own analyses (a rank without one is parsed by rank 0)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -49,45 +45,10 @@ def main(argv: list[str] | None = None) -> None:
               "source_roots": [os.path.dirname(os.path.abspath(opts.script)), os.getcwd()]}
     os.environ["PERFAUDIT_CONFIG"] = json.dumps(config)
     sys.argv = [sys.argv[0], opts.script, *args]
-    from .collect.bootstrap import main as bootstrap
-    bootstrap()
+    from .child import main as child
+    child()
 
 
-def job_report(run_dir: str, world_size: int) -> None:
-    """Rank 0, after its own window: wait for every rank's record, then report on the job."""
-    deadline = time.monotonic() + RANK_WAIT_S
-    expected = [os.path.join(run_dir, f"rank{r}.result.json") for r in range(world_size)]
-    while time.monotonic() < deadline and not all(os.path.exists(p) for p in expected):
-        time.sleep(0.2)
-    # each rank analyses its own trace after writing its record: give that a moment to finish
-    traces = [p for p in (os.path.join(run_dir, f"rank{r}.trace.json.gz") for r in range(world_size))
-              if os.path.exists(p)]
-    from .jobs import analysis_path
-    deadline = time.monotonic() + ANALYSIS_WAIT_S
-    while time.monotonic() < deadline and not all(os.path.exists(analysis_path(t)) for t in traces):
-        time.sleep(0.2)
-    from . import api, gate
-    from .report import console, html, json_report
-    rules = api.load_rules()
-    try:
-        report = api.Report([], [], [])
-        roots = (os.getcwd(),)
-        api._combine(report, api.job_results(traces, rules, roots, report.notes), rules, roots)
-        report = gate.finalize(report, gate.GateOptions(), rules=rules)
-    except Exception as exc:  # noqa: BLE001 - the job must end; say why there is no report
-        print(f"perfaudit: no job report: {exc}", file=sys.stderr)
-        return
-    missing = [r for r, p in enumerate(expected) if not os.path.exists(p)]
-    if missing:
-        report.notes.append(f"rank(s) {', '.join(map(str, missing))} left no record within {RANK_WAIT_S} s "
-                            "(crashed, or the run folder is not shared between nodes)")
-    report.run_dir = run_dir
-    with open(os.path.join(run_dir, "report.json"), "w", encoding="utf-8") as f:
-        f.write(json_report.render(report))
-    with open(os.path.join(run_dir, "report.html"), "w", encoding="utf-8") as f:
-        f.write(html.render(report, rules))
-    from rich.console import Console
-    console.render(report, Console(file=sys.stdout))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ class Outcome(str, Enum):
     TIMEOUT = "timeout"                  # stopped at --timeout
     CRASHED = "crashed"                  # died without a word (a signal, a segfault)
     SPAWNED = "spawned"                  # handed its training to torch.multiprocessing.spawn
+    INTERNAL_ERROR = "internal_error"    # perfaudit's own code failed inside the audited process
 
     def __str__(self) -> str:
         return self.value
@@ -51,7 +52,8 @@ def describe(outcome: dict | None) -> str | None:
     if kind == Outcome.COMPLETED:
         return f"the script finished{seen}" if steps is not None and steps < outcome.get("warmup", 0) + 1 else None
     if kind == Outcome.EXITED:
-        return f"the script exited with code {outcome.get('exit_code')}{seen}"
+        said = f": {outcome['message']}" if outcome.get("message") else ""
+        return f"the script exited with code {outcome.get('exit_code')}{seen}{said}"
     if kind == Outcome.OS_EXIT:
         return f"the script called os._exit({outcome.get('exit_code')}){seen}"
     if kind == Outcome.RAISED:
@@ -65,6 +67,9 @@ def describe(outcome: dict | None) -> str | None:
         return f"the run was stopped{' by ' + by if by and by != 'SIGINT' else ' (Ctrl-C)' if by else ''}{seen}"
     if kind == Outcome.SPAWNED:
         return f"the script started its training in other processes ({outcome.get('api')})"
+    if kind == Outcome.INTERNAL_ERROR:
+        return (f"perfaudit's own code failed inside the audited process ({outcome.get('exception')}: "
+                f"{outcome.get('message')}){seen}; this is a bug in perfaudit, not in the script")
     if kind == Outcome.CRASHED:
         why = outcome.get("signal") or f"exit code {outcome.get('exit_code')}"
         return f"the script crashed ({why}) before perfaudit could save its trace"

@@ -30,4 +30,6 @@ TIPS = {
     "T27": "DistributedDataParallel set up for the worst case",
     "T28": "Communication left exposed (not overlapped, or gloo for CUDA tensors)",
     "T29": "Slow start: seconds before the first training step",
+    "T30": "Allocator churn: device memory allocated and freed every step",
+    "T31": "Model FLOPs left unused (MFU) and where the step goes",
 }

@@ -98,11 +98,11 @@ def test_torchrun_module_form_writes_the_job_report(tmp_path):
 
 def test_a_rank_analysis_round_trips(run_dir, sample_report):
     """What a rank leaves (rank<R>.analysis.json) reads back as the result it analysed."""
-    from perfaudit.api import _analyze_one
+    from perfaudit.usecases.analysis import analyze_one
     from perfaudit.engine.loader import load_rules
-    from perfaudit.jobs import _from_json, _to_json
+    from perfaudit.usecases.jobs import _from_json, _to_json
     sample_report("sync_bad.py")
-    result = _analyze_one(f"{run_dir}/sync_bad/trace.json.gz", load_rules(), ())
+    result = analyze_one(f"{run_dir}/sync_bad/trace.json.gz", load_rules(), ())
     again = _from_json(json.loads(json.dumps(_to_json(result))))
     assert again.findings == result.findings and again.summary == result.summary
     assert again.skipped == result.skipped and again.rank_stats == result.rank_stats

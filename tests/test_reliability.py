@@ -91,13 +91,13 @@ def test_a_second_ctrl_c_still_reports_and_leaves_no_temporary_files(tmp_path):
 def test_a_killed_perfaudit_leaves_no_script_running(tmp_path):
     proc, _ = _start(tmp_path, SCRIPTS / "hang.py")
     _wait_for_steps(tmp_path)
-    assert _alive("perfaudit.collect.bootstrap " + str(SCRIPTS / "hang.py"))
+    assert _alive("perfaudit.child " + str(SCRIPTS / "hang.py"))
     proc.kill()  # SIGKILL: perfaudit gets no chance to clean up
     proc.communicate(timeout=30)
     deadline = time.time() + 30
-    while time.time() < deadline and _alive("perfaudit.collect.bootstrap " + str(SCRIPTS / "hang.py")):
+    while time.time() < deadline and _alive("perfaudit.child " + str(SCRIPTS / "hang.py")):
         time.sleep(0.5)
-    assert not _alive("perfaudit.collect.bootstrap " + str(SCRIPTS / "hang.py"))
+    assert not _alive("perfaudit.child " + str(SCRIPTS / "hang.py"))
     result = json.loads((tmp_path / "run" / "result.json").read_text())  # it wrote what it had
     assert result["outcome"] == "interrupted" and (tmp_path / "run" / "trace.json.gz").exists()
 

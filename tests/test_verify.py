@@ -8,7 +8,7 @@ import shutil
 import textwrap
 
 from conftest import SAMPLES, perfaudit
-from perfaudit.collect.runner import RunOptions
+from perfaudit.collect.options import RunOptions
 from perfaudit.fix.plan import Change, FileFix, FixPlan
 from perfaudit.verify import Variant, loss_check, run_ab, speed_change
 

@@ -22,7 +22,7 @@ import re
 import sys
 import time
 
-from .probes import is_user_file
+from .userframes import is_user_file
 
 _BREAK_AT = re.compile(r"Graph break (?:\(.*?\) )?in user code at (.+):(\d+)")
 _BREAK_REASON = re.compile(r"Graph Break Reason: (.+)")

@@ -18,56 +18,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from ..outcome import Outcome, is_failure
+from .options import RunOptions, RunResult
 from .rundir import make_run_dir, path_aliases, remove_aliases
 
 GRACE_SECONDS = 20          # how long a signalled child gets to write what it recorded
 LOG_HEAD = LOG_TAIL = 1 << 20  # script.log keeps the first and the last MiB of the script's output
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@dataclass
-class RunOptions:
-    warmup: int = 2
-    steps: int = 5
-    full: bool = False
-    timeout: float | None = 600.0
-    out_dir: str | None = None
-    with_stack: bool = True
-    record_shapes: bool = True
-    record_budget_s: float | None = 30.0   # stop recording after this long (fewer steps are fine)
-    trace_budget_mb: float | None = 200.0  # uncompressed trace the window may write (fewer steps, then no stacks)
-    keep_runs: int = 10                    # run folders kept under .perfaudit/runs
-    # verify: "timing" runs without the profiler (step times and losses), seeded, and may serve fixed
-    # sources in place of the user's files (absolute path -> file holding the fixed text)
-    mode: str = "profile"
-    seed: int | None = None
-    patched: dict[str, str] = field(default_factory=dict)
-    # torchrun's options (`--nproc-per-node 2`, `--nnodes`, `--rdzv-endpoint` …): the script runs under
-    # torch.distributed.run, one bootstrap per rank, each writing rank<R>.* files in the run folder
-    launch: list[str] | None = None
-    rule_ids: list[str] | None = None      # under torchrun, the rules each rank evaluates on its own trace
-    rules_dirs: list[str] = field(default_factory=list)
-
-
-@dataclass
-class RunResult:
-    script: str
-    run_dir: str
-    trace_path: str | None
-    outcome: dict                      # what happened to the script (see outcome.py)
-    log_path: str
-    probes: dict = field(default_factory=dict)  # only when no trace was written
-    timing: dict | None = None         # a timing run (verify): step times and losses
-    stop_signal: int | None = None     # the signal that stopped perfaudit (SIGINT, SIGTERM, SIGHUP)
-    rank_traces: list[str] = field(default_factory=list)     # under torchrun: each rank's trace
-    rank_outcomes: dict[int, dict] = field(default_factory=dict)  # what happened to each rank
-
-    @property
-    def interrupted(self) -> bool:
-        return self.stop_signal is not None
 
 
 class Stopped(Exception):
@@ -150,9 +108,9 @@ def run_script(script: str, args: list[str], options: RunOptions,
         env["PYTHONHASHSEED"] = str(options.seed)
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    cmd = [sys.executable, "-m", "perfaudit.collect.bootstrap", script, *args]
-    if options.launch:  # PyTorch's own launcher starts the ranks; each runs the bootstrap
-        cmd = [sys.executable, "-m", "torch.distributed.run", *options.launch, "-m", "perfaudit.collect.bootstrap",
+    cmd = [sys.executable, "-m", "perfaudit.child", script, *args]
+    if options.launch:  # PyTorch's own launcher starts the ranks; each runs perfaudit.child
+        cmd = [sys.executable, "-m", "torch.distributed.run", *options.launch, "-m", "perfaudit.child",
                script, *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, env=env)

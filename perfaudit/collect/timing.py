@@ -1,7 +1,7 @@
 """The child of `perfaudit verify`: the script as it is or with fixes served in place of its files,
 seeded, with no profiler; it keeps the wall time of every step and the loss of every step.
 
-Same step detection as a profiled run (bootstrap.Session), so A and B measure the same steps. The loss
+Same step detection as a profiled run (session.Session), so A and B measure the same steps. The loss
 is the scalar tensor `backward()` was called on, kept as a tensor and read only after the window,
 so measuring it adds no host-device sync to the steps."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import time
 
 from ..outcome import Outcome
-from .bootstrap import Session, WindowDone
+from .session import Session, WindowDone
 
 
 class TimingSession(Session):

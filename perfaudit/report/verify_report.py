@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 
 from rich.console import Console
 from rich.markup import escape
@@ -25,11 +26,16 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
     if v.baseline_failure:
         console.print(f"[red]the script as it is did not reach its window: {escape(v.baseline_failure)}[/]")
         return
+    if v.interrupted and not v.verdicts:
+        console.print("verify was stopped before any fix was measured")
+        return
     if not v.verdicts:
         console.print("nothing to verify: no finding of this run has an automatic fix (`perfaudit fix` says why)")
         return
     console.print(f"A/B on {v.device or 'cpu'}: {v.rounds} round{'s' if v.rounds != 1 else ''}, {v.warmup} warm-up + "
                   f"{v.steps} measured steps a run, same seeds", highlight=False)
+    if v.stopped_because:
+        console.print(f"rounds stopped: {escape(v.stopped_because)}", highlight=False)
     for verdict in v.verdicts:
         label = f"all fixes ({', '.join(verdict.rules)})" if verdict.name == "B" else verdict.name
         console.print(f"\n[bold]{escape(label)}[/]:", highlight=False)
@@ -40,8 +46,12 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
             continue
         s = verdict.speed
         style = _SPEED_STYLE.get(s.verdict, "")
-        console.print(f"  step time  {s.mean_a_ms:.2f} → {s.mean_b_ms:.2f} ms ({s.delta_ms:+.2f} ms, "
-                      f"{s.speedup_pct:+.1f}%): [{style}]{s.verdict}[/]", highlight=False)
+        how = f"{abs(s.change_pct):.1f}% {'faster' if s.delta_ms < 0 else 'slower'}" if s.delta_ms else "the same"
+        verdict = s.verdict
+        if verdict == "no measurable change" and s.within_tolerance:
+            verdict = f"no change beyond ±{s.tolerance_pct:g}%"
+        console.print(f"  step time  {s.mean_a_ms:.2f} → {s.mean_b_ms:.2f} ms ({s.delta_ms:+.2f} ms, {how}): "
+                      f"[{style}]{verdict}[/]", highlight=False)
         console.print(f"             95% interval of the change {_interval(s.low_ms, s.high_ms)}, "
                       f"{s.n_a} + {s.n_b} steps", highlight=False)
         loss = verdict.loss
@@ -62,11 +72,14 @@ def to_dict(v: Verification) -> dict:
             return None
         return {"mean_a_ms": s.mean_a_ms, "mean_b_ms": s.mean_b_ms, "saved_ms_per_step": s.saved_ms,
                 "interval_ms": None if math.isnan(s.low_ms) else [s.low_ms, s.high_ms], "confidence": 0.95,
-                "speedup_pct": s.speedup_pct, "steps": [s.n_a, s.n_b], "verdict": s.verdict}
+                "speedup_pct": s.speedup_pct, "change_pct": s.change_pct, "steps": [s.n_a, s.n_b],
+                "verdict": s.verdict, "within_tolerance": s.within_tolerance, "tolerance_pct": s.tolerance_pct}
     return {
         "tool": {"name": "perfaudit", "version": __version__},
         "script": v.script, "args": v.args, "device": v.device, "rounds": v.rounds, "warmup": v.warmup,
         "steps": v.steps, "folder": v.folder, "passed": v.passed, "baseline_failure": v.baseline_failure,
+        "stopped_because": v.stopped_because,
+        "interrupted": None if v.interrupted is None else signal.Signals(v.interrupted).name,
         "fixes": [{"name": x.name, "rules": x.rules, "passed": x.passed, "broke": x.broke,
                    "changes": [{"rule": c.rule, "path": c.path, "line": c.line, "what": c.what, "kind": c.kind}
                                for c in x.changes],

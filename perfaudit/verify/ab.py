@@ -5,6 +5,9 @@ written: B's child reads the fixed sources from the verify folder."""
 from __future__ import annotations
 
 import os
+import signal
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -13,6 +16,17 @@ from ..fix.catalog import FIX_KINDS
 from ..fix.plan import FixPlan
 from ..outcome import describe, is_failure
 from .stats import MIN_STEPS, LossCheck, SpeedChange, loss_check, speed_change
+
+
+@dataclass
+class Rounds:
+    """How many interleaved rounds: at least `min`; then more, while some fix's step-time interval
+    still includes zero and is wider than ±`tolerance_pct` of A's step, until `max` rounds or
+    `max_time_s` seconds of rounds (0: none beyond `min`)."""
+    min: int = 3
+    max: int = 12
+    max_time_s: float | None = 300.0
+    tolerance_pct: float = 2.0
 
 
 @dataclass
@@ -59,6 +73,9 @@ class Verification:
     folder: str
     baseline_failure: str | None = None   # A itself did not reach its window
     notes: list[str] = field(default_factory=list)
+    stopped_because: str | None = None    # why no more rounds were run
+    interrupted: int | None = None        # the signal that stopped verify
+    tolerance_pct: float = 2.0
 
     @property
     def passed(self) -> bool:
@@ -87,43 +104,107 @@ def _write_sources(plan: FixPlan, folder: str) -> dict[str, str]:
 
 
 def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, options: RunOptions,
-           rounds: int, on_progress: Callable[[str], None] | None = None) -> Verification:
+           rounds: Rounds | int, on_progress: Callable[[str], None] | None = None) -> Verification:
+    """A, then each B, round after round (A B A B …), until the verdicts are clear (Rounds)."""
     say = on_progress or (lambda text: None)
+    plan = rounds if isinstance(rounds, Rounds) else Rounds(min=rounds, max=rounds, max_time_s=0)
     served = {v.name: _write_sources(v.plan, os.path.join(folder, f"fixed-{v.name}")) if v.plan else {}
               for v in variants}
     runs = {v.name: Runs() for v in variants}
-    for r in range(1, rounds + 1):
-        for v in variants:
-            if runs[v.name].failure:
-                continue
-            say(f"round {r}/{rounds}: {'as it is' if v.plan is None else 'with ' + v.name}")
-            opts = replace(options, out_dir=os.path.join(folder, f"{v.name}{r}"), patched=served[v.name],
-                           mode="timing", seed=options.seed if options.seed is not None else 0)
-            result = run_script(script, args, opts)
-            failure = _describe(result)
-            if failure:
-                runs[v.name].failure = failure
-                continue
-            runs[v.name].times.append(result.timing["step_times_s"])
-            runs[v.name].losses.append(result.timing["losses"])
-            runs[v.name].device = result.timing.get("device")
-        if runs["A"].failure:
-            break
+    started, done, stop, interrupted = time.monotonic(), 0, None, None
+    with _StopSignals() as signals:
+        while stop is None:
+            done += 1
+            for v in variants:
+                if runs[v.name].failure or interrupted:
+                    continue
+                say(f"round {done}{'' if done > plan.min else '/' + str(plan.min)}: "
+                    f"{'as it is' if v.plan is None else 'with ' + v.name}")
+                opts = replace(options, out_dir=os.path.join(folder, f"{v.name}{done}"), patched=served[v.name],
+                               mode="timing", seed=options.seed if options.seed is not None else 0)
+                result = run_script(script, args, opts)
+                interrupted = result.stop_signal or signals.received
+                if interrupted:
+                    break
+                failure = _describe(result)
+                if failure:
+                    runs[v.name].failure = failure
+                    continue
+                runs[v.name].times.append(result.timing["step_times_s"])
+                runs[v.name].losses.append(result.timing["losses"])
+                runs[v.name].device = result.timing.get("device")
+            interrupted = interrupted or signals.received
+            stop = _stop_reason(runs, variants, plan, done, time.monotonic() - started, interrupted)
     a = runs["A"]
-    verification = Verification(script, args, rounds, options.warmup, options.steps, a.device, [], folder,
-                                baseline_failure=a.failure)
-    if a.failure:
+    verification = Verification(script, args, done, options.warmup, options.steps, a.device, [], folder,
+                                baseline_failure=a.failure, stopped_because=stop, interrupted=interrupted,
+                                tolerance_pct=plan.tolerance_pct)
+    if a.failure or not a.times:
         return verification
     for v in variants[1:]:
         b = runs[v.name]
         verdict = FixVerdict(v.name, v.plan.rules, v.plan.changes)
+        if not b.times and not b.failure:  # interrupted before B ran
+            continue
         if b.failure:
             verdict.broke = b.failure
         else:
-            verdict.speed = speed_change(a.times, b.times)
+            verdict.speed = speed_change(a.times, b.times, tolerance_pct=plan.tolerance_pct)
             verdict.loss = loss_check(a.losses, b.losses, v.same_maths)
         verification.verdicts.append(verdict)
     if any(v.speed and v.speed.verdict == "too few steps" for v in verification.verdicts):
         verification.notes.append(f"an interval needs at least {MIN_STEPS} measured steps per variant: raise "
-                                  f"--steps or --rounds (now {options.steps} × {rounds})")
+                                  f"--steps or --rounds (now {options.steps} × {done})")
     return verification
+
+
+def _stop_reason(runs: dict[str, Runs], variants: list[Variant], plan: Rounds, done: int, elapsed: float,
+                 interrupted) -> str | None:
+    """Why the rounds stop now, or None to run another."""
+    if interrupted:
+        return f"stopped by {signal.Signals(interrupted).name}"
+    if runs["A"].failure:
+        return "the script as it is failed"
+    if done < plan.min:
+        return None
+    open_ = [v.name for v in variants[1:] if not runs[v.name].failure and _undecided(runs["A"], runs[v.name], plan)]
+    if not open_:
+        return f"the verdicts were clear after {done} round{'s' if done != 1 else ''}"
+    if done >= plan.max:
+        return f"--max-rounds ({plan.max}) reached with {', '.join(open_)} still inside the noise"
+    if not plan.max_time_s:
+        return f"{done} round{'s' if done != 1 else ''}, as asked (--max-time 0)"
+    if elapsed >= plan.max_time_s:
+        return f"--max-time ({plan.max_time_s:g} s) ran out with {', '.join(open_)} still inside the noise"
+    return None
+
+
+def _undecided(a: Runs, b: Runs, plan: Rounds) -> bool:
+    """B's change is not settled: too few steps for an interval, or an interval that includes zero
+    and is wider than the tolerance."""
+    if not a.times or not b.times:
+        return False
+    s = speed_change(a.times, b.times, tolerance_pct=plan.tolerance_pct)
+    return s.verdict == "too few steps" or (s.verdict == "no measurable change" and not s.within_tolerance)
+
+
+class _StopSignals:
+    """SIGINT and SIGTERM between two runs stop verify after the run (a run in progress is stopped by the
+    runner's own handlers, which it reports)."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict = {}
+
+    def _note(self, signum, frame):
+        self.received = signum
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                self._previous[sig] = signal.signal(sig, self._note)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

@@ -38,6 +38,20 @@ class SpeedChange:
     n_a: int
     n_b: int
     verdict: str                   # faster | slower | no measurable change | too few steps
+    tolerance_pct: float = 2.0     # an interval within ±this share of A's step is "no change"
+
+    @property
+    def within_tolerance(self) -> bool:
+        """The whole interval lies within ±tolerance of A's step: any change is too small to matter."""
+        if math.isnan(self.low_ms) or not self.mean_a_ms:
+            return False
+        bound = self.mean_a_ms * self.tolerance_pct / 100.0
+        return -bound <= self.low_ms and self.high_ms <= bound
+
+    @property
+    def change_pct(self) -> float:
+        """B's step time against A's, in % (negative: B is faster)."""
+        return 100.0 * self.delta_ms / self.mean_a_ms if self.mean_a_ms else 0.0
 
     @property
     def speedup_pct(self) -> float:
@@ -62,7 +76,7 @@ def _resample(rounds: list[list[float]], rng: random.Random) -> list[float]:
     return [x for r in picked for x in rng.choices(r, k=len(r))]
 
 
-def speed_change(a_s, b_s, seed: int = 0) -> SpeedChange:
+def speed_change(a_s, b_s, seed: int = 0, tolerance_pct: float = 2.0) -> SpeedChange:
     """Step time of A and B (trimmed means; seconds in, ms out; each a list of steps or a list of
     rounds of steps) and a bootstrap interval of their difference. The verdict says faster/slower
     only when the interval excludes zero."""
@@ -70,14 +84,15 @@ def speed_change(a_s, b_s, seed: int = 0) -> SpeedChange:
     a, b = [x for r in a_rounds for x in r], [x for r in b_rounds for x in r]
     med_a, med_b = trimmed_mean(a), trimmed_mean(b)
     if len(a) < MIN_STEPS or len(b) < MIN_STEPS:
-        return SpeedChange(med_a, med_b, med_b - med_a, math.nan, math.nan, len(a), len(b), "too few steps")
+        return SpeedChange(med_a, med_b, med_b - med_a, math.nan, math.nan, len(a), len(b), "too few steps",
+                           tolerance_pct)
     rng = random.Random(seed)
     deltas = sorted(trimmed_mean(_resample(b_rounds, rng)) - trimmed_mean(_resample(a_rounds, rng))
                     for _ in range(BOOTSTRAP_RESAMPLES))
     tail = (1 - CONFIDENCE) / 2
     low, high = deltas[int(tail * len(deltas))], deltas[int((1 - tail) * len(deltas)) - 1]
     verdict = "faster" if high < 0 else "slower" if low > 0 else "no measurable change"
-    return SpeedChange(med_a, med_b, med_b - med_a, low, high, len(a), len(b), verdict)
+    return SpeedChange(med_a, med_b, med_b - med_a, low, high, len(a), len(b), verdict, tolerance_pct)
 
 
 @dataclass

@@ -1,0 +1,102 @@
+"""The commands that read what is already there: `analyze` (traces), `lint` (sources), `explain` and
+`rules` (the catalogue)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from .. import api
+from .common import (
+    BaselineOpt,
+    BaselineWriteOpt,
+    ConfigOpt,
+    DebugOpt,
+    FailOnOpt,
+    Format,
+    FormatChoiceOpt,
+    FormatOpt,
+    IgnoreOpt,
+    OutputOpt,
+    Reporting,
+    RulesDirOpt,
+    SelectOpt,
+    VerboseOpt,
+    app,
+    err,
+    handles_errors,
+    out,
+)
+
+
+@app.command()
+@handles_errors
+def analyze(
+    traces: Annotated[list[str], typer.Argument(help="Trace files (.json / .json.gz) or directories of them; - for "
+                                                     "standard input.")],
+    source_root: Annotated[Optional[list[str]], typer.Option(help="Where to find the sources named in the trace.")] = None,
+    jobs: Annotated[Optional[int], typer.Option(
+        "--jobs", "-j", min=1, help="Traces analysed in parallel processes (default: one per CPU from 32 MB of traces).")] = None,
+    fmt: FormatOpt = None, output: OutputOpt = None, fail_on: FailOnOpt = None, config: ConfigOpt = None,
+    select: SelectOpt = None, ignore: IgnoreOpt = None, baseline: BaselineOpt = None,
+    baseline_write: BaselineWriteOpt = None, rules_dir: RulesDirOpt = None, verbose: VerboseOpt = False,
+    debug: DebugOpt = False,
+):
+    """Evaluate the rules on torch.profiler / Kineto traces recorded elsewhere."""
+    reporting = Reporting(config, rules_dir, select, ignore, fmt, output, baseline, baseline_write)
+    with err.status("reading traces …"):
+        report = api.analyze(traces, reporting.rules, tuple(source_root or ()), reporting.settings.gate, jobs)
+    reporting.finish(report, fail_on, verbose)
+
+
+@app.command()
+@handles_errors
+def lint(
+    paths: Annotated[list[str], typer.Argument(help="Python files or directories.")],
+    fmt: FormatOpt = None, output: OutputOpt = None, fail_on: FailOnOpt = None, config: ConfigOpt = None,
+    select: SelectOpt = None, ignore: IgnoreOpt = None, baseline: BaselineOpt = None,
+    baseline_write: BaselineWriteOpt = None, rules_dir: RulesDirOpt = None, verbose: VerboseOpt = False,
+    debug: DebugOpt = False,
+):
+    """Report what the source alone shows, without running it (no torch import)."""
+    reporting = Reporting(config, rules_dir, select, ignore, fmt, output, baseline, baseline_write)
+    reporting.finish(api.lint(paths, reporting.rules, reporting.settings.gate), fail_on, verbose)
+
+
+@app.command()
+@handles_errors
+def explain(
+    rule_id: Annotated[str, typer.Argument(metavar="RULE", help="A rule id (SYNC001) or a tip id (T01).")],
+    fmt: FormatChoiceOpt = Format.console, rules_dir: RulesDirOpt = None, debug: DebugOpt = False,
+):
+    """Print a rule's documentation (or the rules implementing a tip)."""
+    from ..report.docs import render_rule_docs, rule_docs_dict
+    chosen = api.rules_for(rule_id, rules_dir)
+    if fmt == Format.json:
+        sys.stdout.write(json.dumps([rule_docs_dict(r) for r in chosen], indent=2) + "\n")
+    else:
+        for r in chosen:
+            render_rule_docs(r, out)
+
+
+@app.command("rules")
+@handles_errors
+def list_rules(fmt: FormatChoiceOpt = Format.console, rules_dir: RulesDirOpt = None, debug: DebugOpt = False):
+    """List every rule with its tips, severity and summary."""
+    rules = api.rules_catalogue(rules_dir)
+    if fmt == Format.json:
+        rows = [{"id": r.id, "family": r.family, "title": r.title, "tips": list(r.tips), "severity": r.severity,
+                 "summary": r.summary, "path": os.path.relpath(r.path) if not r.path.startswith("..") else r.path}
+                for r in rules]
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    table = Table(title=f"{len(rules)} rules")
+    for col in ("id", "tips", "severity", "summary"):
+        table.add_column(col, overflow="fold")
+    for r in rules:
+        table.add_row(r.id, ",".join(r.tips), r.severity, r.summary)
+    out.print(table)

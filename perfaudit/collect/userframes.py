@@ -1,0 +1,40 @@
+"""Which frames are the user's: not perfaudit, torch, the standard library or an installed package.
+Every probe locates what it saw at the innermost user frame."""
+from __future__ import annotations
+
+import os
+import sys
+
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_DIR = None
+_LIB_MARKERS = ("site-packages", "dist-packages", os.sep + "lib" + os.sep + "python3")
+
+
+def _torch_dir() -> str:
+    global _TORCH_DIR
+    if _TORCH_DIR is None:
+        import torch
+        _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+    return _TORCH_DIR
+
+
+def is_user_file(path: str | None) -> bool:
+    """A file of the user's code: not perfaudit, torch, the standard library or an installed package."""
+    if not path:
+        return False
+    return not (path.startswith("<") or path.startswith(_OWN_DIR) or path.startswith(_torch_dir())
+                or any(m in path for m in _LIB_MARKERS))
+
+
+def user_site(depth: int = 2) -> dict | None:
+    """The innermost frame of the user's code on the current stack: {path, line, func}. A frame whose
+    line number is unknown (None while the interpreter sets it up) is located at its function's first
+    line, so a site never carries `line: null`."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        code = frame.f_code
+        if is_user_file(code.co_filename):
+            line = frame.f_lineno if frame.f_lineno is not None else code.co_firstlineno
+            return {"path": code.co_filename, "line": line, "func": code.co_name}
+        frame = frame.f_back
+    return None

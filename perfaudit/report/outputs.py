@@ -1,0 +1,85 @@
+"""Where a report goes: the formats asked for (`-f FORMAT[=FILE]`, `-o FILE`), checked before anything
+runs (a typo must not cost a ten-minute run, and a report never overwrites source code), rendered, and
+written each to its file."""
+from __future__ import annotations
+
+import os
+
+from ..errors import UsageError
+
+REPORT_FORMATS = ("console", "json", "sarif", "junit", "markdown", "github", "html")
+_SOURCE_SUFFIXES = (".py", ".pyw", ".ipynb", ".pyx")
+
+
+def parse_formats(formats: list[str] | None, output: str | None) -> list[tuple[str, str | None]]:
+    """(format, file or None for standard output) for each `-f`; `-o FILE` gives the first format
+    without a file its file (the JSON report when only the console was asked for)."""
+    specs = []
+    for item in formats or ["console"]:
+        fmt, _, path = item.partition("=")
+        fmt = fmt.strip().lower()
+        if fmt not in REPORT_FORMATS:
+            raise UsageError(f"unknown format '{fmt}'; choose from {', '.join(REPORT_FORMATS)}")
+        if fmt == "console" and path:
+            raise UsageError("the console report goes to the terminal; for a file use another format "
+                             "(-f markdown=FILE, -f json=FILE)")
+        specs.append((fmt, path or None))
+    if output:
+        for i, (fmt, path) in enumerate(specs):
+            if fmt != "console" and path is None:
+                specs[i] = (fmt, output)
+                break
+        else:
+            specs.append(("json", output))
+    if sum(1 for fmt, path in specs if path is None and fmt != "console") > 1:
+        raise UsageError("only one format can go to standard output; give the others a file (FORMAT=FILE)")
+    return specs
+
+
+def check_writable(paths: list[str], protected: tuple[str, ...] = ()) -> None:
+    """Every file perfaudit will write can be written, and none is source code: not the audited script
+    (`protected`), not any existing Python file."""
+    for path in paths:
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise UsageError(f"cannot write {path}: it is a directory")
+        if any(os.path.exists(p) and os.path.exists(path) and os.path.samefile(p, path) for p in protected):
+            raise UsageError(f"refusing to write a report over {path}: it is the script being audited")
+        if os.path.exists(path) and path.lower().endswith(_SOURCE_SUFFIXES):
+            raise UsageError(f"refusing to write a report over {path}: it is Python source; choose another file")
+        if not os.path.isdir(folder):
+            raise UsageError(f"cannot write {path}: folder {folder} does not exist")
+        if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+            raise UsageError(f"cannot write {path}: permission denied")
+
+
+def render(report, fmt: str, rules) -> str:
+    from . import github, html, json_report, junit, markdown, sarif
+    renderers = {"json": lambda: json_report.render(report), "sarif": lambda: sarif.render(report, rules),
+                 "html": lambda: html.render(report, rules), "junit": lambda: junit.render(report, rules),
+                 "markdown": lambda: markdown.render(report), "github": lambda: github.render(report)}
+    return renderers[fmt]()
+
+
+def write_text(path: str, text: str) -> None:
+    """A file written whole or not at all (a temporary file moved into place)."""
+    tmp = f"{path}.perfaudit-{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text.rstrip("\n") + "\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_files(report, specs: list[tuple[str, str | None]], rules) -> list[str]:
+    """Each format that has a file, written; what could not be written, as messages."""
+    failed = []
+    for fmt, path in specs:
+        if path:
+            try:
+                write_text(path, render(report, fmt, rules))
+            except OSError as exc:
+                failed.append(f"cannot write {path}: {exc.strerror}")
+    return failed

@@ -1,0 +1,165 @@
+"""`run`: audit a script. It runs in a child process for a bounded profiler window (collect/), its
+trace is analysed as `analyze` would, what the static pass sees in the script is merged in, and the run
+folder gets the report as HTML. Under torchrun every rank analyses its own trace (usecases/jobs.py)."""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+
+from .. import gate
+from ..collect.runner import RunOptions, RunResult, run_script
+from ..engine.loader import Rule, builtin_rules_dir, load_rules
+from ..errors import LaunchError, TraceError
+from ..facts import Context
+from ..findings import Report
+from ..gate import GateOptions
+from ..outcome import Outcome
+from ..outcome import describe as describe_outcome
+from ..static import lint as lint_paths
+from ..trace import load_trace
+from .analysis import combine, context_notes, evaluate_rules, summarize
+from .jobs import job_results
+
+_NOT_TRAINING = {"dataloader": "DataLoader batches", "inference": "calls of the top-level module under no_grad"}
+_STEP_NOTES = {"closure": "the optimizer steps with a closure: a step is one closure call (forward and "
+                          "backward); LBFGS calls it several times per optimizer.step()"}
+
+
+def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] | None = None,
+          on_progress: Callable[[dict], None] | None = None, gate_options: GateOptions | None = None,
+          command: str | None = None) -> Report:
+    """Run a script for a bounded profiler window, evaluate every rule on what was recorded, and
+    merge what the static pass sees in the script. The run folder gets the report as HTML."""
+    rules = rules if rules is not None else load_rules()
+    if options.launch:  # the ranks evaluate the same rules on their own traces
+        options.rule_ids = [r.id for r in rules]
+        folders = {os.path.dirname(os.path.realpath(r.path)) for r in rules}
+        options.rules_dirs = sorted(folders - {os.path.realpath(builtin_rules_dir())})
+    result = run_script(script, args, options, on_progress)
+    if options.launch:
+        return _audit_job(script, result, rules, gate_options, command)
+    trace = None
+    notes = []
+    if result.trace_path:
+        try:
+            trace = load_trace(result.trace_path)
+        except TraceError as exc:
+            notes.append(f"the recorded trace could not be read: {exc}")
+    roots = (os.path.dirname(result.script), os.getcwd())
+    probes = None if trace is not None else result.probes
+    ctx = Context(trace, probes, roots)
+    findings, skipped = evaluate_rules(ctx, [r for r in rules if r.scope == "trace"])
+    report = Report(findings, skipped, [summarize(trace, ctx)] if trace is not None else [], script=result.script,
+                    outcome=result.outcome, run_dir=result.run_dir, notes=notes + context_notes(ctx),
+                    stop_signal=result.stop_signal, command=command,
+                    internal_errors=list(result.outcome.get("internal_errors") or []))
+    report.notes.extend(run_notes(result, options, trace))
+    gate.merge_static(report, lint_paths([script], rules))
+    report = gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
+    write_html(report, rules)
+    return report
+
+
+def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
+    """What the report must say about how the run went: no trace, not training, a shortened window."""
+    notes = []
+    outcome = result.outcome
+    if trace is None:
+        notes.append(_no_trace_reason(result))
+    elif outcome.get("step_source") in _NOT_TRAINING:
+        notes.append(f"no optimizer step or backward() was seen: the steps are "
+                     f"{_NOT_TRAINING[outcome['step_source']]} (inference or evaluation)")
+    if outcome.get("step_source") in _STEP_NOTES:
+        notes.append(_STEP_NOTES[outcome["step_source"]])
+    trimmed = outcome.get("trimmed") or {}
+    if "steps" in trimmed or "stacks" in trimmed:
+        notes.append(
+            f"a step writes about {trimmed.get('estimated_mb_per_step', 0):g} MB of trace, so to stay within the "
+            f"{options.trace_budget_mb:g} MB trace budget {trimmed.get('steps', options.steps)} step(s) were measured "
+            f"after {trimmed.get('warmup', options.warmup)} warm-up (--max-trace-mb raises it)")
+    if trimmed.get("stacks") == "off":
+        notes.append("even one step with Python stacks would exceed the trace budget, so the window was recorded "
+                     "WITHOUT stacks: findings have no file:line; --max-trace-mb MB or --keep-stacks records them")
+    if trimmed.get("cut_at_step") is not None:
+        notes.append(f"the window was closed after step {trimmed['cut_at_step']}: its steps wrote more trace than "
+                     f"the sized step promised, and the trace budget ({options.trace_budget_mb:g} MB) would have "
+                     "been exceeded")
+    if outcome.get("budget_hit"):
+        notes.append(f"recording stopped at its time budget ({options.record_budget_s:g} s of this run's own time) "
+                     f"after {len(trace.measured_steps) if trace else 0} measured step(s); --steps sets fewer")
+    for error in outcome.get("internal_errors") or []:
+        notes.append(f"perfaudit's own error in its {error['part']}: {error['error']} (the run went on without it; "
+                     "please report this bug)")
+    return notes
+
+
+def _audit_job(script: str, result: RunResult, rules: list[Rule], gate_options: GateOptions | None,
+               command: str | None) -> Report:
+    """A run under torchrun: every rank's trace analysed (in parallel processes), merged into the job's
+    report as `perfaudit analyze RUN_FOLDER` would, with what happened to each rank."""
+    if not result.rank_outcomes and result.stop_signal is None:
+        raise LaunchError(f"torchrun could not start the job: {_last_error(result.log_path)} "
+                          f"(its output: {result.log_path})")
+    report = Report([], [], [], script=result.script, outcome=result.outcome, run_dir=result.run_dir,
+                    stop_signal=result.stop_signal, command=command)
+    roots = (os.path.dirname(result.script), os.getcwd())
+    if result.rank_traces:
+        done = job_results(result.rank_traces, rules, roots, report.notes)
+        if done:
+            combine(report, done, rules, roots)
+    failed = result.outcome.get("failed_ranks") or []
+    for failed_rank in failed:
+        said = describe_outcome(result.rank_outcomes.get(failed_rank))
+        report.notes.append(f"rank {failed_rank}: {said or 'did not finish its window'}")
+    unmeasured = [r for r in result.outcome.get("unmeasured_ranks") or [] if r not in failed]
+    if unmeasured:
+        report.notes.append(f"rank(s) {', '.join(map(str, unmeasured))} never reached the measured window "
+                            "(uneven data, or stopped when another rank failed)")
+    if not result.rank_traces:
+        report.notes.append(_no_trace_reason(result))
+    for rank_outcome in result.rank_outcomes.values():
+        report.internal_errors.extend(rank_outcome.get("internal_errors") or [])
+    gate.merge_static(report, lint_paths([script], rules))
+    report = gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
+    write_html(report, rules)
+    return report
+
+
+def _last_error(log_path: str) -> str:
+    """The last line of the launcher's output that names an error, else its last line."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = [l.strip() for l in f.read()[-(64 << 10):].splitlines() if l.strip()]
+    except OSError:
+        return "no output"
+    errors = [l for l in lines if re.search(r"(Error|Exception|error:)", l)]
+    return (errors or lines or ["no output"])[-1][:300]
+
+
+def write_html(report: Report, rules: list[Rule]) -> None:
+    """Every run folder holds its report as one HTML file to open or attach."""
+    from ..report import html
+    path = os.path.join(report.run_dir, "report.html")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(html.render(report, rules))
+    except OSError as exc:
+        report.notes.append(f"could not write {path}: {exc.strerror}")
+
+
+def _no_trace_reason(result: RunResult) -> str:
+    o = result.outcome
+    if Outcome.of(o) == Outcome.SPAWNED:
+        return ("nothing was measured: the script starts its training in new processes "
+                f"({o.get('api')}), which perfaudit does not watch; call the training function directly "
+                "(one process) or launch it with torchrun")
+    if o.get("profiling_started"):
+        return "no trace was recorded before the script ended"
+    if Outcome.of(o) in (Outcome.TIMEOUT, Outcome.INTERRUPTED, Outcome.CRASHED):
+        return "nothing was measured: the script was stopped before its second training step"
+    if o.get("optimizers_built"):
+        return ("nothing was measured: an optimizer was built but never stepped, and no training step "
+                "was seen before the script ended")
+    return ("nothing was measured: the script never started training (no optimizer step, backward(), "
+            "DataLoader batch or inference call was seen before it ended)")

@@ -1,0 +1,88 @@
+"""What every reporting command needs before it runs: the project's configuration with the command
+line's overrides, the rules it selects, the CI gate's options, and the cheapest recording the
+selected rules need."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import baseline as baseline_file
+from ..collect.options import RunOptions
+from ..config import Config, apply_to_rules, load_config
+from ..engine.loader import Rule, load_rules
+from ..gate import GateOptions
+from ..tips import TIPS
+
+
+@dataclass
+class Settings:
+    config: Config
+    all_rules: list[Rule]    # every rule loaded (reporters document them)
+    rules: list[Rule]        # those selected, with the configured thresholds
+    gate: GateOptions
+
+    @property
+    def needs(self) -> set[str]:
+        """What the selected rules need recorded: "stacks", "shapes"."""
+        return set().union(*(r.needs() for r in self.rules)) if self.rules else set()
+
+    def fail_on(self, flag: str | None) -> str:
+        return flag or self.config.fail_on or "never"
+
+
+def prepare(config_path: str | None = None, rules_dirs: list[str] | None = None, select: list[str] | None = None,
+            ignore: list[str] | None = None, baseline: str | None = None,
+            baseline_write: str | None = None) -> Settings:
+    """Configuration (--config, else perfaudit.toml, else pyproject.toml), --select replacing its
+    selection and --ignore adding to it, the rules loaded and selected; a missing or corrupt baseline
+    fails here, before anything runs."""
+    cfg = load_config(config_path)
+    if select:
+        cfg.override("select", select, "--select")
+    if ignore:
+        cfg.override("ignore", ignore, "--ignore", extend=True)
+    all_rules = load_rules(tuple(cfg.rules_dirs) + tuple(rules_dirs or ()))
+    rules = apply_to_rules(cfg, all_rules)
+    if baseline:
+        baseline_file.read(baseline)
+    return Settings(cfg, all_rules, rules, GateOptions(cfg, baseline, baseline_write))
+
+
+def run_options(settings: Settings, warmup: int | None = None, steps: int | None = None, full: bool = False,
+                timeout: float | None = 600.0, out_dir: str | None = None, stack: bool = True,
+                for_rules: bool = True, **extra) -> RunOptions:
+    """The run's options: the flags, else the configuration, else the defaults; Python stacks and input
+    shapes only when a selected rule reads them (`for_rules`), so recording costs no more than needed."""
+    cfg = settings.config
+    needs = settings.needs if for_rules else set()
+    options = RunOptions(warmup=warmup if warmup is not None else (cfg.warmup if cfg.warmup is not None else 2),
+                         steps=steps if steps is not None else (cfg.steps or 5), full=full,
+                         timeout=timeout or None, out_dir=out_dir, with_stack=stack and "stacks" in needs,
+                         record_shapes="shapes" in needs, keep_runs=cfg.keep_runs)
+    for key, value in extra.items():
+        if value is not None:
+            setattr(options, key, value)
+    return options
+
+
+def rules_catalogue(rules_dirs: list[str] | None = None) -> list[Rule]:
+    """Every rule, by id."""
+    return sorted(load_rules(tuple(rules_dirs or ())), key=lambda r: r.id)
+
+
+def rules_for(rule_or_tip: str, rules_dirs: list[str] | None = None) -> list[Rule]:
+    """The rule with this id, or the rules implementing this tip; UsageError naming the nearest."""
+    import difflib
+
+    from ..errors import UsageError
+    rules = {r.id: r for r in load_rules(tuple(rules_dirs or ()))}
+    key = rule_or_tip.upper()
+    if key in rules:
+        return [rules[key]]
+    if key in TIPS:
+        chosen = [r for r in rules.values() if key in r.tips]
+        if not chosen:
+            raise UsageError(f"tip {key} ({TIPS[key]}) has no rule yet")
+        return chosen
+    near = difflib.get_close_matches(key, list(rules) + list(TIPS), n=3, cutoff=0.4)
+    hint = f"; did you mean {', '.join(near)}?" if near else "; `perfaudit rules` lists them"
+    raise UsageError(f"unknown rule or tip '{rule_or_tip}'{hint}")

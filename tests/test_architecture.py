@@ -1,0 +1,162 @@
+"""The house's structure, checked: every import of every module (at the top and inside functions)
+goes down the layers or stays in its own, and no set of modules imports itself round in a circle.
+The layers are declared here once, lowest first; docs/architecture.md explains them."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "perfaudit"
+
+# lowest first; a module belongs to the first entry its dotted name starts with
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("vocabulary", ("perfaudit.errors", "perfaudit.outcome", "perfaudit.calls", "perfaudit.tips",
+                    "perfaudit.probe_schema", "perfaudit.flops.peaks")),
+    ("collection", ("perfaudit.collect",)),
+    ("trace model", ("perfaudit.trace", "perfaudit.source", "perfaudit.findings")),
+    ("facts", ("perfaudit.facts", "perfaudit.static", "perfaudit.flops")),
+    ("rule engine", ("perfaudit.engine", "perfaudit.fix", "perfaudit.config", "perfaudit.baseline",
+                     "perfaudit.suppress", "perfaudit.gate", "perfaudit.verify")),
+    ("reporters", ("perfaudit.report",)),
+    ("use cases", ("perfaudit.usecases",)),
+    ("library API", ("perfaudit.api",)),
+    ("entry points", ("perfaudit.cli", "perfaudit.child", "perfaudit.launch", "perfaudit.__main__",
+                      "perfaudit.integrations", "perfaudit.mcp")),
+]
+MAX_LINES = 400  # a longer module says why in its docstring ("long because …")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts)
+
+
+def _layer(module: str) -> int | None:
+    if module == "perfaudit":  # the package's face: its version
+        return 0
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return rank
+    return None
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
+    if node.level == 0:
+        base = node.module or ""
+    else:
+        parts = module.split(".")
+        keep = len(parts) - node.level + (1 if is_package else 0)
+        base = ".".join(parts[:keep] + ([node.module] if node.module else []))
+    out = []
+    for alias in node.names:
+        candidate = f"{base}.{alias.name}"
+        out.append(candidate if _exists(candidate) else base)
+    return out
+
+
+def _exists(module: str) -> bool:
+    path = ROOT.joinpath(*module.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def imports() -> dict[str, set[str]]:
+    """Every perfaudit module -> the perfaudit modules it imports anywhere in its body."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        is_package = path.name == "__init__.py"
+        if is_package:
+            module = module.rsplit(".__init__", 1)[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                targets.update(t for t in _resolve(module, is_package, node) if t.startswith("perfaudit"))
+            elif isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names if a.name.startswith("perfaudit"))
+        graph[module] = {t for t in targets if t != module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _package_of(module: str, graph: dict[str, set[str]]) -> bool:
+    return any(m.startswith(module + ".") for m in graph)
+
+
+def test_every_module_has_a_layer():
+    graph = imports()
+    assert not [m for m in graph if _layer(m) is None], "declare the new module's layer in LAYERS"
+
+
+def test_no_import_cycles_function_level_imports_included():
+    graph = imports()
+    # a package's __init__ re-exporting its own modules is not a cycle between layers
+    graph = {m: {t for t in ts if not (_package_of(m, graph) and t.startswith(m + "."))} for m, ts in graph.items()}
+    assert not _cycles(graph), _cycles(graph)
+
+
+def test_no_import_runs_up_the_layers():
+    upward = []
+    for module, targets in imports().items():
+        for target in targets:
+            low, high = _layer(module), _layer(target)
+            if low is not None and high is not None and high > low:
+                upward.append(f"{module} ({LAYERS[low][0]}) imports {target} ({LAYERS[high][0]})")
+    assert not upward, "\n".join(sorted(upward))
+
+
+def test_long_modules_say_why():
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > MAX_LINES:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if "long because" not in doc.lower():
+                long.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+    assert not long, long
+
+
+def test_the_cli_is_a_skin_over_the_api():
+    """Commands parse options, call one API function and render: the CLI imports the facade, the
+    reporters and the option types, never the use cases, the engine or the collection directly."""
+    allowed = ("perfaudit.api", "perfaudit.report", "perfaudit.errors", "perfaudit.cli")
+    direct = sorted(f"{m} imports {t}" for m, ts in imports().items() if m == "perfaudit.cli" or m.startswith("perfaudit.cli.")
+                    for t in ts if t != "perfaudit" and not any(t == a or t.startswith(a + ".") for a in allowed))
+    assert not direct, direct
