@@ -26,6 +26,24 @@ def perfaudit(*args: str, cwd: Path | None = None, timeout: float = 300, env: di
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def needs_program(*names: str, why: str) -> str:
+    """The path of the first program found. Outside CI a missing program skips the test with the
+    reason (the README's two commands do not install it); under CI (`CI=true`, set by .ci/run, which
+    installs it) the test is required and fails instead."""
+    import shutil
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return found
+    message = f"{names[0]} is not installed ({why})"
+    if IN_CI:
+        pytest.fail(f"{message}: .ci/run should have installed it")
+    pytest.skip(message)
+
+
 def needs_shared(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"{path} not present (shared/ sits beside the repo in CI)")

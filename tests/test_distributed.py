@@ -98,8 +98,8 @@ def test_torchrun_module_form_writes_the_job_report(tmp_path):
 
 def test_a_rank_analysis_round_trips(run_dir, sample_report):
     """What a rank leaves (rank<R>.analysis.json) reads back as the result it analysed."""
-    from perfaudit.usecases.analysis import analyze_one
     from perfaudit.engine.loader import load_rules
+    from perfaudit.usecases.analysis import analyze_one
     from perfaudit.usecases.jobs import _from_json, _to_json
     sample_report("sync_bad.py")
     result = analyze_one(f"{run_dir}/sync_bad/trace.json.gz", load_rules(), ())

@@ -4,10 +4,11 @@ package, which .ci/run installs) with no console error, charts drawn and no requ
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
-from conftest import TRACES, needs_shared, perfaudit
+import pytest
+
+from conftest import TRACES, needs_program, needs_shared, perfaudit
 from perfaudit.engine.loader import load_rules
 from perfaudit.findings import Cost, Finding, Location, Report, Skipped, TraceSummary
 from perfaudit.report import html
@@ -61,11 +62,16 @@ def test_html_format_for_a_trace_and_a_folder_of_ranks(tmp_path):
     assert "Ranks: step time" in page and "straggler" in page and "RANK001" in page
 
 
-def test_reports_render_in_headless_chromium(tmp_path, sample_report, run_dir):
+@pytest.fixture(scope="session")
+def chromium():
+    """Checked before the samples run: a missing browser skips (or, under CI, fails) at once."""
+    return needs_program("chromium", "chromium-browser", why="the browser test opens reports in it; "
+                                                            "Debian: apt-get install chromium")
+
+
+def test_reports_render_in_headless_chromium(chromium, tmp_path, sample_report, run_dir):
     """Three reports (a CPU run, a GPU trace, eight ranks) open in Chromium: no console error, no
     dialog (an escaped <script> would raise one), every chart drawn, nothing requested but the file."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "Debian's chromium is needed for this test (.ci/run installs it: apt-get install chromium)"
     import playwright.sync_api as playwright  # the test extra; it drives the system Chromium, no download
     sample_report("data_bad.py")
     pages = {"run": Path(run_dir) / "data_bad" / "report.html"}
