@@ -121,6 +121,22 @@ def _after_window(session: Session, config: dict) -> None:
         job_report(config["run_dir"], job["world_size"])
 
 
+def _setup_failed(config: dict, exc: Exception) -> None:
+    from .collect.export import write_json
+    from .collect.session import launched_rank
+    record_internal_error("set-up of the audited process", exc)
+    rank = launched_rank()
+    path = os.path.join(config["run_dir"], "result.json" if rank is None else f"rank{rank}.result.json")
+    write_json(path, {"outcome": Outcome.INTERNAL_ERROR, "exception": type(exc).__name__,
+                      "message": str(exc).splitlines()[0][:500] if str(exc) else "",
+                      "traceback": "".join(traceback.format_exception(exc))[-4000:],
+                      "steps_recorded": 0, "profiling_started": False,
+                      "internal_errors": [{"part": "set-up of the audited process",
+                                           "error": f"{type(exc).__name__}: {exc}"[:300]}]})
+    print(f"perfaudit: internal error while setting up the audited process: {type(exc).__name__}: {exc}",
+          file=sys.stderr)
+
+
 def main() -> None:
     script, *args = sys.argv[1:]
     config = json.loads(os.environ.pop("PERFAUDIT_CONFIG"))  # not a file: nothing in the script's way
@@ -129,8 +145,12 @@ def main() -> None:
     # the script's folder first on sys.path, as `python SCRIPT` does (its ASCII alias, if it has one)
     aliases = config.get("path_aliases") or {}
     sys.path[0] = next((a for a in aliases if os.path.isdir(a)), os.path.dirname(script_path))
-    session = _session(config, script)
-    session.install()
+    try:
+        session = _session(config, script)
+        session.install()
+    except Exception as exc:  # perfaudit's own set-up failed: say so; the script is not blamed
+        _setup_failed(config, exc)
+        os._exit(0)
     _watch_parent(os.getppid())
     session._say("running")
     try:

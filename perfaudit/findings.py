@@ -93,6 +93,26 @@ class TraceSummary:
     per_step: list[dict] = field(default_factory=list)      # host phases of each measured step (ms)
     gpu_per_step: list[dict] = field(default_factory=list)  # GPU time of each measured step (ms)
     compile: dict | None = None         # torch.compile: compile seconds before/inside the window (facts.compiled)
+    excluded: list[dict] = field(default_factory=list)  # steps left out of the figures: {step, why}
+    busy_measured: int = 0              # measured steps that waited for a CPU (no quieter ones came)
+
+    @property
+    def busy_machine(self) -> str | None:
+        """A line when the machine was busier than its CPUs during the run (load average above the
+        CPU count, or steps left out because they waited for a CPU)."""
+        env = self.environment or {}
+        load, cpus = env.get("load_avg"), env.get("cpu_count")
+        waited = [e for e in self.excluded if "waited" in str(e.get("why"))]
+        if not (isinstance(load, (int, float)) and cpus and load > cpus) and not waited and not self.busy_measured:
+            return None
+        text = f"busy: load average {load:.1f} on {cpus} CPUs" if isinstance(load, (int, float)) and cpus else "busy"
+        if waited:
+            text += (f"; {len(waited)} step(s) that waited for a CPU held by other processes were left out, "
+                     "the figures are from the undisturbed ones")
+        if self.busy_measured:
+            text += (f"; {self.busy_measured} of the measured steps waited for a CPU too (no quieter ones came), "
+                     "so the figures include that wait: run again on a quieter machine for firmer figures")
+        return text
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 _SITE = {"oneOf": [{"type": "null"}, {"type": "object", "required": ["path", "line"], "properties": {
     "path": {"type": "string"}, "line": {"type": "integer"}, "func": {"type": ["string", "null"]}}}]}
 _INT = {"type": "integer", "minimum": 0}
+_OPT_NUM = {"type": ["number", "null"]}
 _OPT_INT = {"type": ["integer", "null"]}
 
 
@@ -22,7 +23,9 @@ PROBE_FIELDS: dict[str, dict] = {
                              "batches_seen": _INT},
                             {"persistent_workers": {"type": "boolean"}, "prefetch_factor": _OPT_INT,
                              "window_batches": _INT,
-                             "batch_size": _OPT_INT, "batch_bytes": _INT, "batch_pinned": {"type": "boolean"}}),
+                             "batch_size": _OPT_INT, "batch_bytes": _INT, "batch_pinned": {"type": "boolean"},
+                             "worker_ms_per_batch": _OPT_NUM, "worker_wall_ms_per_batch": _OPT_NUM,
+                             "worker_cpu_ms_per_batch": _OPT_NUM}),
     "debug_apis": _list_of({"api": {"type": "string"}, "enabled": {"type": "boolean"}, "site": _SITE}),
     "anomaly_enabled_in_window": {"type": "boolean"},
     "empty_cache": _list_of({"site": _SITE, "calls": _INT, "window_calls": _INT}),
@@ -34,7 +37,7 @@ PROBE_FIELDS: dict[str, dict] = {
     "module_order": {"type": "array", "items": {"type": "string"}},
     "startup": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["seconds", "lines"], "properties": {
         "seconds": {"type": "number"}, "cpu_seconds": {"type": "number"}, "samples": _INT, "model_samples": _INT,
-        "import_samples": _INT,
+        "import_samples": _INT, "process_cpu_seconds": {"type": "number"}, "ended_by": {"type": "string"},
         "lines": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "samples": _INT},
                           {"func": {"type": "string"}})}}]},
     "compile": {"oneOf": [{"type": "null"}, {"type": "object", "properties": {

@@ -50,37 +50,65 @@ def needs_shared(path: Path) -> Path:
     return path
 
 
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1 … when the suite runs in parallel (pytest -n)
+
+
+def once(path: Path, make) -> None:
+    """Make `path` (with `make()`) once across every test process: the first to take its lock makes it,
+    the others wait and then read it. Session fixtures of parallel workers share their results so."""
+    from filelock import FileLock
+    with FileLock(str(path) + ".lock"):
+        if not path.exists():
+            make()
+
+
 @cache
 def _run_json(kind: str, target: str, out_dir: str, extra: tuple = ()) -> dict:
-    report = Path(out_dir) / (Path(target).name + ".report.json")
+    name = Path(target).name + ("-" + "-".join(extra) if extra else "")
+    report = Path(out_dir) / (name + ".report.json")
+    done = Path(out_dir) / (name + ".rc")
     if kind == "run":
         args = ["run", target, "--warmup", "2", "--steps", "3", "--out-dir", str(Path(out_dir) / Path(target).stem),
                 "--format", "json", "--output", str(report), *extra]
     else:
         args = ["analyze", target, "--format", "json", "--output", str(report), *extra]
-    proc = perfaudit(*args)
-    assert report.exists(), f"no report for {target}: rc={proc.returncode}\n{proc.stderr}\n{proc.stdout[-2000:]}"
+
+    def make():
+        proc = perfaudit(*args)
+        assert report.exists(), f"no report for {target}: rc={proc.returncode}\n{proc.stderr}\n{proc.stdout[-2000:]}"
+        done.write_text(str(proc.returncode))
+
+    once(done, make)
     data = json.loads(report.read_text())
-    data["_exit_code"] = proc.returncode
+    data["_exit_code"] = int(done.read_text())
     return data
 
 
 @pytest.fixture(scope="session")
-def run_dir(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("runs"))
+def shared_tmp(tmp_path_factory) -> Path:
+    """A folder shared by every test process of this session (the same as tmp for a serial run)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if WORKER else base
+
+
+@pytest.fixture(scope="session")
+def run_dir(shared_tmp) -> str:
+    folder = shared_tmp / "runs"
+    folder.mkdir(exist_ok=True)
+    return str(folder)
 
 
 @pytest.fixture(scope="session")
 def sample_report(run_dir):
-    """report(script_name) -> the JSON report of `perfaudit run` on that sample script (cached)."""
+    """report(script_name) -> the JSON report of `perfaudit run` on that sample script (cached, and
+    shared between parallel test processes: each sample runs once per session)."""
     scripts = sorted(p.name for p in SAMPLES.glob("*.py"))
-    # warm the cache two scripts at a time, except those whose findings depend on timing (DataLoader
-    # workers), which run alone so that a neighbour does not steal their CPU
-    timing = [s for s in scripts if "num_workers=" in (SAMPLES / s).read_text()]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        list(pool.map(lambda s: _run_json("run", str(SAMPLES / s), run_dir), [s for s in scripts if s not in timing]))
-    for script in timing:
-        _run_json("run", str(SAMPLES / script), run_dir)
+    if WORKER:  # parallel processes warm the cache from opposite ends, one script at a time each
+        for script in (scripts if int(WORKER[2:] or 0) % 2 == 0 else scripts[::-1]):
+            _run_json("run", str(SAMPLES / script), run_dir)
+    else:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(lambda s: _run_json("run", str(SAMPLES / s), run_dir), scripts))
     return lambda name: _run_json("run", str(SAMPLES / name), run_dir)
 
 

@@ -54,7 +54,8 @@ def test_probe_snapshot_matches_its_description(run_dir, sample_report):
 
 
 @pytest.mark.parametrize("fail_on,code", [("warning", 1), ("info", 1), ("error", 0), ("never", 0)])
-def test_fail_on_gate(run_dir, fail_on, code):
+def test_fail_on_gate(sample_report, run_dir, fail_on, code):
+    sample_report("sync_bad.py")
     proc = perfaudit("analyze", f"{run_dir}/sync_bad/trace.json.gz", "--fail-on", fail_on)
     assert proc.returncode == code
 

@@ -8,6 +8,8 @@ from conftest import ROOT, SAMPLES
 from markers import expected_lines, located, marked, quiet_lines
 from perfaudit.engine.loader import load_rules
 
+pytestmark = pytest.mark.timing  # shares and waits measured in the run decide the findings
+
 RULES = load_rules()
 EXAMPLES = [pytest.param(rule, ex, id=f"{rule.id}-{ex.target}")
             for rule in RULES for ex in rule.examples]

@@ -1,23 +1,33 @@
-"""The recording budget's clock: wall time less the time this process waited for a CPU held by
-other processes, so a busy machine does not cut the window short.
+"""Time lost to other processes: how long this process's threads waited for a CPU.
 
-On Linux, /proc/thread-self/schedstat gives the calling thread's run-queue delay (ns it was runnable
-but not running); the main thread's delay is the time other processes took from the training loop.
-Elsewhere the clock is the wall clock."""
+On Linux, /proc/self/task/<tid>/schedstat gives each thread's run-queue delay (ns it was runnable
+but not running). Their sum over a step says whether other processes disturbed it: a thread of the
+intra-op pool left waiting holds up the whole parallel op, so one preempted thread can stretch a
+step many times over. The recording budget's clock counts wall time less that wait, so a busy
+machine does not cut the window short. Elsewhere (macOS) nothing is known: the wait is 0."""
 from __future__ import annotations
 
+import os
 import time
 
-_SCHEDSTAT = "/proc/thread-self/schedstat"
+_TASKS = "/proc/self/task"
 
 
 def run_queue_wait_s() -> float | None:
-    """Seconds the calling thread has waited for a CPU so far, or None where the OS does not say."""
+    """Seconds this process's threads have waited for a CPU so far (summed), or None where the OS
+    does not say."""
     try:
-        with open(_SCHEDSTAT) as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
+        tids = os.listdir(_TASKS)
+    except OSError:
         return None
+    total = 0
+    for tid in tids:
+        try:
+            with open(f"{_TASKS}/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):  # a thread that just ended
+            continue
+    return total / 1e9
 
 
 class OwnClock:
@@ -28,9 +38,11 @@ class OwnClock:
         self._wall0, self._wait0 = time.monotonic(), run_queue_wait_s()
 
     def waited(self) -> float:
-        """Seconds lost to other processes since start()."""
+        """Seconds lost to other processes since start() (at most the wall time since)."""
         now = run_queue_wait_s()
-        return max(now - self._wait0, 0.0) if now is not None and self._wait0 is not None else 0.0
+        if now is None or self._wait0 is None or self._wall0 is None:
+            return 0.0
+        return min(max(now - self._wait0, 0.0), time.monotonic() - self._wall0)
 
     def elapsed(self) -> float:
         """Seconds since start(), less those lost to other processes."""

@@ -33,8 +33,11 @@ class DDPProbe:
                 info = probe.models[model._perfaudit_ddp]
                 sync = "sync_forwards" if model.require_backward_grad_sync else "nosync_forwards"
                 info[sync] += 1
-                if probe.owner.window_step() is not None:
+                step = probe.owner.window_step()
+                if step is not None:
                     info["window_" + sync] += 1
+                    by_step = info.setdefault("window_" + sync + "_by_step", {})
+                    by_step[str(step)] = by_step.get(str(step), 0) + 1
             except Exception:
                 pass
             return original_forward(model, *args, **kwargs)

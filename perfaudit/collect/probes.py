@@ -11,6 +11,7 @@ import weakref
 
 import torch
 
+from . import worker_timing
 from .ddp_probe import DDPProbe
 from .environment import environment
 from .internal import record_internal_error
@@ -22,7 +23,7 @@ from .wrap import wrap
 def _loader_settings(loader) -> dict:
     return {"num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
             "persistent_workers": loader.persistent_workers, "prefetch_factor": loader.prefetch_factor,
-            "batch_size": loader.batch_size}
+            "batch_size": loader.batch_size, "_dataset": id(loader.dataset)}
 
 
 def _tensors_nbytes(obj, depth: int = 0) -> tuple[int, bool]:
@@ -66,6 +67,7 @@ class Probes:
         self.on_batch = lambda loader_id: None
         self.on_iter = lambda loader_id: None
         self.before_batch = lambda: None
+        self.worker_dir: str | None = None  # where DataLoader workers leave their batch times
         self.ddp = DDPProbe(self)         # DistributedDataParallel models: options and synced forwards
         # probes of other modules, added by the session before install() (the compile probe, the
         # start-up sampler): each has install() and snapshot(), reported under its name
@@ -125,6 +127,11 @@ class Probes:
         wrap(torch.optim.lr_scheduler.LRScheduler, "__init__", lambda a, k: self.schedulers.append(
             {"site": user_site(3), "class": type(a[0]).__name__}))
         self.ddp.install()
+        if self.worker_dir:
+            try:
+                worker_timing.install(self.worker_dir)
+            except Exception as exc:
+                record_internal_error("DataLoader worker timing", exc)
         for probe in self.extra.values():
             install = getattr(probe, "install", None)
             if install is not None:
@@ -291,15 +298,22 @@ class Probes:
             optimizers.append({"class": info["class"], "site": info["site"], "options": defaults,
                                "param_tensors": n_params})
         loaders = []
+        timed = worker_timing.read(self.worker_dir) if self.worker_dir else {}
         for info in self.loaders.values():
             loader = info["_ref"]()
             settings = _loader_settings(loader) if loader is not None else info.get("settings")
             if settings is None or not info["batches"]:
                 continue
+            settings = dict(settings)
+            workers = timed.get(settings.pop("_dataset", None))
             loaders.append({
                 "site": info["site"], **settings, "batches_seen": info["batches"],
                 "window_batches": info["window_batches"],
                 "batch_bytes": info["batch_bytes"], "batch_pinned": info["pinned"],
+                # the workers' own time to make a batch (worker_timing.py), when they were timed
+                "worker_ms_per_batch": 1000.0 * workers["own_s"] / workers["batches"] if workers else None,
+                "worker_wall_ms_per_batch": 1000.0 * workers["wall_s"] / workers["batches"] if workers else None,
+                "worker_cpu_ms_per_batch": 1000.0 * workers["cpu_s"] / workers["batches"] if workers else None,
             })
         return {
             "optimizers": optimizers,

@@ -46,6 +46,7 @@ class Session(StepHooks):
         self.script = script
         self.run_dir = config["run_dir"]
         self.warmup, self.steps, self.full = config["warmup"], config["steps"], config["full"]
+        self.wanted_steps = self.steps  # measured steps asked for (after the trace budget)
         self.pid = os.getpid()       # DataLoader workers fork this process: they must not report
         self.probes = Probes()
         self.compile = CompileProbe()
@@ -75,6 +76,7 @@ class Session(StepHooks):
         self.sizing_retries = 0
         self.trace_path: str | None = None
         self.rank = launched_rank()  # under torchrun: every rank writes rank<R>.* files in the run folder
+        self.probes.worker_dir = self._path("workers")
         self._progress = open(self._path("progress.jsonl"), "a", buffering=1)
 
     def _path(self, name: str) -> str:
@@ -133,6 +135,7 @@ class Session(StepHooks):
         fit = fit_budget(events, calls, self.trace_budget, self.warmup, self.steps, self.config["with_stack"],
                          bool(self.config.get("keep_stacks")))
         self.warmup, self.steps, self.config["with_stack"] = fit.warmup, fit.steps, fit.with_stack
+        self.wanted_steps = fit.steps
         self.trimmed.update(fit.trimmed)
         self.marks.mb_per_step = fit.mb_per_step
         self._say("sized", mb_per_step=fit.mb_per_step, warmup=self.warmup, steps=self.steps)
@@ -226,9 +229,10 @@ class Session(StepHooks):
         self.window_closed = True
         self.probes.stop_module_trace()
         self.probes.stop_sync_debug()
-        if self.step_rf is not None and result.get("outcome") != Outcome.WINDOW_COMPLETE:
+        if self.step_rf is not None and result.get("outcome") != Outcome.WINDOW_COMPLETE and self.rank is None:
             self.marks.cut_short(self.step_index)  # stopped mid-step: that step is not averaged in
         self._close_step()
+        self.marks.settle(self.warmup, self.wanted_steps)
         self.trace_path = None
         # result.json first: a trace lost in export still leaves the outcome (and the probes) on disk
         self._write_result(result, None, with_probes=True)

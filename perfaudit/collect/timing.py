@@ -23,19 +23,19 @@ class TimingSession(Session):
 
     def __init__(self, config: dict, script: str):
         super().__init__(config, script)
-        self.marks: list[float] = []               # the end of each step (perf_counter)
+        self.ends: list[float] = []               # the end of each step (perf_counter)
         self.losses: list[tuple[int, object]] = []  # (step index, detached scalar loss)
 
     def backward_called(self, tensors) -> None:
         torch = self.torch
         if isinstance(tensors, torch.Tensor) and tensors.numel() == 1 and os.getpid() == self.pid:
-            self.losses.append((len(self.marks), tensors.detach()))
+            self.losses.append((len(self.ends), tensors.detach()))
 
     def _restart(self, why: str) -> None:
         """The steps so far were another phase (pre-training, a first optimizer): count from here."""
         if not self.window_closed:
             self.restarts.append(why)
-            self.marks.clear()
+            self.ends.clear()
             self.losses.clear()
 
     def flush(self, raise_done: bool = True) -> None:
@@ -45,9 +45,9 @@ class TimingSession(Session):
         torch = self.torch
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()  # the step's device work belongs to the step (A and B alike)
-        self.marks.append(time.perf_counter())
-        self._say("step", step=len(self.marks), warmup=self.warmup, steps=self.steps)
-        if len(self.marks) > self.warmup + self.steps:
+        self.ends.append(time.perf_counter())
+        self._say("step", step=len(self.ends), warmup=self.warmup, steps=self.steps)
+        if len(self.ends) > self.warmup + self.steps:
             self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
             if raise_done and not self.full:
                 raise WindowDone()
@@ -56,11 +56,11 @@ class TimingSession(Session):
         if self.window_closed:
             return
         self.window_closed = True
-        first = self.warmup  # marks[first] ends the last warm-up step
-        times = [b - a for a, b in zip(self.marks[first:], self.marks[first + 1:])]
+        first = self.warmup  # ends[first] ends the last warm-up step
+        times = [b - a for a, b in zip(self.ends[first:], self.ends[first + 1:])]
         per_step: dict[int, float] = {}
         for step, loss in self.losses:
-            if first < step <= first + len(times):  # the loss of step k is taken before marks[k]
+            if first < step <= first + len(times):  # the loss of step k is taken before ends[k]
                 per_step[step] = per_step.get(step, 0.0) + float(loss)
         losses = [per_step.get(step) for step in range(first + 1, first + 1 + len(times))]
         timing = {"step_times_s": times, "losses": losses, "warmup": self.warmup, "restarts": self.restarts,

@@ -15,11 +15,16 @@ def _loader(ctx: Context) -> dict | None:
     return max(loaders, key=lambda d: (d.get("window_batches", 0), d.get("batches_seen", 0))) if loaders else None
 
 
+PIPELINE_BOUND = 0.8  # the pipeline delivers a batch no faster than this share of the step's compute
+
+
 @fact("data.loader", "The DataLoader wait per step (ms, the mean over the measured steps: two workers "
                      "that deliver together make every other step wait) and its share of the mean step "
                      "(the share every finding states), the "
-                     "loader's settings, and a worker count recommended from the measured load time and "
-                     "the CPU count.")
+                     "loader's settings, a worker count recommended from the measured load time and "
+                     "the CPU count, and with workers their own time per batch (worker_ms_per_batch), the "
+                     "pipeline's (pipeline_ms_per_batch: that over the workers) and whether it is slower "
+                     "than the step needs (pipeline_bound).")
 def data_loader(ctx: Context) -> dict:
     wait = sum(t["data"] for t in phase_times(ctx)) / len(ctx.steps) / 1000.0
     step_ms = ctx.step_ms
@@ -40,15 +45,28 @@ def data_loader(ctx: Context) -> dict:
     needed = max(math.ceil(load / compute) + (0 if workers else 1), 2)
     recommended = min(needed, max(cpus, 2)) if cpus else needed
     site = (loader or {}).get("site") or {}
+    # the workers' own time to make a batch (reading and waiting on storage included, waiting for a
+    # CPU held by another process excluded), and how often the pipeline can deliver one with every
+    # worker busy: slower than the step consumes them, the input pipeline is the bottleneck; faster,
+    # and a wait comes from the machine (cores shared with the training, or other processes)
+    worker_ms = (loader or {}).get("worker_ms_per_batch")
+    pipeline_ms = worker_ms / workers if worker_ms is not None and workers else None
+    worker_cpu = (loader or {}).get("worker_cpu_ms_per_batch")
+    # workers that mostly wait on storage or the network, not on a CPU: more of them than CPUs help
+    io_bound = worker_ms is not None and worker_cpu is not None and worker_cpu < 0.5 * worker_ms
     return {
         "wait_ms": wait, "compute_ms": compute, "share_pct": 100.0 * wait / step_ms if step_ms else 0.0,
         "num_workers": workers, "workers": uses_workers, "cpu_count": cpus, "needed_workers": needed,
         "recommended_workers": recommended, "cpu_bound": bool(cpus) and needed > max(cpus, 2),
         # with workers: would more of them help? not past the CPU count
-        "more_workers_help": bool(workers) and needed > workers and (not cpus or workers < cpus),
+        "more_workers_help": bool(workers) and needed > workers and (not cpus or workers < cpus or io_bound),
+        "io_bound": io_bound,
         # the workers and the training process need more cores than there are: on a CPU-only run they
         # compete for them, and part of the wait is that competition, not slow loading
         "oversubscribed": bool(cpus) and bool(workers) and workers + 1 > cpus,
+        "worker_ms_per_batch": worker_ms,
+        "pipeline_ms_per_batch": pipeline_ms,
+        "pipeline_bound": None if pipeline_ms is None else pipeline_ms >= PIPELINE_BOUND * compute,
         "persistent_workers": (loader or {}).get("persistent_workers"),
         "prefetch_factor": (loader or {}).get("prefetch_factor"),
         "path": ctx.source.display_path(site["path"]) if site.get("path") else None,

@@ -34,19 +34,29 @@ def sync_per_step(ctx: Context) -> list[Site]:
     n = len(ctx.steps)
     sites = []
     for m in _models(ctx):
-        per_step = m.get("window_sync_forwards", 0) / n
+        synced, unsynced = _in_measured_steps(ctx, m, "sync"), _in_measured_steps(ctx, m, "nosync")
+        per_step = synced / n
         if per_step <= 1.0:
             continue
         stats = rank_stats(ctx)
         collective_ms = (stats or {}).get("collective_ms") or 0.0
         site = site_from_probe(ctx, m.get("site"), f"{per_step:.1f} synchronised forwards per optimizer step")
-        site.count = m.get("window_sync_forwards", 0)
+        site.count = synced
         site.steps_seen = set(range(n))
         # all but one of the all-reduces of a step are not needed: their share of the collective time
         site.ms = collective_ms * (per_step - 1) / per_step * n
-        site.extra.update(syncs_per_step=per_step, nosync_per_step=m.get("window_nosync_forwards", 0) / n)
+        site.extra.update(syncs_per_step=per_step, nosync_per_step=unsynced / n)
         sites.append(site)
     return sites
+
+
+def _in_measured_steps(ctx: Context, model: dict, kind: str) -> int:
+    """Forwards of one kind ("sync", "nosync") in the measured steps (a step left out of the figures, an
+    evaluation pass say, is left out here too); the window's total for a probe without per-step counts."""
+    by_step = model.get(f"window_{kind}_forwards_by_step")
+    if isinstance(by_step, dict):
+        return sum(int(by_step.get(str(s.number), 0)) for s in ctx.steps)
+    return int(model.get(f"window_{kind}_forwards", 0))
 
 
 @fact("ddp.bucket_view_off", "DDP models with gradient_as_bucket_view=False (the default): every gradient "

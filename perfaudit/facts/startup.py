@@ -9,9 +9,11 @@ from .sites import Site, site_from_probe
 MIN_LINE_SHARE = 0.2
 
 
-@fact("start.summary", "Seconds from the script's start to the end of its first training step, the CPU "
-                       "seconds sampled in that time, those inside model forward passes and imports, and "
-                       "those at the busiest lines of the user's code (each at least 20 % of the samples).")
+@fact("start.summary", "Seconds from the script's start to its first training activity (a batch, backward() or "
+                       "an optimizer step: the first step's own work is not start-up), the CPU seconds sampled "
+                       "in that time, those inside model forward passes and imports, those at the busiest lines "
+                       "of the user's code (each at least 20 % of the samples), and those against the CPU time "
+                       "of one training step (steps_equivalent).")
 def start_summary(ctx: Context) -> dict:
     startup = ctx.probe("startup")
     if not startup:
@@ -19,12 +21,34 @@ def start_summary(ctx: Context) -> dict:
     total = max(startup.get("samples", 0), 1)
     per_sample = startup.get("cpu_seconds", 0.0) / total
     named = [line["samples"] for line in startup["lines"] if line["samples"] / total >= MIN_LINE_SHARE]
+    named = sum(named) * per_sample
+    step_cpu = _step_cpu_seconds(ctx)
     return {"seconds": startup["seconds"], "cpu_seconds": startup.get("cpu_seconds", 0.0),
             "samples": startup.get("samples", 0),
             "model_seconds": startup.get("model_samples", 0) * per_sample,
             "import_seconds": startup.get("import_samples", 0) * per_sample,
             # CPU seconds at the lines a finding names: what a change there can save
-            "named_seconds": sum(named) * per_sample}
+            "named_seconds": named,
+            # the same against one training step's CPU time: how many steps the start-up costs
+            "step_cpu_ms": step_cpu * 1000.0 if step_cpu else None,
+            "steps_equivalent": named / step_cpu if step_cpu else None}
+
+
+def _step_cpu_seconds(ctx: Context) -> float | None:
+    """The median CPU time of a measured training step (the process's, all threads), as the window
+    recorded it; None for a trace without it. CPU time, like the start-up samples: neither moves
+    much with other processes on the machine."""
+    import statistics
+    window = ctx.meta.get("window") if isinstance(ctx.meta.get("window"), dict) else {}
+    cpu = window.get("step_cpu_s")
+    if not isinstance(cpu, list) or ctx.trace is None:
+        return None
+    try:
+        values = [float(cpu[s.number]) for s in ctx.steps if s.number < len(cpu)]
+    except (Missing, TypeError, ValueError):
+        return None
+    values = [v for v in values if v > 0]
+    return statistics.median(values) if values else None
 
 
 @fact("start.sites", "The user lines that took the most CPU time before the first training step (each at "

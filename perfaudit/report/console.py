@@ -41,7 +41,9 @@ def _header(report: Report) -> Panel:
         grid.add_row(label, shown(t.path))
         grid.add_row("device", t.device + ("" if t.device != "cpu" else "  (CPU only: GPU costs are estimates)"))
         step = f"{t.step_ms:.2f} ms mean" if t.step_ms is not None else "n/a"
-        grid.add_row("steps", f"{t.steps} measured ({t.step_source}), {step}")
+        others = [e for e in t.excluded if "waited" not in str(e.get("why")) and not e.get("kept")]
+        left = f"; {len(others)} left out ({others[0]['why']})" if others else ""
+        grid.add_row("steps", f"{t.steps} measured ({t.step_source}), {step}{left}")
         if t.breakdown and t.breakdown.get("total"):
             total = t.breakdown["total"]
             parts = [f"{p} {t.breakdown[p]:.2f} ms ({100 * t.breakdown[p] / total:.0f}%)"
@@ -54,6 +56,8 @@ def _header(report: Report) -> Panel:
             grid.add_row("GPU time", ", ".join(parts) + f"; busy {gpu['busy_pct']:.0f}%")
         if t.compile:
             grid.add_row("compile", compile_text(t.compile))
+        if t.busy_machine:
+            grid.add_row("machine", Text(t.busy_machine, style="yellow"))
         env = t.environment
         if env:
             grid.add_row("environment", f"torch {env.get('torch')}, CUDA {env.get('cuda') or '-'}, "

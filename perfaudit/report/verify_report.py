@@ -47,11 +47,11 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
         s = verdict.speed
         style = _SPEED_STYLE.get(s.verdict, "")
         how = f"{abs(s.change_pct):.1f}% {'faster' if s.delta_ms < 0 else 'slower'}" if s.delta_ms else "the same"
-        verdict = s.verdict
-        if verdict == "no measurable change" and s.within_tolerance:
-            verdict = f"no change beyond ±{s.tolerance_pct:g}%"
+        said = s.verdict
+        if said == "no measurable change" and s.within_tolerance:
+            said = f"no change beyond ±{s.tolerance_pct:g}%"
         console.print(f"  step time  {s.mean_a_ms:.2f} → {s.mean_b_ms:.2f} ms ({s.delta_ms:+.2f} ms, {how}): "
-                      f"[{style}]{verdict}[/]", highlight=False)
+                      f"[{style}]{said}[/]", highlight=False)
         console.print(f"             95% interval of the change {_interval(s.low_ms, s.high_ms)}, "
                       f"{s.n_a} + {s.n_b} steps", highlight=False)
         loss = verdict.loss

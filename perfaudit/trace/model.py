@@ -40,6 +40,7 @@ class Step:
     ts: float
     end: float
     warmup: bool = False
+    excluded: str | None = None   # why this step is unlike the others (an evaluation pass, a busy CPU)
 
     @property
     def dur(self) -> float:
@@ -82,7 +83,16 @@ class Trace:
 
     @property
     def measured_steps(self) -> list[Step]:
-        return [s for s in self.steps if not s.warmup]
+        """The steps every figure is computed over: not warm-up, and not left out by the recording
+        (unless every step was: then all of them, rather than none)."""
+        kept = [s for s in self.steps if not s.warmup and not s.excluded]
+        return kept or [s for s in self.steps if not s.warmup]
+
+    @property
+    def excluded_steps(self) -> list[Step]:
+        if not any(not s.warmup and not s.excluded for s in self.steps):
+            return []
+        return [s for s in self.steps if not s.warmup and s.excluded]
 
     @property
     def has_gpu(self) -> bool:

@@ -54,8 +54,11 @@ def segment_steps(trace: Trace) -> None:
         steps, source = [Step(0, begin, end)], "whole-trace"
     window = trace.probes.get("window") if isinstance(trace.probes.get("window"), dict) else {}
     warmup = window.get("warmup", 0) if isinstance(window.get("warmup", 0), int) else 0
+    excluded = window.get("excluded_steps") if isinstance(window.get("excluded_steps"), dict) else {}
     for step in steps:
         step.warmup = source == "ProfilerStep" and step.number < warmup
+        why = excluded.get(str(step.number)) if source == "ProfilerStep" else None
+        step.excluded = why if isinstance(why, str) else None
     if steps and all(s.warmup for s in steps):
         for step in steps:  # the run ended inside warm-up: analyse what there is
             step.warmup = False

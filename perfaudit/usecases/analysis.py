@@ -94,8 +94,13 @@ def summarize(trace: Trace, ctx: Context) -> TraceSummary:
         compiled = ctx.get("compile.summary")
     except Missing:
         compiled = None
+    excluded = [{"step": s.number, "why": s.excluded, "kept": not trace.excluded_steps}
+                for s in trace.steps if not s.warmup and s.excluded]
+    window = trace.probes.get("window") if isinstance(trace.probes.get("window"), dict) else {}
+    busy_measured = window.get("busy_steps_measured") if isinstance(window.get("busy_steps_measured"), int) else 0
     return TraceSummary(trace.path, device, trace.rank, len(trace.measured_steps), trace.step_source,
-                        step_ms, breakdown, trace.has_stacks, env, gpu, per_step, gpu_steps, compiled)
+                        step_ms, breakdown, trace.has_stacks, env, gpu, per_step, gpu_steps, compiled, excluded,
+                        busy_measured)
 
 
 def evaluate_rules(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skipped]]:
