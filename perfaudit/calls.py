@@ -49,6 +49,31 @@ def literal_kwargs(node: ast.Call) -> dict:
     return {kw.arg: literal(kw.value) for kw in node.keywords if kw.arg is not None}
 
 
+def dict_literal(node) -> dict | None:
+    """The keys of a dict the source spells out (`{"a": 1}`, `dict(a=1)`), values literal or `...`;
+    None for anything else."""
+    if isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
+        return {k.value: literal(v) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+        return literal_kwargs(node) if not has_star_kwargs(node) else None
+    return None
+
+
+def resolved_kwargs(node: ast.Call, dicts: dict[str, dict | None]) -> dict | None:
+    """The call's keyword arguments with `**name` expanded where `name` is a dict the same scope spells
+    out (`loader_kwargs = dict(batch_size=32)`; `DataLoader(ds, **loader_kwargs)`); None when a `**`
+    argument cannot be read (then any keyword may be set)."""
+    out = {}
+    for kw in node.keywords:
+        if kw.arg is not None:
+            out[kw.arg] = literal(kw.value)
+        elif isinstance(kw.value, ast.Name) and dicts.get(kw.value.id) is not None:
+            out.update(dicts[kw.value.id])
+        else:
+            return None
+    return out
+
+
 def has_star_kwargs(node: ast.Call) -> bool:
     """`f(**kwargs)`: any keyword may be set without the source showing it."""
     return any(kw.arg is None for kw in node.keywords)

@@ -68,11 +68,12 @@ class Skipped:
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
-    """Biggest saving first (verified, else estimated); findings without either after, by severity."""
+    """Most severe first, then biggest saving (verified, else estimated), then those without a figure:
+    an `info` finding never stands above a warning, however large its estimate."""
     return sorted(findings, key=lambda f: (
+        -severity_rank(f.severity),
         f.saving_ms is None,
         -(f.saving_ms or 0.0),
-        -severity_rank(f.severity),
         f.rule,
     ))
 
@@ -95,6 +96,7 @@ class TraceSummary:
     compile: dict | None = None         # torch.compile: compile seconds before/inside the window (facts.compiled)
     excluded: list[dict] = field(default_factory=list)  # steps left out of the figures: {step, why}
     busy_measured: int = 0              # measured steps that waited for a CPU (no quieter ones came)
+    threads: dict | None = None         # intra-op threads fitted to a busy machine's free cores
 
     @property
     def busy_machine(self) -> str | None:
@@ -103,15 +105,20 @@ class TraceSummary:
         env = self.environment or {}
         load, cpus = env.get("load_avg"), env.get("cpu_count")
         waited = [e for e in self.excluded if "waited" in str(e.get("why"))]
-        if not (isinstance(load, (int, float)) and cpus and load > cpus) and not waited and not self.busy_measured:
+        if not (isinstance(load, (int, float)) and cpus and load > cpus) and not waited and not self.busy_measured \
+                and not self.threads:
             return None
         text = f"busy: load average {load:.1f} on {cpus} CPUs" if isinstance(load, (int, float)) and cpus else "busy"
         if waited:
             text += (f"; {len(waited)} step(s) that waited for a CPU held by other processes were left out, "
                      "the figures are from the undisturbed ones")
         if self.busy_measured:
-            text += (f"; {self.busy_measured} of the measured steps waited for a CPU too (no quieter ones came), "
-                     "so the figures include that wait: run again on a quieter machine for firmer figures")
+            text += (f"; {self.busy_measured} of the measured steps waited for a CPU too (no quieter ones came): "
+                     "the figures are each phase's undisturbed time (its first quartile over every step); run "
+                     "again on a quieter machine for firmer figures")
+        if self.threads and self.threads.get("default"):
+            text += (f"; the script ran with {self.threads['used']} intra-op thread(s) instead of "
+                     f"{self.threads['default']}, as many as the free cores")
         return text
 
 

@@ -33,6 +33,8 @@ PROBE_FIELDS: dict[str, dict] = {
                                  {"bias_params": _INT}),
     "data_parallel": _list_of({"site": _SITE, "class": {"type": "string"}}),
     "schedulers": _list_of({"site": _SITE, "class": {"type": "string"}}),
+    "user_files": {"type": "array", "items": {"type": "string"}},
+    "flag_sets": _list_of({"flag": {"type": "string"}, "value": {"type": "boolean"}, "site": _SITE}),
     "sync_debug": _list_of({"path": {"type": "string"}, "line": {"type": "integer"}, "count": _INT}),
     "module_order": {"type": "array", "items": {"type": "string"}},
     "startup": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["seconds", "lines"], "properties": {

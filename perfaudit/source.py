@@ -87,10 +87,12 @@ class SourceIndex:
                  executed: list[dict] | None = None):
         self.roots = tuple(r for r in roots if r)
         self.aliases = dict(aliases or {})  # ASCII link -> real path (scripts with non-ASCII paths)
-        # lines that ran in a step of the run, by file (from the probes; empty for a foreign trace)
-        self.executed: dict[str, set[int]] = {}
+        # lines that ran in a step of the run and how often, by file (from the probes; empty for a
+        # foreign trace)
+        self.executed: dict[str, dict[int, int]] = {}
         for entry in executed or ():
-            self.executed.setdefault(self.unalias(entry["path"]), set()).add(entry["line"])
+            lines = self.executed.setdefault(self.unalias(entry["path"]), {})
+            lines[entry["line"]] = lines.get(entry["line"], 0) + int(entry.get("count") or 1)
 
     def _ran(self, path: str, sites: list[CallSite]) -> list[CallSite]:
         """The sites whose lines ran in the traced step; all of them when that is not known (a foreign
@@ -100,6 +102,15 @@ class SourceIndex:
             return sites
         ran = [s for s in sites if s.line in lines or s.end_line in lines]
         return ran or sites
+
+    def times_run(self, path: str, line: int) -> int | None:
+        """How often a line ran in the traced warm-up step, or None when that is not known."""
+        lines = self.executed.get(self.resolve(path) or self.unalias(path))
+        return lines.get(line, 0) if lines else None
+
+    def tree(self, path: str) -> ast.Module | None:
+        parsed = _parse(self.resolve(path) or path)
+        return parsed[0] if parsed else None
 
     def unalias(self, path: str) -> str:
         for alias, real in self.aliases.items():
@@ -139,6 +150,20 @@ class SourceIndex:
                     if isinstance(target, ast.Attribute) and ast.unparse(target).endswith(dotted):
                         out.append((node.lineno, literal(node.value)))
         return sorted(out, key=lambda item: item[0])
+
+    def enclosing_block_line(self, path: str, line: int) -> int:
+        """The first line of the outermost `if`/`with`/`try` block holding `line` within its function (the
+        statement at that function's own level), or `line` itself when it is at that level."""
+        parsed = _parse(self.resolve(path) or path)
+        if parsed is None:
+            return line
+        best = line
+        scopes = [parsed[0]] + [n for n in ast.walk(parsed[0]) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for scope in scopes:
+            for stmt in scope.body:
+                if stmt.lineno <= line <= stmt.end_lineno and isinstance(stmt, (ast.If, ast.With, ast.Try)):
+                    best = stmt.lineno
+        return best
 
     def host_iteration_lines(self, path: str) -> set[int]:
         """Lines that iterate over a tensor the same function created on the host

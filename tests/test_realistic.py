@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, once, perfaudit
-from markers import located, marked, markers
+from markers import located, marked, markers, quiet_lines
 
 pytestmark = pytest.mark.timing  # shares and waits measured in the run decide the findings
 
@@ -79,6 +79,10 @@ def check(path: Path, report: dict) -> list[str]:
         problems.append(f"run warns {rule} at unmarked line {line}")
     for rule, line in sorted(static_only - marked(path, "lint")):
         problems.append(f"run shows a static-only {rule} at unmarked line {line}")
+    anything = {(f["rule"], loc["line"]) for f in run for loc in f["locations"] if Path(loc["path"]).name == path.name}
+    for rule, line in sorted(anything):  # `# ok: RULE`: not even an info finding may stand there
+        if line in quiet_lines(path, rule, "run") and (rule, line) not in marked(path, "lint"):
+            problems.append(f"run reports {rule} at line {line}, marked ok")
     unlocated = {f["rule"] for f in run if f["severity"] != "info" and not f["locations"]}
     for rule in sorted(unlocated - {r for _, _, r in markers(str(path))}):
         problems.append(f"run warns {rule} without a location")

@@ -204,10 +204,9 @@ def test_evaluation_and_preparation_before_training_stay_out_of_the_window(tmp_p
     report = json.loads(out.read_text())
     assert ("SYNC001", 34) in [(f["rule"], f["location"]["line"]) for f in report["findings"]]
     trace = load_trace(str(tmp_path / "run" / "trace.json.gz"))
-    first = min(e.ts for e in trace.host)
     assert not any(e.name.startswith("enumerate(DataLoader)") and "no_grad" in e.name for e in trace.host)
     assert all(s.dur < 0.5e6 for s in trace.steps)  # the 1 s preparation is not in any step
-    assert trace.host[-1].end - first < 1e6         # nor in the trace
+    assert sum(e.name == "aten::randn" for e in trace.host) < 10  # nor in the trace (it draws ~10^5 times)
 
 
 def test_frames_already_running_and_comprehensions_are_located(tmp_path):

@@ -121,8 +121,8 @@ def test_each_fix_is_measured_on_its_own(tmp_path):
             optimizer.step()
         '''))
     out = tmp_path / "each.json"
-    proc = perfaudit("verify", str(script), "--each", "--rounds", "1", "--steps", "8", "--out-dir", str(tmp_path / "v"),
-                     "-o", str(out))
+    proc = perfaudit("verify", str(script), "--each", "--rounds", "1", "--max-time", "30", "--steps", "8",
+                     "--out-dir", str(tmp_path / "v"), "-o", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     fixes = {f["name"]: f for f in json.loads(out.read_text())["fixes"]}
     assert {"DEBUG001", "GRAD001"} <= set(fixes)

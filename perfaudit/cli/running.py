@@ -135,7 +135,7 @@ def verify(
     rounds: Annotated[int, typer.Option(min=1, help="Interleaved A/B rounds at least (each a fresh process).")] = 3,
     max_rounds: Annotated[int, typer.Option(min=1, help="Rounds at most, while the verdict is still open.")] = 12,
     max_time: Annotated[float, typer.Option(
-        min=0, help="Seconds verify may spend on rounds beyond --rounds (0: no rounds beyond them).")] = 300.0,
+        min=0, help="Seconds verify may spend on rounds beyond --rounds (0: no rounds beyond them).")] = 120.0,
     tolerance: Annotated[float, typer.Option(
         min=0, help="A change whose interval lies within ±this %% of the step is 'no change' (stops the rounds).")] = 2.0,
     warmup: Annotated[int, typer.Option(min=0, help="Steps each A/B run takes before measuring.")] = 3,

@@ -14,6 +14,18 @@ def load_average() -> float | None:
         return None
 
 
+def busy_now() -> float | None:
+    """How many CPUs other processes want right now: the larger of the 1-minute load average (which
+    lags a minute behind) and the threads runnable at this moment, less this one (Linux)."""
+    load = load_average()
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0]) - 1
+    except (OSError, ValueError, IndexError):
+        return load
+    return max(load or 0.0, float(running))
+
+
 def environment() -> dict:
     import torch
     cuda = torch.cuda.is_available()
@@ -39,3 +51,22 @@ def environment() -> dict:
         env.update(device="cuda", device_name=props.name, capability=f"{props.major}.{props.minor}",
                    device_memory=props.total_memory)
     return env
+
+
+def fit_threads_to_free_cores(torch) -> dict | None:
+    """On a busy machine, the script runs with as many intra-op threads as there are free cores (at
+    least one): a thread pool wider than the free cores makes every parallel op wait for a preempted
+    thread, and the step's figures then measure the neighbours, not the script. Nothing changes when the
+    machine has the cores, or when OMP_NUM_THREADS / MKL_NUM_THREADS say how many (the script's own
+    torch.set_num_threads still wins). Returns what was done, for the report."""
+    if os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
+        return None
+    load, cpus = busy_now(), os.cpu_count() or 1
+    if load is None:
+        return None
+    default = torch.get_num_threads()
+    free = max(1, int(cpus - load + 0.5))
+    if free >= default:
+        return None
+    torch.set_num_threads(free)
+    return {"default": default, "used": free, "load_avg": load, "cpu_count": cpus}

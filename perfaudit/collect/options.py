@@ -27,6 +27,7 @@ class RunOptions:
     launch: list[str] | None = None
     rule_ids: list[str] | None = None      # under torchrun, the rules each rank evaluates on its own trace
     rules_dirs: list[str] = field(default_factory=list)
+    threads: int | None = None             # intra-op threads for the script (verify: the same in every run)
 
 
 @dataclass

@@ -61,6 +61,7 @@ class Probes:
         self.own_profiler = None          # perfaudit's profiler; every other one is neutralised
         self.data_parallel: list[dict] = []
         self.schedulers: list[dict] = []
+        self.flag_sets: list[dict] = []   # cudnn flags the script set: {flag, value, site}
         self.window_step = lambda: None   # returns the current step index, or None outside the window
         self.sync_debug: dict[tuple, int] = {}
         self._sync_debug = None
@@ -127,6 +128,7 @@ class Probes:
         wrap(torch.optim.lr_scheduler.LRScheduler, "__init__", lambda a, k: self.schedulers.append(
             {"site": user_site(3), "class": type(a[0]).__name__}))
         self.ddp.install()
+        self._watch_flags()
         if self.worker_dir:
             try:
                 worker_timing.install(self.worker_dir)
@@ -136,6 +138,29 @@ class Probes:
             install = getattr(probe, "install", None)
             if install is not None:
                 install()
+
+    def _watch_flags(self) -> None:
+        """Where the script sets torch.backends.cudnn.benchmark / .deterministic, and to what: the lines
+        that ran (a flag set in a branch not taken is never reported as set, nor edited by `fix`)."""
+        from torch.backends import ContextProp, cudnn
+        probes = self
+        cls = type(cudnn)
+        for name in ("benchmark", "deterministic"):
+            original = cls.__dict__.get(name)
+            if not isinstance(original, ContextProp):
+                continue
+
+            class Watched(ContextProp):
+                def __set__(self, obj, value, _original=original, _name=name):
+                    try:
+                        probes.flag_sets.append({"flag": f"cudnn.{_name}", "value": bool(value), "site": user_site(2)})
+                    except Exception as exc:  # noqa: BLE001
+                        record_internal_error("flag probe", exc)
+                    _original.__set__(obj, value)
+
+            watched = Watched.__new__(Watched)
+            watched.__dict__.update(original.__dict__)
+            setattr(cls, name, watched)
 
     def _guard_spawn(self, module, name):
         """torch.multiprocessing.spawn starts fresh interpreters that perfaudit does not watch: say so at
@@ -324,6 +349,8 @@ class Probes:
             "bias_before_norm": self.bias_before_norm,
             "data_parallel": self.data_parallel,
             "schedulers": self.schedulers,
+            "flag_sets": self.flag_sets[:50],
+            "user_files": _user_modules(),
             "sync_debug": [{"path": p, "line": l, "count": n} for (p, l), n in self.sync_debug.items()],
             "module_order": self.module_order[:200],
             "ddp": self.ddp.snapshot(),
@@ -339,3 +366,13 @@ def _snapshot(probe):
     except Exception as exc:  # perfaudit's own error: that probe's data is left out, the rest kept
         record_internal_error(type(probe).__name__, exc)
         return None
+
+
+def _user_modules() -> list[str]:
+    """The user's own modules the script imported (a helper that picks the device, say), by path."""
+    out = []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path.endswith(".py") and is_user_file(path):
+            out.append(path)
+    return sorted(set(out))[:200]

@@ -99,7 +99,7 @@ def run_script(script: str, args: list[str], options: RunOptions,
               "record_budget_s": options.record_budget_s, "trace_budget_mb": options.trace_budget_mb,
               "path_aliases": aliases, "mode": options.mode, "seed": options.seed, "patched": options.patched,
               "run_as": next((a for a, real in aliases.items() if real == script_path), None),
-              "rule_ids": options.rule_ids, "rules_dirs": options.rules_dirs,
+              "rule_ids": options.rule_ids, "rules_dirs": options.rules_dirs, "threads": options.threads,
               "source_roots": [os.path.dirname(script_path), os.getcwd()]}
     log_path = os.path.join(run_dir, "script.log")
     progress_path = os.path.join(run_dir, "rank0.progress.jsonl" if options.launch else "progress.jsonl")

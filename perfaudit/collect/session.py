@@ -16,6 +16,7 @@ import time
 from ..outcome import Outcome
 from .clock import OwnClock
 from .compile_probe import CompileProbe
+from .environment import fit_threads_to_free_cores
 from .export import export_trace, write_json
 from .internal import internal_errors, record_internal_error
 from .probes import Probes
@@ -74,10 +75,12 @@ class Session(StepHooks):
         self.steps_ended = 0         # every step the detector saw end, before the window too
         self.compile_warmup = 0      # warm-up steps added because the step was still compiling
         self.sizing_retries = 0
+        self.optimizer_counts: dict[str, int] = {}  # optimizer steps in the measured steps, per optimizer
         self.trace_path: str | None = None
         self.rank = launched_rank()  # under torchrun: every rank writes rank<R>.* files in the run folder
         self.probes.worker_dir = self._path("workers")
         self._progress = open(self._path("progress.jsonl"), "a", buffering=1)
+        self.threads = _threads(torch, config, self.rank is None and self.profiling)
 
     def _path(self, name: str) -> str:
         return os.path.join(self.run_dir, name if self.rank is None else f"rank{self.rank}.{name}")
@@ -276,6 +279,7 @@ class Session(StepHooks):
                 "step_source": self.detector.source, "restarts": self.restarts,
                 "budget_s": self.budget_s, "budget_hit": self.budget_hit, "trimmed": self.trimmed,
                 "compile_warmup": self.compile_warmup, "clock": self.clock.summary(),
+                "optimizer_steps": self.optimizer_counts, "threads": self.threads,
                 **self.marks.summary()}
 
     def _write_result(self, result: dict, trace_path: str | None, with_probes: bool = False) -> None:
@@ -311,6 +315,15 @@ class Session(StepHooks):
             previous["internal_errors"] = internal_errors()
             write_json(path, previous)
         self._say("done")
+
+
+def _threads(torch, config: dict, fit: bool) -> dict | None:
+    """The intra-op threads the script runs with: as `verify` chose them for all its runs, or fitted to
+    the free cores of a busy machine (environment.fit_threads_to_free_cores)."""
+    if config.get("threads"):
+        torch.set_num_threads(int(config["threads"]))
+        return {"used": int(config["threads"]), "set_by": "verify"}
+    return fit_threads_to_free_cores(torch) if fit else None
 
 
 def launched_rank() -> int | None:

@@ -52,7 +52,11 @@ class StepHooks:
             self._training_activity()
 
         register_optimizer_step_pre_hook(self._hook(before_step))
-        register_optimizer_step_post_hook(self._hook(lambda opt, args, kwargs: self.detector.optimizer_stepped(_role(opt))))
+        def after_step(opt, args, kwargs):
+            self._count_optimizer_step(opt)
+            self.detector.optimizer_stepped(_role(opt))
+
+        register_optimizer_step_post_hook(self._hook(after_step))
         original_zero_grad = torch.optim.Optimizer.zero_grad
         flush = self._hook(self.flush)
 
@@ -105,6 +109,15 @@ class StepHooks:
             record_internal_error("writing the trace", exc)
         if not self.full:
             raise WindowDone()
+
+    def _count_optimizer_step(self, opt) -> None:
+        """Optimizer steps in the measured steps, per optimizer (class and the line that built it): what
+        one measured step holds when optimizers step at different cadences."""
+        if self.probes.window_step() is None:
+            return
+        site = (self.probes.optimizers.get(id(opt)) or {}).get("site") or {}
+        label = type(opt).__name__ + (f" (line {site['line']})" if site.get("line") else "")
+        self.optimizer_counts[label] = self.optimizer_counts.get(label, 0) + 1
 
     def _training_activity(self) -> None:
         """A batch is fetched, backward() or an optimizer step begins: start-up is over, and a step

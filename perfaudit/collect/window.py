@@ -27,7 +27,7 @@ from .wrap import wrap
 REASONS = {"busy": "it waited {ms:.1f} ms of its {wall:.1f} ms for a CPU held by other processes (busy machine)",
            "eval": "the model was switched to eval mode in it (an evaluation pass?)",
            "other_loader": "it read batches from another DataLoader (evaluation?)",
-           "epoch": "the training DataLoader started a new epoch in it",
+           "epoch": "the training DataLoader started a new epoch in it (its workers started again)",
            "cut": "it was cut short when the run was stopped"}
 
 
@@ -81,7 +81,10 @@ class StepMarks:
 
     @guarded("step marks")
     def new_epoch(self, loader_id) -> None:
-        if loader_id in self.training_loaders:
+        """A new iterator of the training loader: a new epoch. Only one that starts worker processes
+        again (workers, not persistent) makes its step unlike the others."""
+        settings = (self.session.probes.loaders.get(loader_id) or {}).get("settings") or {}
+        if loader_id in self.training_loaders and settings.get("num_workers") and not settings.get("persistent_workers"):
             self._note("epoch")
 
     # -- sizing ---------------------------------------------------------------------------------------
@@ -110,7 +113,7 @@ class StepMarks:
         if self._cpu_at_open is not None:
             self._cpu.append(time.process_time() - self._cpu_at_open)
         busy = self._busy()
-        flags = sorted(self.flags)
+        flags = sorted(self.flags, key=list(REASONS).index)  # the most telling reason first
         if not measured or not (flags or busy):
             return False
         if self.session.rank is not None:  # the ranks of a job record the same steps: their collectives pair up

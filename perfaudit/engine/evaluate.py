@@ -133,7 +133,8 @@ def evaluate(rule: Rule, ctx: Context) -> Finding | Skipped | None:
         cost = _cost(ev, step_ms)
         notes = tuple(ev.render(n["text"]) for n in spec.get("notes", []) if "when" not in n or ev.holds_optional(n["when"]))
         message = ev.render(rule.message)
-        fix = ev.render(rule.fix)
+        variant = next((v["text"] for v in spec.get("fixes", []) if ev.holds_optional(v["when"])), rule.fix)
+        fix = ev.render(variant)
     except Missing as exc:
         return Skipped(rule.id, str(exc))
     locations = tuple(_locations(sites, n_steps))
@@ -183,7 +184,9 @@ def _locations(sites: list[Site], n_steps: int):
             continue
         per_step = site.per_step(n_steps)
         code_of = {c.line: c.code for c in site.extra.get("calls", [])}
+        share = site.extra.get("line_share") or {}  # a site of several lines: each line's own part
         for line in site.extra.get("lines") or [site.line]:
             code = site.code if line == site.line else code_of.get(line, "")
-            yield Location(site.path, line, code, site.detail, per_step["count_per_step"],
-                           per_step["ms_per_step"], site.exact)
+            part = share.get(line, 1.0)
+            yield Location(site.path, line, code, site.detail, per_step["count_per_step"] * part,
+                           per_step["ms_per_step"] * part, site.exact)

@@ -101,12 +101,12 @@ class Rule:
     def facts(self) -> set[str]:
         """Registered facts this rule reads (conditions, evidence, cost, templates)."""
         names = {c["fact"] for c in _conditions(self.spec.get("when"))}
-        for item in self.spec.get("escalate", []) + self.spec.get("notes", []):
+        for item in self.spec.get("escalate", []) + self.spec.get("notes", []) + self.spec.get("fixes", []):
             names |= {c["fact"] for c in _conditions(item.get("when"))}
         names.add(self.spec.get("evidence", {}).get("sites"))
         names.add(self.spec.get("cost", {}).get("fact"))
         names |= set((self.autofix or {}).get("params", {}).values())
-        for text in [self.message, self.fix] + [n["text"] for n in self.spec.get("notes", [])]:
+        for text in [self.message, self.fix] + [n["text"] for n in self.spec.get("notes", []) + self.spec.get("fixes", [])]:
             names |= {name for name, _ in PLACEHOLDER.findall(text)}
         out = set()
         for name in filter(None, names):
@@ -141,7 +141,7 @@ def _check_names(spec: dict, where: str) -> None:
     conds = list(_conditions(spec.get("when")))
     for item in spec.get("escalate", []):
         conds += list(_conditions(item["when"]))
-    for note in spec.get("notes", []):
+    for note in spec.get("notes", []) + spec.get("fixes", []):
         conds += list(_conditions(note.get("when")))
     if isinstance(spec.get("cost", {}).get("estimated"), dict):
         conds += list(_conditions(spec["cost"]["estimated"]))
@@ -171,7 +171,7 @@ def _check_names(spec: dict, where: str) -> None:
     for tip in spec["tips"]:
         if tip not in TIPS:
             raise RuleError(f"{where}: tip '{tip}' is not in the catalogue ({min(TIPS)}-{max(TIPS)})")
-    texts = [spec["message"], spec["fix"]] + [n["text"] for n in spec.get("notes", [])]
+    texts = [spec["message"], spec["fix"]] + [n["text"] for n in spec.get("notes", []) + spec.get("fixes", [])]
     for text in texts:
         for name, fmt in PLACEHOLDER.findall(text):
             if not (name in AGGREGATES or name in thresholds or fact_exists(name)):

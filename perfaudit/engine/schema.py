@@ -68,6 +68,11 @@ RULE_SCHEMA = {
             },
         },
         "fix": {"type": "string", "minLength": 1},
+        # a fix that depends on what was found (a synchronize() gets timing advice, not the .item()
+        # advice): the first variant whose condition holds replaces `fix`
+        "fixes": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False, "required": ["when", "text"],
+            "properties": {"when": _CONDITION, "text": {"type": "string", "minLength": 1}}}},
         # the mechanical edit `perfaudit fix` makes: a kind from a fixed set in code, its parameters
         # named as facts of the run (the worker count the run measured, say)
         "autofix": {"type": "object", "additionalProperties": False, "required": ["kind"], "properties": {

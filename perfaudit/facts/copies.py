@@ -108,14 +108,25 @@ def pageable_sites(ctx: Context) -> list[Site]:
     return _gpu_pageable_sites(ctx) if ctx.is_gpu else _cpu_copy_sites(ctx)
 
 
-_PINS = re.compile(r"pin_memory[\"']?\s*[=:]\s*True")
+_PINS = re.compile(r"pin_memory[\"']?\s*[=:]\s*(?!False\b)[\w(\[]")
 
 
 def source_pins(ctx: Context) -> bool:
-    """Whether the script's source asks for pinned memory somewhere (`pin_memory=True`, or
-    `{"pin_memory": True}` in the kwargs of a CUDA-only branch): on the GPU its loader pins."""
+    """Whether the script's code asks for pinned memory on some path (`pin_memory=True`,
+    `pin_memory=torch.cuda.is_available()`, `{"pin_memory": use_cuda}` in kwargs built for CUDA), in the
+    script or a module of the user's it imported: on the GPU its loader pins."""
     script = ctx.meta.get("script")
-    return isinstance(script, str) and bool(_PINS.search(ctx.source.text(script)))
+    files = ([script] if isinstance(script, str) else []) + list(ctx.probes.get("user_files") or [])
+    return any(_PINS.search(ctx.source.text(path)) for path in dict.fromkeys(files))
+
+
+@fact("copy.kinds", "What the copy sites reported are: any blocking (no non_blocking=True), any from "
+                    "pageable memory (an unpinned DataLoader), so that the fix names only what is missing.",
+      needs=("stacks",))
+def copy_kinds(ctx: Context) -> dict:
+    sites = ctx.get("copy.pageable_sites")
+    return {"blocking": any(s.extra.get("blocking", True) for s in sites),
+            "pageable": any(s.extra.get("pageable", True) for s in sites)}
 
 
 @fact("data.unpinned_loaders", "DataLoaders that fed batches during the run with pin_memory=False (on a CPU "

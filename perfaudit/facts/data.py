@@ -5,7 +5,7 @@ import math
 
 from .registry import Context, Missing, fact
 from .sites import Site
-from .steps import phase_times
+from .steps import typical_phases
 
 
 def _loader(ctx: Context) -> dict | None:
@@ -26,7 +26,7 @@ PIPELINE_BOUND = 0.8  # the pipeline delivers a batch no faster than this share 
                      "pipeline's (pipeline_ms_per_batch: that over the workers) and whether it is slower "
                      "than the step needs (pipeline_bound).")
 def data_loader(ctx: Context) -> dict:
-    wait = sum(t["data"] for t in phase_times(ctx)) / len(ctx.steps) / 1000.0
+    wait = typical_phases(ctx)["data"]
     step_ms = ctx.step_ms
     iterators = {e.name for e in ctx.trace.host if e.name.startswith("enumerate(DataLoader)#")}
     loader = _loader(ctx)

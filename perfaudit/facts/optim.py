@@ -60,7 +60,8 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
             # run shows a problem the script asked for explicitly (foreach=False), or, for Adam and
             # AdamW in a script that runs on CUDA when it can, the fused kernel it would miss there
             cuda_path = (cls in ("Adam", "AdamW") and options.get("fused") is not True
-                         and options.get("foreach") is not True and _script_runs_on_cuda(ctx))
+                         and options.get("foreach") is not True and _script_runs_on_cuda(ctx)
+                         and _asks_for_fused(ctx, probe.get("site"), cls) is False)
             if not cuda_path:
                 continue
         params = probe.get("param_tensors")
@@ -75,14 +76,28 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
     return sites
 
 
-_CUDA = re.compile(r"\bcuda\b|\.cuda\(")
+_CUDA = re.compile(r"\bcuda\b|\.cuda\(|torch\.accelerator|current_accelerator")
 
 
 def _script_runs_on_cuda(ctx: Context) -> bool:
-    """Whether the audited script's source has a CUDA path (`"cuda" if torch.cuda.is_available()`,
-    `.cuda()`): it will run on a GPU where there is one."""
+    """Whether the audited script's code has a CUDA path (`"cuda" if torch.cuda.is_available()`,
+    `.cuda()`, `torch.accelerator.current_accelerator()`), in the script or in a module of the user's it
+    imported (a helper that picks the device): it will run on a GPU where there is one."""
     script = ctx.meta.get("script")
-    return isinstance(script, str) and bool(_CUDA.search(ctx.source.text(script)))
+    files = ([script] if isinstance(script, str) else []) + list(ctx.probes.get("user_files") or [])
+    return any(_CUDA.search(ctx.source.text(path)) for path in dict.fromkeys(files))
+
+
+def _asks_for_fused(ctx: Context, site: dict | None, cls: str) -> bool | None:
+    """Whether the optimizer's construction asks for fused= on some path (a kwarg, or `**kwargs` its scope
+    fills with it); None when its `**kwargs` cannot be read: then the run cannot say it does not."""
+    from ..static.uses import call_requests
+    if not site or not site.get("path"):
+        return None
+    tree = ctx.source.tree(site["path"])
+    if tree is None:
+        return None
+    return call_requests(tree, site["line"], "fused", {cls, "Adam", "AdamW", "SGD", "Adagrad"})
 
 
 @fact("optim.cuda_path_only", "On a CPU run, whether every single-tensor optimizer reported is one the "

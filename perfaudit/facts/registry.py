@@ -19,6 +19,15 @@ from ..trace.frames import FrameIndex
 from ..trace.model import Event, Step, Trace
 
 
+def quartile(values: list[float]) -> float:
+    """The first quartile (25th percentile, linear interpolation) of a non-empty list."""
+    ordered = sorted(values)
+    pos = 0.25 * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
 class Missing(Exception):
     """The data this fact needs is not in the trace or probes; the message says what is absent."""
 
@@ -149,7 +158,24 @@ class Context:
 
     @property
     def step_ms(self) -> float:
+        """The step time every share is of: the mean measured step; on a busy machine (fewer undisturbed
+        steps than asked for), the undisturbed step time: the first quartile over every recorded step
+        (a step other processes delayed is only ever longer, never shorter)."""
+        quiet = self.quiet_steps
+        if quiet:
+            return quartile([s.dur for s in quiet]) / 1000.0
         return sum(s.dur for s in self.steps) / len(self.steps) / 1000.0
+
+    @cached_property
+    def quiet_steps(self) -> list[Step] | None:
+        """On a busy machine, the steps the undisturbed estimates are taken over: every recorded step
+        that is not warm-up and was left out (if at all) only for waiting for a CPU; else None."""
+        trace = self.trace
+        window = trace.probes.get("window") if trace is not None else None
+        if not isinstance(window, dict) or not window.get("busy_steps_measured"):
+            return None
+        steps = [s for s in trace.steps if not s.warmup and (not s.excluded or s.excluded.startswith("it waited"))]
+        return steps if len(steps) >= 4 else None
 
     @property
     def is_gpu(self) -> bool:

@@ -62,6 +62,20 @@ def cudnn_flag_sites(ctx: Context) -> list[Site]:
     script = ctx.meta.get("script")
     assigned = ctx.source.attribute_assignments(script, "cudnn.benchmark") if isinstance(script, str) else []
     set_true = any(value is True for _, value in assigned)
+    ran = [f for f in ctx.probes.get("flag_sets", []) if f.get("flag") == "cudnn.benchmark" and f.get("site")]
+    if "flag_sets" in ctx.probes:  # `perfaudit run` saw which assignments ran: a branch not taken is not a site
+        n = len(ctx.steps)
+        if ran:
+            last = ran[-1]  # the value the script trained with was set here
+            site = site_from_probe(ctx, last["site"], "cudnn.benchmark set here", set_true=set_true)
+            site.count, site.steps_seen = n, set(range(n))
+            return [site]
+        if assigned:  # set only on paths this run did not take (a determinism block): the flag goes before it
+            block = ctx.source.enclosing_block_line(script, assigned[0][0])
+            site = site_from_probe(ctx, {"path": script, "line": block}, "cudnn.benchmark set only on a path "
+                                   "this run did not take: set it before that block", set_true=set_true)
+            site.count, site.steps_seen = n, set(range(n))
+            return [site]
     if assigned:
         line = next((line for line, value in assigned if value is not True), assigned[0][0])
         site = site_from_probe(ctx, {"path": script, "line": line}, "cudnn.benchmark set here", set_true=set_true)

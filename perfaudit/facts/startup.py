@@ -2,7 +2,7 @@
 without the profiler from the script's start to the end of its first step."""
 from __future__ import annotations
 
-from .registry import Context, Missing, fact
+from .registry import Context, Missing, fact, quartile
 from .sites import Site, site_from_probe
 
 # a line must hold at least this share of the start-up samples to be named
@@ -35,20 +35,19 @@ def start_summary(ctx: Context) -> dict:
 
 
 def _step_cpu_seconds(ctx: Context) -> float | None:
-    """The median CPU time of a measured training step (the process's, all threads), as the window
-    recorded it; None for a trace without it. CPU time, like the start-up samples: neither moves
-    much with other processes on the machine."""
-    import statistics
+    """The CPU time of an undisturbed training step (the process's, all threads: the first quartile over
+    every recorded step, since intra-op threads spinning while a neighbour holds their core only ever
+    add to it), as the window recorded it; None for a trace without it."""
     window = ctx.meta.get("window") if isinstance(ctx.meta.get("window"), dict) else {}
     cpu = window.get("step_cpu_s")
     if not isinstance(cpu, list) or ctx.trace is None:
         return None
     try:
-        values = [float(cpu[s.number]) for s in ctx.steps if s.number < len(cpu)]
-    except (Missing, TypeError, ValueError):
+        values = [float(cpu[s.number]) for s in ctx.trace.steps if not s.warmup and s.number < len(cpu)]
+    except (TypeError, ValueError):
         return None
     values = [v for v in values if v > 0]
-    return statistics.median(values) if values else None
+    return quartile(values) if values else None
 
 
 @fact("start.sites", "The user lines that took the most CPU time before the first training step (each at "

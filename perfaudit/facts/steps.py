@@ -1,7 +1,7 @@
 """Step-level facts: how many steps, how long, and where the time goes."""
 from __future__ import annotations
 
-from .registry import Context, Missing, fact
+from .registry import Context, Missing, fact, quartile
 
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
 OPTIMIZER_STEP = "Optimizer.step#"
@@ -31,13 +31,14 @@ def _phase(name: str) -> str | None:
     return None
 
 
-def phase_times(ctx: Context) -> list[dict]:
-    """Per measured step, the µs spent in each host phase (top-level ranges only); computed once."""
-    cached = ctx.__dict__.get("_phase_times")
+def phase_times(ctx: Context, steps=None) -> list[dict]:
+    """Per measured step (or the `steps` given), the µs spent in each host phase (top-level ranges
+    only); computed once for the measured steps."""
+    cached = ctx.__dict__.get("_phase_times") if steps is None else None
     if cached is not None:
         return cached
     out = []
-    for step in ctx.steps:
+    for step in steps if steps is not None else ctx.steps:
         times = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
         covered_until = -1.0  # end of the phase range being counted; nested events are inside it
         for ev in ctx.within(ctx.trace.host, step.ts, step.end):
@@ -48,19 +49,35 @@ def phase_times(ctx: Context) -> list[dict]:
                 times[phase] += min(ev.end, step.end) - ev.ts
                 covered_until = ev.end
         out.append(times)
-    ctx.__dict__["_phase_times"] = out
+    if steps is None:
+        ctx.__dict__["_phase_times"] = out
     return out
 
 
+def typical_phases(ctx: Context) -> dict:
+    """ms per step in each host phase: the mean over the measured steps; on a busy machine the
+    undisturbed time of each phase (its first quartile over every recorded step), scaled to add up to
+    the undisturbed step (Context.step_ms)."""
+    quiet = ctx.quiet_steps
+    if not quiet:
+        per_step = phase_times(ctx)
+        n = len(ctx.steps)
+        return {k: sum(t[k] for t in per_step) / n / 1000.0 for k in per_step[0]}
+    per_step = phase_times(ctx, quiet)
+    phases = {k: quartile([t[k] for t in per_step]) / 1000.0 for k in per_step[0]}
+    other = quartile([s.dur - sum(t.values()) for s, t in zip(quiet, per_step)]) / 1000.0
+    scale = ctx.step_ms / max(sum(phases.values()) + max(other, 0.0), 1e-9)
+    return {k: v * min(scale, 1.0) for k, v in phases.items()}
+
+
 @fact("step.breakdown", "Where a step's host wall time goes: data loading, forward, backward, "
-                        "optimizer, other (ms per step). An op outside the other phases counts as forward.")
+                        "optimizer, other (ms per step). An op outside the other phases counts as forward. On a "
+                        "busy machine, the undisturbed times (see Context.step_ms).")
 def step_breakdown(ctx: Context) -> dict:
-    per_step = phase_times(ctx)
-    totals = {k: sum(t[k] for t in per_step) for k in per_step[0]}
-    n = len(ctx.steps)
-    out = {k: v / n / 1000.0 for k, v in totals.items()}
+    out = typical_phases(ctx)
+    phases = sum(out.values())
     out["total"] = ctx.step_ms
-    out["other"] = max(out["total"] - sum(totals.values()) / n / 1000.0, 0.0)
+    out["other"] = max(out["total"] - phases, 0.0)
     return out
 
 

@@ -5,8 +5,9 @@ import re
 from bisect import bisect_left
 
 from ..calls import HOST_READS, NONZERO_CALLS, SCALAR_READ_CALLS, SYNC_CALLS
+from ..static.uses import host_consumer
 from ..trace.model import Event
-from ..trace.nesting import innermost
+from ..trace.nesting import enclosing, innermost
 from . import intervals as iv
 from .registry import Context, fact
 from .sites import SiteCollector
@@ -48,12 +49,35 @@ def _sync_items(ctx: Context):
             items.append((op or rt, rt, exposed[id(rt)] / 1000.0, detail))
     else:
         items += _host_reads(ctx)
-        nested = innermost([e for e in host_ops if e.name in SCALAR_OPS | NONZERO_OPS],
-                           [e for e in host_ops if e.name in SCALAR_OPS | NONZERO_OPS])
-        for op in host_ops:
-            if op.name in SCALAR_OPS | NONZERO_OPS and id(op) not in nested:
+        reads = [e for e in host_ops if e.name in SCALAR_OPS | NONZERO_OPS]
+        nested = innermost(reads, reads)
+        inside_kernel = _read_inside_another_op(host_ops, reads)
+        for op in reads:
+            if id(op) not in nested and id(op) not in inside_kernel:
                 items.append((op, op, op.dur / 1000.0, DETAIL[op.name]))
     return items
+
+
+# Ops through which the user's own read of a value reaches `_local_scalar_dense` (t.item(), bool(t),
+# torch.equal), and ops that read a device value on every device (their output size or their loop
+# depends on it): a scalar read under any other op is that op's CPU kernel reading a value of its own
+# (std/var read their element count), which its CUDA kernel does not do.
+_READ_PATHS = frozenset({"aten::item", "aten::is_nonzero", "aten::equal", "aten::allclose", "aten::is_same_size",
+                         "aten::repeat_interleave", "aten::_unique", "aten::_unique2", "aten::unique_dim",
+                         "aten::unique_consecutive", "aten::masked_select", "aten::bincount", "aten::histc",
+                         "aten::multinomial", "aten::nonzero", "aten::index", "aten::index_put_",
+                         "aten::_assert_async", "aten::masked_scatter_"})
+
+
+def _read_inside_another_op(host_ops: list[Event], reads: list[Event]) -> set[int]:
+    """ids of the scalar reads that an op outside _READ_PATHS made inside its own CPU kernel."""
+    ops = [e for e in host_ops if e.name.startswith("aten::")]
+    inside = set()
+    for q, stack in enclosing(ops, reads):
+        outer = [e for e in stack if e is not q and e.end >= q.end and e.name not in SCALAR_OPS]
+        if outer and outer[0].name not in _READ_PATHS:
+            inside.add(id(q))
+    return inside
 
 
 # A sync exposes the time the host needs to queue new work; beyond this, idle has other causes (an
@@ -119,7 +143,50 @@ def sync_sites(ctx: Context):
     confirmed = {(ctx.source.display_path(d["path"]), d["line"]) for d in ctx.probes.get("sync_debug", [])}
     for site in sites:  # torch's own sync debug mode flagged these lines during the run
         site.extra["confirmed"] = any((site.path, line) in confirmed for line in site.extra.get("lines", []))
-    return sites
+        _split_by_line(ctx, site)
+    needed = [s for s in sites if _needed_by(ctx, s)]
+    ctx.__dict__["_sync_needed"] = needed
+    return [s for s in sites if s not in needed]
+
+
+def _needed_by(ctx: Context, site) -> str | None:
+    """The code outside torch that needs the value read at this site (`env.step`), when every line of
+    the site feeds such code: a read the program needs, not a sync to remove (static/uses.py)."""
+    if not site.path or not site.exact:
+        return None
+    tree = ctx.source.tree(site.path)
+    if tree is None:
+        return None
+    consumers = [host_consumer(tree, line) for line in site.extra.get("lines") or [site.line]]
+    if not consumers or not all(consumers):
+        return None
+    site.extra["needed_by"] = consumers[0]
+    return consumers[0]
+
+
+def _split_by_line(ctx: Context, site) -> None:
+    """A site of several lines (one function, several reads) gets each line's own count per step, in
+    proportion to how often each line ran in the traced warm-up step."""
+    lines = site.extra.get("lines") or []
+    if len(lines) < 2 or not site.path:
+        return
+    runs = [ctx.source.times_run(site.path, line) for line in lines]
+    if any(r is None for r in runs) or not sum(runs):
+        return
+    total = sum(runs)
+    site.extra["line_share"] = {line: r / total for line, r in zip(lines, runs)}
+
+
+@fact("sync.needed", "Host reads the program needs (a value passed to code outside torch, such as an "
+                     "environment's step()), left out of sync.sites: where, and what needs them.",
+      needs=("stacks",))
+def sync_needed(ctx: Context) -> str | None:
+    ctx.get("sync.sites")
+    needed = ctx.__dict__.get("_sync_needed") or []
+    if not needed:
+        return None
+    return "; ".join(f"{s.path}:{s.line} ({s.count / len(ctx.steps):.1f} per step) feeds "
+                     f"`{s.extra['needed_by']}`" for s in needed)
 
 
 def _for_module(item, att):

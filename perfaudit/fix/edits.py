@@ -193,7 +193,11 @@ class _CudnnFlag(BlockTransformer):
         if self.done or not self.VALUE:
             return updated
         for i, stmt in enumerate(originals):
-            if isinstance(stmt, cst.SimpleStatementLine) and self.hit(stmt) is not None and not self._assigns(stmt):
+            # a simple statement at the line, or a block that starts there (the `if args.seed …:` that sets
+            # the flag on another path: the flag goes before it, so that path still has the last word)
+            at_line = self.hit(stmt) is not None if isinstance(stmt, cst.SimpleStatementLine) else \
+                isinstance(stmt, cst.BaseCompoundStatement) and self.span(stmt)[0] in self.lines
+            if at_line and not (isinstance(stmt, cst.SimpleStatementLine) and self._assigns(stmt)):
                 self.done = True
                 line = cst.parse_statement("torch.backends.cudnn.benchmark = True  # fixed input shapes\n")
                 self.outcome.changed.append((self.span(stmt)[0], "torch.backends.cudnn.benchmark = True"))

@@ -115,6 +115,8 @@ def _finding(i: int, f: Finding) -> Group:
         where = Text(f"   {loc.path}:{loc.line}", style="bold magenta", no_wrap=True, overflow="ellipsis")
         if not loc.exact:
             where.append("  (enclosing function)", style="dim")
+        if len(f.locations) > 1 and loc.count_per_step is not None:  # each line its own count
+            where.append(f"  ({loc.count_per_step:.1f}/step)", style="dim")
         if loc.code:  # a code line is cut, not wrapped mid-expression
             where.append(f"  {loc.code}", style="dim")
         lines.append(where)
@@ -134,9 +136,13 @@ def _finding(i: int, f: Finding) -> Group:
 def render(report: Report, console: Console, verbose: bool = False) -> None:
     console.print(_header(report))
     if report.findings:
-        console.print(Text(f"{len(report.findings)} finding(s), biggest saving first:\n", style="bold"))
+        console.print(Text(f"{len(report.findings)} finding(s), most severe first, then biggest saving:\n",
+                           style="bold"))
         for i, f in enumerate(report.findings, 1):
             console.print(_finding(i, f))
+    elif report.files is not None:  # lint: no run, no window
+        console.print(Text("No findings: the source shows none of the patterns the static checks look for.\n",
+                           style="green"))
     else:
         console.print(Text("No findings: nothing in the recorded window matched a rule.\n", style="green"))
     if report.skipped:

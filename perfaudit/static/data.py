@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ast
 
-from ..calls import call_name, has_star_kwargs, literal_kwargs
+from ..calls import call_name, resolved_kwargs
 from .registry import check, hit
 
 
@@ -11,8 +11,8 @@ from .registry import check, hit
 def loader_without_workers(node: ast.Call, scope):
     if call_name(node) != "DataLoader":
         return
-    kwargs = literal_kwargs(node)
-    if "num_workers" not in kwargs and has_star_kwargs(node):
-        return  # DataLoader(..., **kwargs): the workers may be set there; say nothing
+    kwargs = resolved_kwargs(node, scope.dicts)
+    if kwargs is None:
+        return  # DataLoader(..., **kwargs) built out of sight: the workers may be set there; say nothing
     if kwargs.get("num_workers", 0) == 0:
         yield hit("DATA001", node, "DataLoader without workers (num_workers=0): batches load in the training process")

@@ -22,6 +22,7 @@ class Scope:
     steps: list[bool] = field(default_factory=lambda: [False])  # innermost loop/function: one training step?
     logging: int = 0                       # inside `if step % N == 0:` branches
     host_vars: set[str] = field(default_factory=set)  # names bound to tensors created on the host
+    dicts: dict[str, dict | None] = field(default_factory=dict)  # names bound to dicts spelled out (None: unknown)
 
     @property
     def in_step(self) -> bool:

@@ -17,4 +17,4 @@ def host_read_in_step(node: ast.Call, scope):
 @check("SYNC001", ast.Call)
 def synchronize_in_step(node: ast.Call, scope):
     if scope.in_step and call_name(node) == "synchronize":
-        yield hit("SYNC001", node, "`torch.cuda.synchronize()` inside the training loop blocks every step")
+        yield hit("SYNC001", node, f"`{ast.unparse(node.func)}()` inside the training loop blocks every step")

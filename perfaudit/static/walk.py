@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ast
 
-from ..calls import call_name, creates_on_host
+from ..calls import call_name, creates_on_host, dict_literal, has_star_kwargs, literal, literal_kwargs
 from .compiled import graph_breaks_in_compiled
 from .registry import CHECKS, Hit, Scope
 
@@ -93,6 +93,28 @@ class Walker(ast.NodeVisitor):
     def visit_Assign(self, node):
         if creates_on_host(node.value):
             self.scope.host_vars.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        spelled = dict_literal(node.value)
+        for target in node.targets:
+            if isinstance(target, ast.Name):
+                self.scope.dicts[target.id] = spelled
+            elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) \
+                    and self.scope.dicts.get(target.value.id) is not None:
+                key = literal(target.slice)  # kwargs["num_workers"] = 4
+                if isinstance(key, str):
+                    self.scope.dicts[target.value.id][key] = literal(node.value)
+                else:
+                    self.scope.dicts[target.value.id] = None
+        self.generic_visit(node)
+
+    def visit_Call(self, node):
+        fn = node.func  # kwargs.update(num_workers=4)
+        if isinstance(fn, ast.Attribute) and fn.attr == "update" and isinstance(fn.value, ast.Name) \
+                and self.scope.dicts.get(fn.value.id) is not None:
+            extra = literal_kwargs(node) if not node.args else None
+            if extra is None or has_star_kwargs(node):
+                self.scope.dicts[fn.value.id] = None
+            else:
+                self.scope.dicts[fn.value.id].update(extra)
         self.generic_visit(node)
 
 

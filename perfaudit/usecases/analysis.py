@@ -98,9 +98,10 @@ def summarize(trace: Trace, ctx: Context) -> TraceSummary:
                 for s in trace.steps if not s.warmup and s.excluded]
     window = trace.probes.get("window") if isinstance(trace.probes.get("window"), dict) else {}
     busy_measured = window.get("busy_steps_measured") if isinstance(window.get("busy_steps_measured"), int) else 0
+    threads = window.get("threads") if isinstance(window.get("threads"), dict) else None
     return TraceSummary(trace.path, device, trace.rank, len(trace.measured_steps), trace.step_source,
                         step_ms, breakdown, trace.has_stacks, env, gpu, per_step, gpu_steps, compiled, excluded,
-                        busy_measured)
+                        busy_measured, threads)
 
 
 def evaluate_rules(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skipped]]:

@@ -22,8 +22,6 @@ from .analysis import combine, context_notes, evaluate_rules, summarize
 from .jobs import job_results
 
 _NOT_TRAINING = {"dataloader": "DataLoader batches", "inference": "calls of the top-level module under no_grad"}
-_STEP_NOTES = {"closure": "the optimizer steps with a closure: a step is one closure call (forward and "
-                          "backward); LBFGS calls it several times per optimizer.step()"}
 
 
 def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] | None = None,
@@ -70,8 +68,9 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
     elif outcome.get("step_source") in _NOT_TRAINING:
         notes.append(f"no optimizer step or backward() was seen: the steps are "
                      f"{_NOT_TRAINING[outcome['step_source']]} (inference or evaluation)")
-    if outcome.get("step_source") in _STEP_NOTES:
-        notes.append(_STEP_NOTES[outcome["step_source"]])
+    step_note = _what_a_step_is(outcome, trace)
+    if step_note:
+        notes.append(step_note)
     trimmed = outcome.get("trimmed") or {}
     if "steps" in trimmed or "stacks" in trimmed:
         notes.append(
@@ -92,6 +91,29 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
         notes.append(f"perfaudit's own error in its {error['part']}: {error['error']} (the run went on without it; "
                      "please report this bug)")
     return notes
+
+
+def _what_a_step_is(outcome: dict, trace) -> str | None:
+    """What one measured step is, when it is not simply one optimizer.step() per iteration: a closure
+    step, or optimizers that step at different cadences (a GAN's critic five times per generator step)."""
+    probes = (trace.probes.get("probes") if trace is not None else None) or {}
+    optimizers = probes.get("optimizers") or []
+    classes = [o.get("class") for o in optimizers if isinstance(o, dict)]
+    if outcome.get("step_source") == "closure":
+        if "LBFGS" in classes:
+            return ("LBFGS steps with a closure and calls it several times per optimizer.step(): one measured "
+                    "step is one closure call (a forward and a backward)")
+        named = " and ".join(dict.fromkeys(c for c in classes if c)) or "the optimizer"
+        return (f"{named} steps with a closure (optimizer.step(closure)): one measured step is one closure step, "
+                "its forward and backward run inside the optimizer's step")
+    cadence = ((trace.probes.get("window") if trace is not None else None) or {}).get("optimizer_steps")
+    if isinstance(cadence, dict) and len(cadence) > 1 and len(set(cadence.values())) > 1:
+        ranked = sorted(cadence.items(), key=lambda kv: -kv[1])
+        (first, most), rest = ranked[0], ranked[1:]
+        others = "; ".join(f"{name} steps once every {most / count:.0f} of them" for name, count in rest if count)
+        return (f"the optimizers step at different cadences: one measured step is one step of {first}; {others} "
+                "(figures per step include their share)")
+    return None
 
 
 def _audit_job(script: str, result: RunResult, rules: list[Rule], gate_options: GateOptions | None,

@@ -25,7 +25,7 @@ class Rounds:
     `max_time_s` seconds of rounds (0: none beyond `min`)."""
     min: int = 3
     max: int = 12
-    max_time_s: float | None = 300.0
+    max_time_s: float | None = 120.0
     tolerance_pct: float = 2.0
 
 
@@ -112,6 +112,8 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
               for v in variants}
     runs = {v.name: Runs() for v in variants}
     started, done, stop, interrupted = time.monotonic(), 0, None, None
+    if options.threads is None:  # every A and B run with the same threads, fitted once to the free cores
+        options = replace(options, threads=_free_core_threads())
     with _StopSignals() as signals:
         while stop is None:
             done += 1
@@ -208,3 +210,15 @@ class _StopSignals:
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+def _free_core_threads() -> int | None:
+    """On a busy machine, as many intra-op threads as there are free cores (see
+    collect.environment.fit_threads_to_free_cores), decided once for every run; None otherwise."""
+    from ..collect.environment import busy_now
+    if os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
+        return None
+    load, cpus = busy_now(), os.cpu_count() or 1
+    if load is None or load + 1 <= cpus:
+        return None
+    return max(1, int(cpus - load + 0.5))
