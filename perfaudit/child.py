@@ -154,7 +154,8 @@ def main() -> None:
     _watch_parent(os.getppid())
     session._say("running")
     try:
-        _run_main(script_path, (config.get("patched") or {}).get(os.path.abspath(script_path)))
+        patched = config.get("patched") or {}
+        _run_main(script_path, patched.get(os.path.abspath(script_path)) or patched.get(os.path.realpath(script_path)))
         result = {"outcome": Outcome.COMPLETED}
     except WindowDone:
         result = {"outcome": Outcome.WINDOW_COMPLETE}
@@ -168,6 +169,7 @@ def main() -> None:
         result = _exit_result(exc)
     except BaseException as exc:  # the user's script failed: keep what was recorded
         result = _describe_exception(exc)
+    result["at"] = time.time()  # when it ended: under torchrun, the rank that failed first is the cause
     session.finish(result)
     _after_window(session, config)
     sys.stdout.flush()

@@ -140,6 +140,8 @@ class Report:
     straggler: dict | None = None    # several ranks: the rank the others wait for (job.imbalance)
     stop_signal: int | None = None   # the signal that stopped the run (Ctrl-C: SIGINT, SIGTERM, SIGHUP)
     internal_errors: list[dict] = field(default_factory=list)  # perfaudit's own errors in the audited process
+    source_roots: list[str] = field(default_factory=list)  # folders whose files a report may quote (HTML context)
+    unread: list[str] = field(default_factory=list)  # lint: files that could not be read or parsed
 
     def worst(self) -> str | None:
         return max((f.severity for f in self.findings), key=severity_rank, default=None)

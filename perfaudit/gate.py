@@ -74,4 +74,8 @@ def gate_fails(report: Report, level: str, needs_training: bool = False, allow_n
     if unmeasured:
         report.notes.append(f"gate (--fail-on {level}): no training step was measured, so nothing was "
                             "checked; this fails the gate (--allow-no-training to let it pass)")
-    return report.fails(level) or unmeasured
+    unread = level != "never" and bool(report.unread)
+    if unread:
+        report.notes.append(f"gate (--fail-on {level}): {len(report.unread)} file(s) could not be parsed, so "
+                            "they were not checked; this fails the gate")
+    return report.fails(level) or unmeasured or unread

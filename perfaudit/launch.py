@@ -15,6 +15,8 @@ import json
 import os
 import sys
 
+from .collect.rundir import prepare_job_run_dir
+
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m perfaudit.launch",
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     job = os.environ.get("TORCHELASTIC_RUN_ID") or "job"
     run_dir = os.path.abspath(opts.out_dir or os.path.join(".perfaudit", "runs", f"torchrun-{job}"))
-    os.makedirs(run_dir, exist_ok=True)
+    prepare_job_run_dir(run_dir, rank)
     config = {"run_dir": run_dir, "warmup": opts.warmup, "steps": opts.steps, "full": False,
               "with_stack": not opts.no_stack, "record_shapes": True, "record_budget_s": 30.0,
               "trace_budget_mb": 200.0, "path_aliases": {}, "mode": "profile", "seed": None, "patched": {},

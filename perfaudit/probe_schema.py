@@ -22,7 +22,7 @@ PROBE_FIELDS: dict[str, dict] = {
     "dataloaders": _list_of({"site": _SITE, "num_workers": _INT, "pin_memory": {"type": "boolean"},
                              "batches_seen": _INT},
                             {"persistent_workers": {"type": "boolean"}, "prefetch_factor": _OPT_INT,
-                             "window_batches": _INT,
+                             "window_batches": _INT, "window_batches_by_step": {"type": "object"},
                              "batch_size": _OPT_INT, "batch_bytes": _INT, "batch_pinned": {"type": "boolean"},
                              "worker_ms_per_batch": _OPT_NUM, "worker_wall_ms_per_batch": _OPT_NUM,
                              "worker_cpu_ms_per_batch": _OPT_NUM}),

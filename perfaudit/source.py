@@ -33,7 +33,7 @@ class CallSite:
 @lru_cache(maxsize=256)
 def _parse(path: str) -> tuple[ast.Module, list[str]] | None:
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
             text = f.read()
         return ast.parse(text), text.splitlines()
     except (OSError, SyntaxError, ValueError):
@@ -84,8 +84,11 @@ class SourceIndex:
     """Source files of the user's code, found through the roots a run or trace gives."""
 
     def __init__(self, roots: tuple[str, ...] = (), aliases: dict[str, str] | None = None,
-                 executed: list[dict] | None = None):
+                 executed: list[dict] | None = None, trusted: tuple[str, ...] | None = None):
         self.roots = tuple(r for r in roots if r)
+        # files are read only under these folders (the project, the script's folder, --source-root): a
+        # trace from someone else names local files, and their lines must not end up in a report
+        self.trusted = tuple(os.path.realpath(r) for r in (trusted if trusted is not None else self.roots) if r)
         self.aliases = dict(aliases or {})  # ASCII link -> real path (scripts with non-ASCII paths)
         # lines that ran in a step of the run and how often, by file (from the probes; empty for a
         # foreign trace)
@@ -109,7 +112,7 @@ class SourceIndex:
         return lines.get(line, 0) if lines else None
 
     def tree(self, path: str) -> ast.Module | None:
-        parsed = _parse(self.resolve(path) or path)
+        parsed = self._parsed(path)
         return parsed[0] if parsed else None
 
     def unalias(self, path: str) -> str:
@@ -119,14 +122,23 @@ class SourceIndex:
         return path
 
     def resolve(self, path: str) -> str | None:
+        """The local file a trace's path names, when it is under a trusted folder; else None."""
         path = self.unalias(path)
         if os.path.isabs(path):
-            return path if os.path.isfile(path) else None
+            return path if os.path.isfile(path) and self.trusts(path) else None
         for root in self.roots:
             candidate = os.path.join(root, path)
-            if os.path.isfile(candidate):
+            if os.path.isfile(candidate) and self.trusts(candidate):
                 return os.path.abspath(candidate)
         return None
+
+    def trusts(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in self.trusted)
+
+    def _parsed(self, path: str):
+        resolved = self.resolve(path)
+        return _parse(resolved) if resolved else None
 
     def display_path(self, path: str) -> str:
         """The path as the user knows it: relative to the working directory when inside it."""
@@ -140,7 +152,7 @@ class SourceIndex:
     def attribute_assignments(self, path: str, dotted: str) -> list[tuple[int, object]]:
         """(line, literal value) of every assignment to an attribute path ending in `dotted`
         (`torch.backends.cudnn.benchmark = True` for "cudnn.benchmark"), anywhere in the file."""
-        parsed = _parse(self.resolve(path) or path)
+        parsed = self._parsed(path)
         if parsed is None:
             return []
         out = []
@@ -154,7 +166,7 @@ class SourceIndex:
     def enclosing_block_line(self, path: str, line: int) -> int:
         """The first line of the outermost `if`/`with`/`try` block holding `line` within its function (the
         statement at that function's own level), or `line` itself when it is at that level."""
-        parsed = _parse(self.resolve(path) or path)
+        parsed = self._parsed(path)
         if parsed is None:
             return line
         best = line
@@ -169,7 +181,7 @@ class SourceIndex:
         """Lines that iterate over a tensor the same function created on the host
         (`ix = torch.randint(...)`; `[data[i:i + n] for i in ix]`): indexing with its elements reads
         host values, a sync on no device."""
-        parsed = _parse(self.resolve(path) or path)
+        parsed = self._parsed(path)
         if parsed is None:
             return set()
         lines: set[int] = set()
@@ -191,7 +203,7 @@ class SourceIndex:
     def module_names(self, path: str, cls: str) -> set[str]:
         """Names the file binds to instances of the module class `cls` (`encoder = nn.TransformerEncoder(…)`,
         `self.encoder = …`), so that `encoder(x)` and `self.encoder(x)` are found as calls of it."""
-        parsed = _parse(self.resolve(path) or path)
+        parsed = self._parsed(path)
         names = set()
         for node in ast.walk(parsed[0]) if parsed else ():
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and call_name(node.value) == cls:
@@ -202,11 +214,11 @@ class SourceIndex:
 
     def text(self, path: str) -> str:
         """A source file's whole text ("" when it cannot be read)."""
-        parsed = _parse(self.resolve(path) or path)
+        parsed = self._parsed(path)
         return "\n".join(parsed[1]) if parsed else ""
 
     def line_text(self, path: str, line: int) -> str:
-        parsed = _parse(self.resolve(path) or path)
+        parsed = self._parsed(path)
         if parsed and 0 < line <= len(parsed[1]):
             return parsed[1][line - 1].strip()
         return ""

@@ -24,7 +24,7 @@ class Suppression:
 
 def scan(path: str) -> list[Suppression]:
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
             lines = f.readlines()
     except OSError:
         return []

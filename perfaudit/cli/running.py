@@ -138,6 +138,9 @@ def verify(
         min=0, help="Seconds verify may spend on rounds beyond --rounds (0: no rounds beyond them).")] = 120.0,
     tolerance: Annotated[float, typer.Option(
         min=0, help="A change whose interval lies within ±this %% of the step is 'no change' (stops the rounds).")] = 2.0,
+    end_check: Annotated[float, typer.Option(
+        min=0, help="Then run the fixed script past its window for up to this many seconds, to see the edited code "
+                    "and the later uses of what it assigns run (0: do not).")] = 60.0,
     warmup: Annotated[int, typer.Option(min=0, help="Steps each A/B run takes before measuring.")] = 3,
     steps: Annotated[int, typer.Option(min=1, help="Steps each A/B run measures.")] = 15,
     seed: Annotated[int, typer.Option(help="Seed for random, torch and numpy, the same in A and B.")] = 0,
@@ -168,7 +171,7 @@ def verify(
     with status(f"verifying {script} …", quiet) as line:
         report, plan, result = api.verify(script, args or [], audit_options, timing_options, plan_rounds,
                                           settings.rules, {r.id for r in settings.rules}, source, each,
-                                          lambda text: line.update(f"verifying {script}: {text}"))
+                                          lambda text: line.update(f"verifying {script}: {text}"), end_check)
     render_console(result, plan, out)
     if output:
         outputs.write_text(output, render_json(result))

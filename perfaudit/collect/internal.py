@@ -14,10 +14,11 @@ _disabled: set[str] = set()
 def record_internal_error(part: str, exc: BaseException) -> None:
     """Note an error of perfaudit's own `part` (a probe's name); that part is then disabled."""
     _disabled.add(part)
-    if len(_errors) < MAX_KEPT and not any(e["part"] == part and e["error"] == repr(exc)[:300] for e in _errors):
+    error = f"{type(exc).__name__}: {exc}"[:300]
+    if len(_errors) < MAX_KEPT and not any(e["part"] == part and e["error"] == error for e in _errors):
         frames = traceback.extract_tb(exc.__traceback__)
         where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-        _errors.append({"part": part, "error": f"{type(exc).__name__}: {exc}"[:300], "where": where})
+        _errors.append({"part": part, "error": error, "where": where})
 
 
 def disabled(part: str) -> bool:

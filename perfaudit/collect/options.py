@@ -28,6 +28,7 @@ class RunOptions:
     rule_ids: list[str] | None = None      # under torchrun, the rules each rank evaluates on its own trace
     rules_dirs: list[str] = field(default_factory=list)
     threads: int | None = None             # intra-op threads for the script (verify: the same in every run)
+    watch: dict[str, list[int]] | None = None  # verify's exercise run: lines to see run (path -> lines)
 
 
 @dataclass

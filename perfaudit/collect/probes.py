@@ -207,8 +207,11 @@ class Probes:
         if info is not None:
             nbytes, pinned = _tensors_nbytes(batch)
             info["batches"] += 1
-            if self.window_step() is not None:
+            step = self.window_step()
+            if step is not None:
                 info["window_batches"] += 1
+                by_step = info.setdefault("window_batches_by_step", {})
+                by_step[str(step)] = by_step.get(str(step), 0) + 1
             info["batch_bytes"] = max(info["batch_bytes"], nbytes)
             info["pinned"] = info["pinned"] and pinned
         self.on_batch(getattr(iterator, "_perfaudit_loader", None))
@@ -334,6 +337,7 @@ class Probes:
             loaders.append({
                 "site": info["site"], **settings, "batches_seen": info["batches"],
                 "window_batches": info["window_batches"],
+                "window_batches_by_step": dict(info.get("window_batches_by_step") or {}),
                 "batch_bytes": info["batch_bytes"], "batch_pinned": info["pinned"],
                 # the workers' own time to make a batch (worker_timing.py), when they were timed
                 "worker_ms_per_batch": 1000.0 * workers["own_s"] / workers["batches"] if workers else None,

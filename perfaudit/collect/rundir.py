@@ -60,9 +60,51 @@ def make_run_dir(out_dir: str | None, keep_runs: int = 10) -> str:
     return os.path.abspath(base)
 
 
-def _mark(base: str) -> None:
+def _mark(base: str, running: bool = True) -> None:
+    """The folder's mark; while a run uses it, with the pid of the perfaudit process that owns it, so
+    that pruning never removes a run still going (another run finishing in the same root, say)."""
     with open(os.path.join(base, MARK), "w") as f:
-        f.write("perfaudit run folder\n")
+        f.write(f"perfaudit run folder\nrunning pid={os.getpid()}\n" if running else "perfaudit run folder\n")
+
+
+def finish_run_dir(base: str) -> None:
+    """The run is over: its folder may be pruned from now on."""
+    try:
+        _mark(base, running=False)
+    except OSError:
+        pass
+
+
+def _in_use(path: str) -> bool:
+    """Whether a live process still owns this run folder."""
+    try:
+        with open(os.path.join(path, MARK)) as f:
+            text = f.read()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("running pid="):
+            try:
+                os.kill(int(line.split("=", 1)[1]), 0)
+                return True
+            except (ValueError, ProcessLookupError):
+                return False
+            except PermissionError:  # another user's live process
+                return True
+    return False
+
+
+def prepare_job_run_dir(run_dir: str, rank: int) -> None:
+    """`torchrun -m perfaudit.launch`: the run folder every rank shares is marked (rank 0), kept out of
+    git and pruned like `perfaudit run`'s when it is under the default root."""
+    os.makedirs(run_dir, exist_ok=True)
+    if rank != 0:
+        return
+    _mark(run_dir)
+    root = os.path.dirname(run_dir)
+    if os.path.abspath(root) == os.path.abspath(DEFAULT_ROOT):
+        _ignore_in_git(os.path.dirname(DEFAULT_ROOT))
+        prune_runs(DEFAULT_ROOT, 10, keep=run_dir)
 
 
 def _ignore_in_git(root: str) -> None:
@@ -79,10 +121,11 @@ def prune_runs(root: str, keep_runs: int, keep: str | None = None) -> None:
     """Remove the oldest run folders under root beyond the newest `keep_runs` (0: keep all)."""
     if keep_runs <= 0 or not os.path.isdir(root):
         return
-    runs = sorted((d for d in os.listdir(root) if is_run_dir(os.path.join(root, d))), reverse=True)
+    runs = sorted((d for d in os.listdir(root) if is_run_dir(os.path.join(root, d))),
+                  key=lambda d: os.path.getmtime(os.path.join(root, d, MARK)), reverse=True)
     for name in runs[keep_runs:]:
         path = os.path.join(root, name)
-        if keep is None or os.path.abspath(path) != os.path.abspath(keep):
+        if (keep is None or os.path.abspath(path) != os.path.abspath(keep)) and not _in_use(path):
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -93,7 +136,7 @@ def path_aliases(script: str, alias_dir: str) -> dict[str, str]:
     folder = os.path.join(alias_dir, "src")
     os.symlink(os.path.dirname(script), folder)
     name = os.path.basename(script)
-    link = os.path.join(alias_dir, name if name.isascii() else "script.py")
+    link = os.path.join(alias_dir, name if name.isascii() and name.isprintable() else "script.py")
     os.symlink(script, link)
     return {link: script, folder: os.path.dirname(script)}
 

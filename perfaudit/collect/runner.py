@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from ..outcome import Outcome, is_failure
 from .options import RunOptions, RunResult
-from .rundir import make_run_dir, path_aliases, remove_aliases
+from .rundir import finish_run_dir, make_run_dir, path_aliases, remove_aliases
 
 GRACE_SECONDS = 20          # how long a signalled child gets to write what it recorded
 LOG_HEAD = LOG_TAIL = 1 << 20  # script.log keeps the first and the last MiB of the script's output
@@ -59,6 +59,53 @@ def check_script(script: str) -> str:
     return os.path.abspath(script)
 
 
+def _become_subreaper() -> bool:
+    """Linux: orphaned descendants of the script (a helper it started in a session of its own, which
+    killing the script's process group does not reach) are re-parented to this process, so that they can
+    be found and stopped when the run ends."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _kill_orphans(known: set[int]) -> None:
+    """Stop every child of this process that the run left behind (re-parented to us as subreaper)."""
+    me = os.getpid()
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return
+    for pid in pids:
+        if pid in known:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == me:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError, PermissionError):
+                pass
+
+
+def _own_children() -> set[int]:
+    me, out = os.getpid(), set()
+    for p in (p for p in os.listdir("/proc") if p.isdigit()) if os.path.isdir("/proc") else ():
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
+                    out.add(int(p))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
 def _kill_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
@@ -92,7 +139,8 @@ def run_script(script: str, args: list[str], options: RunOptions,
                on_progress: Callable[[dict], None] | None = None) -> RunResult:
     script_path = check_script(script)
     run_dir = make_run_dir(options.out_dir, options.keep_runs)
-    alias_dir = tempfile.mkdtemp(prefix="perfaudit-src-") if not script_path.isascii() else None
+    # the profiler mangles frames of paths that are not plain ASCII (non-ASCII letters, a newline): an alias
+    alias_dir = tempfile.mkdtemp(prefix="perfaudit-src-") if not (script_path.isascii() and script_path.isprintable()) else None
     aliases = path_aliases(script_path, alias_dir) if alias_dir else {}
     config = {"run_dir": run_dir, "warmup": options.warmup, "steps": options.steps, "full": options.full,
               "with_stack": options.with_stack, "record_shapes": options.record_shapes,
@@ -100,6 +148,7 @@ def run_script(script: str, args: list[str], options: RunOptions,
               "path_aliases": aliases, "mode": options.mode, "seed": options.seed, "patched": options.patched,
               "run_as": next((a for a, real in aliases.items() if real == script_path), None),
               "rule_ids": options.rule_ids, "rules_dirs": options.rules_dirs, "threads": options.threads,
+              "watch": options.watch,
               "source_roots": [os.path.dirname(script_path), os.getcwd()]}
     log_path = os.path.join(run_dir, "script.log")
     progress_path = os.path.join(run_dir, "rank0.progress.jsonl" if options.launch else "progress.jsonl")
@@ -112,11 +161,18 @@ def run_script(script: str, args: list[str], options: RunOptions,
     if options.launch:  # PyTorch's own launcher starts the ranks; each runs perfaudit.child
         cmd = [sys.executable, "-m", "torch.distributed.run", *options.launch, "-m", "perfaudit.child",
                script, *args]
+    reaping = _become_subreaper()
+    before = _own_children() if reaping else set()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, env=env)
     logger = threading.Thread(target=_copy_capped, args=(proc.stdout, log_path), daemon=True)
     logger.start()
-    stop_signal, timed_out = _supervise(proc, options, progress_path, on_progress)
+    try:
+        stop_signal, timed_out = _supervise(proc, options, progress_path, on_progress)
+    finally:
+        if reaping:
+            _kill_orphans(before)
+        finish_run_dir(run_dir)
     logger.join(5)
     if alias_dir:
         remove_aliases(alias_dir)
@@ -280,6 +336,11 @@ def _torchrun_failures(log_path: str) -> tuple[int | None, dict[int, dict]]:
     return (int(root.group(1)) if root else None), ended
 
 
+def _ended_at(outcome: dict) -> float:
+    at = outcome.get("at")
+    return at if isinstance(at, (int, float)) else float("inf")
+
+
 def _collect_ranks(script: str, run_dir: str, log_path: str, returncode: int, stop_signal: int | None,
                    timed_out: bool, options: RunOptions) -> RunResult:
     """Every rank that started (it wrote rank<R>.progress.jsonl): its outcome and its trace. The job's
@@ -312,7 +373,7 @@ def _collect_ranks(script: str, run_dir: str, log_path: str, returncode: int, st
     failed = [r for r in ranks if Outcome.of(outcomes[r]) not in _FINE]
     # the rank that failed first, as torchrun saw it, then ranks that failed on their own, then the
     # ranks stopped because of them (a broken connection, the launcher's SIGTERM)
-    failed.sort(key=lambda r: (r != root, not is_failure(outcomes[r]), r))
+    failed.sort(key=lambda r: (r != root, not is_failure(outcomes[r]), _ended_at(outcomes[r]), r))
     if not ranks:
         job = {"outcome": Outcome.CRASHED, "exit_code": returncode, "detail": "no rank started (rendezvous or "
                "launcher failure: script.log has torchrun's message)"}

@@ -292,6 +292,10 @@ class Session(StepHooks):
             out["probes"] = self.probes.snapshot()
         write_json(self._path("result.json"), out)
 
+    def result_extra(self, result: dict) -> dict:
+        """More for result.json once the script has ended (the timing session's exercise run)."""
+        return {}
+
     def finish(self, result: dict) -> None:
         """Called once whatever happened: close the window if still open, then record the outcome."""
         if self.finished or os.getpid() != self.pid:
@@ -313,6 +317,7 @@ class Session(StepHooks):
             if result["outcome"] not in (Outcome.COMPLETED, Outcome.WINDOW_COMPLETE):
                 previous["after_window"] = result
             previous["internal_errors"] = internal_errors()
+            previous.update(self.result_extra(result))
             write_json(path, previous)
         self._say("done")
 

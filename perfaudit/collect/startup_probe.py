@@ -76,7 +76,7 @@ class StartupProbe:
                 "process_cpu_seconds": time.process_time() - self._cpu0, "samples": total,
                 "model_samples": counts.get("model", 0), "import_samples": counts.get("import", 0),
                 "ended_by": why,
-                "lines": [{"path": p, "line": int(l), "func": f, "samples": n} for n, (p, l, f) in top]}
+                "lines": [{"path": p, "line": int(l or 0), "func": f, "samples": n} for n, (p, l, f) in top]}
 
     def snapshot(self) -> dict | None:
         return self.summary

@@ -16,6 +16,7 @@ import time
 
 from ..outcome import Outcome
 from .session import Session, WindowDone
+from .watch import LineWatcher
 
 
 class TimingSession(Session):
@@ -25,6 +26,25 @@ class TimingSession(Session):
         super().__init__(config, script)
         self.ends: list[float] = []               # the end of each step (perf_counter)
         self.losses: list[tuple[int, object]] = []  # (step index, detached scalar loss)
+
+    def install(self) -> None:
+        super().install()
+        watch = self.config.get("watch")
+        self.watcher = None
+        if watch:  # verify's exercise run: the edited lines and the later uses of what they assign
+            self.watcher = LineWatcher(watch, self._all_seen)
+            self.watcher.start()
+
+    def _all_seen(self) -> None:
+        """Every watched line ran: once the measured window is over, the script need not go on."""
+        if self.window_closed and os.getpid() == self.pid:
+            raise WindowDone()
+
+    def result_extra(self, result: dict) -> dict:
+        if self.watcher is None:
+            return {}
+        self.watcher.stop()
+        return {"exercised": self.watcher.report(), "ended": str(result.get("outcome")), "ended_at": time.time()}
 
     def backward_called(self, tensors) -> None:
         torch = self.torch

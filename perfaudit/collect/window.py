@@ -34,7 +34,7 @@ REASONS = {"busy": "it waited {ms:.1f} ms of its {wall:.1f} ms for a CPU held by
 BUSY_SHARE = 0.10      # of a step's wall time spent waiting for a CPU: disturbed
 BUSY_MIN_MS = 0.3      # a shorter wait is scheduling noise
 BUSY_EXTRA = 6         # extra steps for disturbed ones, at most this many times the steps asked for (and 20)
-BUSY_TIME_FACTOR = 3   # ... and while the window has taken less than this many times its undisturbed length
+BUSY_TIME_FACTOR = 2   # ... and while the window has taken less than this many times its undisturbed length
 
 
 class StepMarks:

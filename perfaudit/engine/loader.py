@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -184,8 +185,14 @@ def _check_names(spec: dict, where: str) -> None:
 def load_rule(path: str) -> Rule:
     where = os.fspath(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise RuleError(f"{where}: not a regular file")
+        if os.path.getsize(path) > MAX_RULE_BYTES:
+            raise RuleError(f"{where}: larger than {MAX_RULE_BYTES >> 10} KiB: not a rule file")
         with open(path, encoding="utf-8") as f:
-            spec = yaml.load(f, Loader=_SAFE_LOADER)  # safe: plain data, no Python objects
+            text = f.read()
+        _no_aliases(text, where)
+        spec = yaml.load(text, Loader=_SAFE_LOADER)  # safe: plain data, no Python objects
     except OSError as exc:
         raise RuleError(f"{where}: cannot read rule file ({exc.strerror})") from exc
     except yaml.YAMLError as exc:
@@ -256,6 +263,21 @@ def _remember(digest: str) -> None:
         pass
 
 
+MAX_RULE_BYTES = 256 << 10  # the largest rule file is a few KiB
+
+
+def _no_aliases(text: str, where: str) -> None:
+    """Rule files are plain data: YAML anchors and aliases are refused before anything is built, so a
+    few hundred bytes of nested aliases cannot expand into gigabytes ("billion laughs")."""
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if isinstance(token, (yaml.AliasToken, yaml.AnchorToken)):
+                raise RuleError(f"{where}: YAML anchors and aliases (&, *) are not allowed in rule files "
+                                f"(line {token.start_mark.line + 1})")
+    except yaml.YAMLError:
+        return  # the loader says what is wrong, with its line
+
+
 def builtin_rules_dir() -> str:
     return str(resources.files("perfaudit.rules"))
 
@@ -266,7 +288,8 @@ def load_rules(extra_dirs: tuple[str, ...] = ()) -> list[Rule]:
         if not os.path.isdir(directory):
             raise RuleError(f"rule directory not found: {directory}")
         for name in sorted(os.listdir(directory)):
-            if name.endswith((".yaml", ".yml")):
+            full = os.path.join(directory, name)
+            if name.endswith((".yaml", ".yml")) and os.path.isfile(full):  # a FIFO or a folder is no rule file
                 rule = load_rule(os.path.join(directory, name))
                 if rule.id in rules:
                     raise RuleError(f"{rule.path}: duplicate rule id {rule.id} (also in {rules[rule.id].path})")

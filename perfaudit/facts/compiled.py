@@ -71,7 +71,7 @@ def regions(ctx: Context) -> dict:
 
 
 @fact("compile.step_compiled", "Whether the measured steps ran compiled code (a Torch-Compiled Region "
-                               "in the steps).")
+                               "in the steps; a frame whose compile failed runs eagerly and has none).")
 def step_compiled(ctx: Context) -> bool:
     return bool(regions(ctx)["regions"])
 
@@ -94,11 +94,15 @@ def compile_summary(ctx: Context) -> dict:
     if not snap:
         raise Missing("nothing was compiled")
     frames = [f for f in snap.get("frames") or [] if f.get("func")]
+    failed = [f for f in frames if f.get("fail_type")]  # compiling failed (suppress_errors): it runs eagerly
     window = ctx.meta.get("window") if isinstance(ctx.meta.get("window"), dict) else {}
     return {"before_s": _compile_seconds(snap, ("startup", "warmup")),
             "window_s": _compile_seconds(snap, ("window",)),
             "frames": len({_frame_of(f.get("id")) for f in frames}),
-            "graphs": len(frames),
+            "graphs": len(frames) - len(failed),
+            "failed": len(failed),
+            "failed_reason": (f"{failed[0].get('fail_type')}: {failed[0].get('fail_reason') or ''}".strip(": ")
+                              if failed else None),
             "recompiles": sum(1 for f in frames if f.get("recompile_reason")),
             "graph_breaks": len(snap.get("graph_breaks") or []),
             "fell_back": sum(1 for f in snap.get("frames") or [] if f.get("fell_back")),

@@ -9,10 +9,18 @@ from .steps import typical_phases
 
 
 def _loader(ctx: Context) -> dict | None:
-    """The DataLoader that fed the most batches in the measured window (an evaluation loader that ran
-    before training fed more batches overall, but not in the window), from the probes."""
+    """The DataLoader that fed the most batches in the measured steps (an evaluation loader that ran
+    before training, or in a step left out of the figures, fed more batches overall, but not those
+    steps), from the probes."""
     loaders = ctx.probes.get("dataloaders") or []
-    return max(loaders, key=lambda d: (d.get("window_batches", 0), d.get("batches_seen", 0))) if loaders else None
+    measured = {str(s.number) for s in ctx.steps} if ctx.trace is not None else set()
+
+    def fed(d: dict) -> int:
+        by_step = d.get("window_batches_by_step")
+        if isinstance(by_step, dict) and measured:
+            return sum(int(n) for step, n in by_step.items() if step in measured)
+        return d.get("window_batches", 0)
+    return max(loaders, key=lambda d: (fed(d), d.get("window_batches", 0), d.get("batches_seen", 0))) if loaders else None
 
 
 PIPELINE_BOUND = 0.8  # the pipeline delivers a batch no faster than this share of the step's compute

@@ -75,7 +75,10 @@ class Context:
         aliases = meta.get("path_aliases") if isinstance(meta.get("path_aliases"), dict) else {}
         aliases = {k: v for k, v in aliases.items() if isinstance(k, str) and isinstance(v, str)}
         roots += tuple(sorted(set(aliases) | {os.path.dirname(a) for a in aliases}))  # frames carry alias paths
-        self.source = SourceIndex(roots, aliases, self.probes.get("executed_lines"))
+        # only the roots the caller gives are trusted for reading files (a trace's own claims are not)
+        trusted = tuple(source_roots) + tuple(v for v in aliases.values() if any(
+            os.path.realpath(v).startswith(os.path.realpath(r)) for r in source_roots if r))
+        self.source = SourceIndex(roots, aliases, self.probes.get("executed_lines"), trusted)
         self.frames = FrameIndex(trace, roots) if trace is not None else None
         self._values: dict[str, Any] = {}
         self._missing: dict[str, str] = {}

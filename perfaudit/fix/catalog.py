@@ -11,22 +11,29 @@ from dataclasses import dataclass
 class FixKind:
     description: str
     same_maths: bool     # True: the loss must not change; False: it may, within a statistical tolerance
+    looks_for: str = ""  # the code the edit changes, as a reader would name it (said when it finds none)
 
 
 FIX_KINDS: dict[str, FixKind] = {
-    "set_to_none": FixKind("zero_grad(set_to_none=True); `p.grad.zero_()` becomes `p.grad = None`", True),
-    "conv_bias_off": FixKind("bias=False on the layers that feed a BatchNorm", False),
-    "pin_memory": FixKind("pin_memory=True on the DataLoader and non_blocking=True on the copies", True),
+    "set_to_none": FixKind("zero_grad(set_to_none=True); `p.grad.zero_()` becomes `p.grad = None`", True,
+                           "a zero_grad() call or a `p.grad.zero_()`"),
+    "conv_bias_off": FixKind("bias=False on the layers that feed a BatchNorm", False, "a Conv or Linear constructor"),
+    "pin_memory": FixKind("pin_memory=True on the DataLoader and non_blocking=True on the copies", True,
+                          "a DataLoader(...) call or a `.to(device)` / `.cuda()` copy"),
     "loader_workers": FixKind("num_workers=<measured recommendation> and persistent_workers=True on the "
-                              "DataLoader", False),
+                              "DataLoader", False, "a DataLoader(...) call"),
     "debug_off": FixKind("remove set_detect_anomaly(True), unwrap `with detect_anomaly()` and the autograd "
-                         "profiler/emit_nvtx blocks", True),
-    "cudnn_benchmark_on": FixKind("torch.backends.cudnn.benchmark = True before training", True),
-    "cudnn_benchmark_off": FixKind("torch.backends.cudnn.benchmark = False", True),
-    "optimizer_multi_tensor": FixKind("fused=True on a CUDA run, foreach=True otherwise, on the optimizer", True),
-    "remove_empty_cache": FixKind("remove torch.cuda.empty_cache() from the step", True),
+                         "profiler/emit_nvtx blocks", True, "a set_detect_anomaly(True) call or a debug `with` block"),
+    "cudnn_benchmark_on": FixKind("torch.backends.cudnn.benchmark = True before training", True,
+                                  "a statement to put `torch.backends.cudnn.benchmark = True` before"),
+    "cudnn_benchmark_off": FixKind("torch.backends.cudnn.benchmark = False", True,
+                                   "an assignment to torch.backends.cudnn.benchmark"),
+    "optimizer_multi_tensor": FixKind("fused=True on a CUDA run, foreach=True otherwise, on the optimizer", True,
+                                      "an optimizer constructor"),
+    "remove_empty_cache": FixKind("remove torch.cuda.empty_cache() from the step", True, "an empty_cache() call"),
     # a random tensor drawn on the GPU comes from another generator: the same maths, other numbers
-    "create_on_device": FixKind("create the tensor with device=… instead of copying it after", False),
+    "create_on_device": FixKind("create the tensor with device=… instead of copying it after", False,
+                                "a tensor created on the host and moved to the device"),
     "accumulate_detached": FixKind("accumulate `loss.detach()` instead of `loss.item()`: the value is read "
-                                   "once, where it is printed or logged", True),
+                                   "once, where it is printed or logged", True, "an `x += t.item()` accumulation"),
 }

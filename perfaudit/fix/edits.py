@@ -336,12 +336,41 @@ class AccumulateDetached(LineTransformer):
 
     def visit_AugAssign(self, node):
         if isinstance(node.operator, cst.AddAssign) and self.hit(node) is not None:
+            needed = self._needed_elsewhere(node)
+            if needed:
+                self.refused(node, needed)
+                return False
             self.in_accumulation += 1
+        return True
 
     def leave_AugAssign(self, original, updated):
-        if isinstance(original.operator, cst.AddAssign) and self.hit(original) is not None:
+        if isinstance(original.operator, cst.AddAssign) and self.hit(original) is not None and self.in_accumulation:
             self.in_accumulation -= 1
         return updated
+
+    def _needed_elsewhere(self, node) -> str | None:
+        """Why the sum must stay a Python number: code outside torch reads it later (`json.dumps(total)`,
+        an environment, NumPy), where a tensor would break the script."""
+        import ast
+
+        from ..static.uses import _Uses
+        target = node.target
+        source = self.params.get("_source")
+        if not isinstance(target, cst.Name) or not source:
+            return None
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            return None
+        uses = _Uses(tree)
+        line = self.span(node)[0]
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Name) and n.id == target.value and isinstance(n.ctx, ast.Load) and n.lineno != line:
+                consumer = uses.consumer(n, through_arithmetic=True)
+                if consumer:
+                    return (f"`{target.value}` is later passed to `{consumer}` (line {n.lineno}), which needs a Python "
+                            "number: as a tensor it would break there; keep the read, or convert where it is used")
+        return None
 
     def leave_Call(self, original, updated):
         if not self.in_accumulation or call_attr(updated) != "item" or updated.args:

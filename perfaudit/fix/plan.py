@@ -5,8 +5,11 @@ and still holds, at each located line, the code the run saw there. Every finding
 fix either becomes an edit or is listed with the reason it did not."""
 from __future__ import annotations
 
+import codecs
 import difflib
 import os
+import stat
+import tempfile
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -34,14 +37,21 @@ class NotFixed:
 
 @dataclass
 class FileFix:
-    path: str         # absolute
-    shown: str        # as the findings showed it
-    original: str
+    path: str         # absolute (a symbolic link resolved: the file it points to is edited)
+    shown: str        # relative to the project root: the path the diff names (git apply, patch -p1 there)
+    original: str     # the text as it is on disk: line endings untouched, without a UTF-8 BOM
     fixed: str
+    bom: bool = False  # the file starts with a UTF-8 byte-order mark, kept on write
 
     def diff(self) -> str:
-        return "".join(difflib.unified_diff(self.original.splitlines(keepends=True), self.fixed.splitlines(keepends=True),
-                                            f"a/{self.shown}", f"b/{self.shown}"))
+        """A unified diff that `git apply` and `patch -p1` take from the project root: the file's own
+        line endings, and the "no newline at end of file" marker where the last line has none."""
+        lines = difflib.unified_diff(self.original.splitlines(keepends=True), self.fixed.splitlines(keepends=True),
+                                     f"a/{self.shown}", f"b/{self.shown}")
+        return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+    def encoded(self) -> bytes:
+        return (codecs.BOM_UTF8 if self.bom else b"") + self.fixed.encode("utf-8")
 
 
 @dataclass
@@ -62,19 +72,56 @@ class FixPlan:
         return {f.path: f.fixed for f in self.files}
 
     def write(self) -> list[str]:
-        written = []
-        for f in self.files:
-            tmp = f.path + ".perfaudit-tmp"
-            with open(tmp, "w", encoding="utf-8", newline="") as out:
-                out.write(f.fixed)
-            os.replace(tmp, f.path)   # atomic: an interrupted write never leaves half a file
-            written.append(f.shown)
-        return written
+        """Every file edited, or none: each is written in place (same inode, so its mode, owner, hard
+        links and the symbolic links to it stay), after a copy of the original is kept beside it under a
+        name no other file has; if any write fails, the files already written are put back and the error
+        is raised. The copies are removed once every file is written."""
+        from ..errors import UsageError
+        backups: list[tuple[FileFix, str]] = []
+        try:
+            for f in self.files:
+                if not os.access(f.path, os.W_OK):
+                    raise OSError(f"{f.shown}: permission denied")
+                fd, backup = tempfile.mkstemp(prefix=f".{os.path.basename(f.path)}.", suffix=".perfaudit-backup",
+                                              dir=os.path.dirname(f.path))
+                with os.fdopen(fd, "wb") as out:
+                    out.write((codecs.BOM_UTF8 if f.bom else b"") + f.original.encode("utf-8"))
+                backups.append((f, backup))
+            done = []
+            try:
+                for f in self.files:
+                    with open(f.path, "r+b") as out:
+                        out.write(f.encoded())
+                        out.truncate()
+                    done.append(f)
+            except OSError:
+                for f in done:  # all or nothing: put back what was already changed
+                    with open(f.path, "r+b") as out:
+                        out.write((codecs.BOM_UTF8 if f.bom else b"") + f.original.encode("utf-8"))
+                        out.truncate()
+                raise
+        except OSError as exc:
+            raise UsageError(f"--write: nothing was changed: {exc.strerror or exc}") from None
+        finally:
+            for _, backup in backups:
+                try:
+                    os.remove(backup)
+                except OSError:
+                    pass
+        return [f.shown for f in self.files]
 
 
 def _is_users(path: str, root: str) -> str | None:
     """Why the file must not be edited, or None."""
     real = os.path.realpath(path)
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:
+        return "the file is not there any more"
+    if not stat.S_ISREG(mode):
+        return "not a regular file"
+    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        return "the file is read-only (its mode says so): left as it is"
     if "site-packages" in real.split(os.sep) or "dist-packages" in real.split(os.sep):
         return "an installed package, not your code"
     if os.path.commonpath([real, os.path.realpath(root)]) != os.path.realpath(root):
@@ -138,10 +185,15 @@ def _where(f: Finding) -> str:
 def _plan_file(plan: FixPlan, path: str, entries: list, root: str, base_dir: str | None) -> None:
     shown = entries[0][2]
     refusal = _is_users(path, root)
+    bom = False
     if refusal is None:
+        path = os.path.realpath(path)  # a link: the file it points to is the one edited
+        shown = os.path.relpath(path, os.path.realpath(root)).replace(os.sep, "/")
         try:
-            with open(path, encoding="utf-8") as src:
-                original = src.read()
+            with open(path, "rb") as src:
+                raw = src.read()
+            bom = raw.startswith(codecs.BOM_UTF8)
+            original = raw[len(codecs.BOM_UTF8) if bom else 0:].decode("utf-8")  # line endings as they are
             module = cst.parse_module(original)
         except (OSError, UnicodeDecodeError) as exc:
             refusal = f"cannot read it ({exc})"
@@ -160,7 +212,7 @@ def _plan_file(plan: FixPlan, path: str, entries: list, root: str, base_dir: str
     loader_lines = {id(f): (f.autofix.get("params") or {}).get("loader_line") for f, _, _ in entries}
     entries = sorted(entries, key=lambda e: -max(e[1] | {loader_lines[id(e[0])] or 0}))
     for f, lines, _ in entries:
-        params = dict(f.autofix.get("params") or {})
+        params = dict(f.autofix.get("params") or {}, _source=original)
         if f.autofix["kind"] == "pin_memory" and params.get("loader_path"):
             params["loader_here"] = os.path.realpath(_absolute(params["loader_path"], base_dir)) == os.path.realpath(path)
         transformer = EDITS[f.autofix["kind"]](lines, params)
@@ -170,11 +222,12 @@ def _plan_file(plan: FixPlan, path: str, entries: list, root: str, base_dir: str
         for line, why in transformer.outcome.refused:
             plan.not_fixed.append(NotFixed(f.rule, f"{shown}:{line}", why))
         if not transformer.outcome.changed and not transformer.outcome.refused:
+            looks_for = FIX_KINDS[f.autofix["kind"]].looks_for or "the code its edit changes"
             plan.not_fixed.append(NotFixed(f.rule, f"{shown}:{min(lines) if lines else ''}",
-                                           f"no {FIX_KINDS[f.autofix['kind']].description.split(';')[0]} "
-                                           "form at that line to change mechanically"))
+                                           f"that line holds no {looks_for}, so nothing can be edited there; "
+                                           f"`perfaudit explain {f.rule}` shows the change to make by hand"))
     if fixed_module.code != original:
-        plan.files.append(FileFix(path, shown, original, fixed_module.code))
+        plan.files.append(FileFix(path, shown, original, fixed_module.code, bom))
 
 
 def _stale_lines(source: str, entries: list) -> list[int]:

@@ -19,12 +19,15 @@ _GPU_PHASES = (("compute", "compute"), ("copies", "copies"), ("sync_wait", "sync
 
 
 def shown(path: str) -> str:
-    """A path as ruff and pytest print it: relative to the working directory when inside it."""
+    """A path as ruff and pytest print it: relative to the working directory when inside it, and a
+    newline or other control character in it written as an escape (`tr\\nain.py`), so that it never
+    reads as two lines."""
     try:
         rel = os.path.relpath(path)
     except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
+        rel = path
+    chosen = path if rel.startswith("..") else rel
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in chosen)
 
 
 def _header(report: Report) -> Panel:
@@ -77,6 +80,9 @@ def compile_text(c: dict) -> str:
             f"frame(s)), {c['window_s']:.2f} s inside it")
     if c.get("warmup_added"):
         text += f"; warm-up ran {c['warmup_added']} more step(s) until compiling stopped"
+    if c.get("failed"):
+        text += (f"; {c['failed']} compile(s) FAILED and run eagerly ({c.get('failed_reason') or 'no reason given'}: "
+                 "suppress_errors hid it)")
     return text
 
 
@@ -112,7 +118,7 @@ def _finding(i: int, f: Finding) -> Group:
         head.append(f"  ({est}{f.cost.ms_per_step:.3f} ms/step{share})", style="dim")
     lines = [head]
     for loc in f.locations[:5]:
-        where = Text(f"   {loc.path}:{loc.line}", style="bold magenta", no_wrap=True, overflow="ellipsis")
+        where = Text(f"   {shown(loc.path)}:{loc.line}", style="bold magenta", no_wrap=True, overflow="ellipsis")
         if not loc.exact:
             where.append("  (enclosing function)", style="dim")
         if len(f.locations) > 1 and loc.count_per_step is not None:  # each line its own count
@@ -157,7 +163,19 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
         console.print(Text(f"note: {note}", style="dim"))
     if report.run_dir:
         run_dir = shown(report.run_dir)
-        job = len(report.traces) > 1 or bool((report.outcome or {}).get("ranks"))
-        target = run_dir if job else f"{run_dir}/trace.json.gz"  # a job: every rank's trace
-        console.print(Text(f"run folder: {run_dir}  (report.html to open; re-analyse: perfaudit analyze "
-                           f"{target})", style="dim"))
+        console.print(Text(f"run folder: {run_dir}  (report.html to open{_reanalyse(report)})", style="dim"))
+
+
+def _reanalyse(report: Report) -> str:
+    """The command that gives this report again from what the run folder holds; nothing when it holds
+    no trace."""
+    job = len(report.traces) > 1 or bool((report.outcome or {}).get("ranks"))
+    target = report.run_dir if job else os.path.join(report.run_dir, "trace.json.gz")
+    if not report.traces or not os.path.exists(target):
+        return ""
+    extra = ""
+    if report.script:  # its source is read only under trusted folders: name the script's when it is elsewhere
+        folder = os.path.dirname(os.path.abspath(report.script))
+        if os.path.relpath(folder).startswith(".."):
+            extra = f" --source-root {shown(folder)}"
+    return f"; re-analyse: perfaudit analyze {shown(target)}{extra}"

@@ -59,10 +59,18 @@ def _ranks_chart(report: Report) -> dict | None:
     return {"width": CHART_W, "height": CHART_H, "top": top, "bars": bars}
 
 
-def _code_context(path: str, line: int) -> list[dict]:
-    """The lines around a finding's line, the line itself marked; empty when the file is not here."""
+def _trusted(path: str, roots: list[str]) -> bool:
+    real = os.path.realpath(path)
+    return any(real.startswith(os.path.realpath(r).rstrip(os.sep) + os.sep) for r in roots)
+
+
+def _code_context(path: str, line: int, roots: list[str] | None = None) -> list[dict] | None:
+    """The lines around a finding's line, the line itself marked; empty when the file is not here; None
+    when it is outside the folders the report may quote (a trace from elsewhere naming local files)."""
+    if roots is not None and not _trusted(path, roots):
+        return None
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
             lines = f.read().splitlines()
     except OSError:
         return []
@@ -70,14 +78,14 @@ def _code_context(path: str, line: int) -> list[dict]:
     return [{"n": n + 1, "text": lines[n], "hit": n + 1 == line} for n in range(lo, hi)]
 
 
-def _finding_view(f: Finding, top_ms: float, rules: dict[str, Rule]) -> dict:
+def _finding_view(f: Finding, top_ms: float, rules: dict[str, Rule], roots: list[str] | None = None) -> dict:
     saving = f.saving_ms
     rule = rules.get(f.rule)
     return {
         "f": f, "saving": saving, "kind": "verified" if f.verified else "estimated" if f.cost.estimated else "measured",
         "bar_pct": 100.0 * max(saving, 0.0) / top_ms if saving is not None and top_ms > 0 else 0.0,
         "verified": verified_text(f.verified) if f.verified else None,
-        "locations": [{"loc": loc, "code": _code_context(loc.path, loc.line)} for loc in f.locations[:5]],
+        "locations": [{"loc": loc, "code": _code_context(loc.path, loc.line, roots)} for loc in f.locations[:5]],
         "more_locations": max(len(f.locations) - 5, 0),
         "docs": rule.docs if rule else None,
     }
@@ -93,6 +101,7 @@ def render(report: Report, rules: list[Rule]) -> str:
     env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True)
     template = env.from_string(resources.files("perfaudit.report").joinpath("report.html.j2").read_text("utf-8"))
     by_id = {r.id: r for r in rules}
+    roots = report.source_roots or [os.getcwd()]
     top = max((f.saving_ms or 0.0 for f in report.findings), default=0.0)
     first = report.traces[0] if report.traces else None
     reanalyse = None
@@ -101,7 +110,7 @@ def render(report: Report, rules: list[Rule]) -> str:
     return template.render(
         report=report, version=__version__, outcome=describe_outcome(report.outcome),
         traces=[_trace_view(t) for t in report.traces[:8]], more_traces=max(len(report.traces) - 8, 0),
-        ranks=_ranks_chart(report), findings=[_finding_view(f, top, by_id) for f in report.findings],
+        ranks=_ranks_chart(report), findings=[_finding_view(f, top, by_id, roots) for f in report.findings],
         reanalyse=reanalyse, environment=first.environment if first else {},
         title=_title(report))
 

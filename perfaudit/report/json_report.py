@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 
 from .. import __version__
@@ -39,6 +40,7 @@ def to_dict(report: Report) -> dict:
         "tool": {"name": "perfaudit", "version": __version__},
         "run": {
             "script": report.script,
+            "cwd": os.getcwd(),  # the folder the relative paths of the locations are relative to
             "outcome": report.outcome,
             "run_dir": report.run_dir,
             "device": first.device if first else None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from urllib.parse import quote
 
 from .. import __version__
 from ..findings import Report
@@ -13,10 +14,14 @@ LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
-def _uri(path: str, root: str) -> str:
+def _artifact(path: str, root: str) -> dict:
+    """A file under the root: a relative uri against %SRCROOT%; one outside it: an absolute file:// uri
+    and no base id (SARIF allows a base id only with a relative uri)."""
     absolute = os.path.abspath(path)
     rel = os.path.relpath(absolute, root)
-    return (absolute if rel.startswith("..") else rel).replace(os.sep, "/")
+    if rel.startswith(".."):
+        return {"uri": "file://" + quote(absolute.replace(os.sep, "/"))}
+    return {"uri": quote(rel.replace(os.sep, "/")), "uriBaseId": "%SRCROOT%"}
 
 
 def to_dict(report: Report, rules: list, root: str | None = None) -> dict:
@@ -42,7 +47,7 @@ def to_dict(report: Report, rules: list, root: str | None = None) -> dict:
             result["ruleIndex"] = ids.index(f.rule)
         if f.locations:
             result["locations"] = [{"physicalLocation": {
-                "artifactLocation": {"uri": _uri(loc.path, root), "uriBaseId": "%SRCROOT%"},
+                "artifactLocation": _artifact(loc.path, root),
                 "region": {"startLine": loc.line}}} for loc in f.locations]
         results.append(result)
     return {
@@ -51,7 +56,7 @@ def to_dict(report: Report, rules: list, root: str | None = None) -> dict:
         "runs": [{
             "tool": {"driver": {"name": "perfaudit", "version": __version__, "semanticVersion": __version__,
                                 "informationUri": "https://github.com/perfaudit/perfaudit", "rules": descriptors}},
-            "originalUriBaseIds": {"%SRCROOT%": {"uri": "file://" + root.replace(os.sep, "/") + "/"}},
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": "file://" + quote(root.replace(os.sep, "/")) + "/"}},
             "results": results,
         }],
     }

@@ -58,6 +58,14 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
         style = "green" if loss.passed else "bold red"
         shout = "LOSS CHANGED: " if not loss.passed else ""
         console.print(f"  loss       [{style}]{shout}{loss.verdict}[/]: {escape(loss.detail)}", highlight=False)
+        for ex in verdict.exercises:
+            console.print(f"  past the window  {escape(ex.ended)}", highlight=False)
+            for line in ex.missed_edits:
+                console.print(f"    [yellow]not exercised[/]: edited line {line} never ran in these runs: cannot prove "
+                              "it", highlight=False)
+            for line, code in ex.missed_uses:
+                console.print(f"    [yellow]not reached[/]: line {line} `{escape(code[:60])}` uses what the fix "
+                              "changed and did not run: unproven", highlight=False)
     for note in v.notes:
         console.print(f"\nnote: {escape(note)}", highlight=False)
     console.print(f"\nruns: {escape(v.folder)}" + ("" if v.passed else "  — verify failed: see above"),
@@ -84,6 +92,9 @@ def to_dict(v: Verification) -> dict:
                    "changes": [{"rule": c.rule, "path": c.path, "line": c.line, "what": c.what, "kind": c.kind}
                                for c in x.changes],
                    "speed": speed(x.speed),
+                   "past_the_window": [{"path": e.path, "ended": e.ended, "not_exercised": e.missed_edits,
+                                        "uses_not_reached": [{"line": n, "code": c} for n, c in e.missed_uses]}
+                                       for e in x.exercises],
                    "loss": None if x.loss is None else {"verdict": x.loss.verdict, "detail": x.loss.detail,
                                                         "passed": x.loss.passed}}
                   for x in v.verdicts],

@@ -47,21 +47,23 @@ def python_files(paths: list[str]) -> list[str]:
     return out
 
 
-def lint(paths: list[str], rules: list, notes: list[str] | None = None) -> list[Finding]:
+def lint(paths: list[str], rules: list, notes: list[str] | None = None, unread: list[str] | None = None) -> list[Finding]:
     """Static findings for the given files or folders, under the rules that are selected. A file that
-    cannot be read or parsed is named in `notes` and the others are still read."""
+    cannot be read or parsed is named in `notes` (and listed in `unread`) and the others are still read."""
     spec = {r.id: r for r in rules}
     findings = []
     for path in python_files(paths):
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
+            with open(path, encoding="utf-8-sig", errors="replace") as f:
                 text = f.read()
             hits = lint_source(text, path)
         except OSError as exc:
             (notes if notes is not None else []).append(f"skipped {path}: cannot read it ({exc.strerror})")
+            (unread if unread is not None else []).append(path)
             continue
         except UsageError as exc:
             (notes if notes is not None else []).append(f"skipped {exc}")
+            (unread if unread is not None else []).append(path)
             continue
         lines = text.splitlines()
         shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path

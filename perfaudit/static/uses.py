@@ -64,13 +64,19 @@ class _Uses:
                 return node
         return None
 
-    def consumer(self, node: ast.AST, depth: int = 0) -> str | None:
-        """The non-torch, non-logging call that needs this value, or None."""
+    def consumer(self, node: ast.AST, depth: int = 0, through_arithmetic: bool = False) -> str | None:
+        """The non-torch, non-logging call that needs this value, or None. With `through_arithmetic`, a
+        value still counts after arithmetic and inside containers (`json.dumps({"m": total / n})`)."""
         if depth > 3:
             return None
         child, parent = node, self.parent.get(id(node))
         while parent is not None:
-            if isinstance(parent, ast.Call) and child is not parent.func:
+            if isinstance(parent, ast.Call) and child is parent.func:  # value.method(): the method's result
+                if call_name(parent) not in PASS_THROUGH:
+                    return None
+                child, parent = parent, self.parent.get(id(parent))
+                continue
+            if isinstance(parent, ast.Call):
                 name = call_name(parent)
                 if name in PASS_THROUGH:
                     child, parent = parent, self.parent.get(id(parent))
@@ -78,27 +84,28 @@ class _Uses:
                 if name in LOGGING or _is_torch(parent):
                     return None
                 return dotted(parent.func)
-            if isinstance(parent, ast.Attribute) and call_name(self.parent.get(id(parent))) in PASS_THROUGH:
-                child, parent = parent, self.parent.get(id(parent))  # x.item() -> .numpy() chains
+            if isinstance(parent, ast.Attribute):  # x.cpu().numpy: on to the call of that method
+                child, parent = parent, self.parent.get(id(parent))
                 continue
-            if isinstance(parent, (ast.Tuple, ast.List, ast.Subscript, ast.Starred)):
+            if isinstance(parent, (ast.Tuple, ast.List, ast.Subscript, ast.Starred)) or (
+                    through_arithmetic and isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Dict, ast.Set))):
                 child, parent = parent, self.parent.get(id(parent))
                 continue
             if isinstance(parent, ast.Return):
                 return self._through_callers(parent, depth)
             if isinstance(parent, ast.Assign) and child is parent.value:
-                return self._through_names(parent, depth)
+                return self._through_names(parent, depth, through_arithmetic)
             return None  # arithmetic, a comparison, a branch test, a format string: the classic sync
         return None
 
-    def _through_names(self, assign: ast.Assign, depth: int) -> str | None:
+    def _through_names(self, assign: ast.Assign, depth: int, through_arithmetic: bool = False) -> str | None:
         names = {t.id for t in assign.targets if isinstance(t, ast.Name)}
         names |= {e.id for t in assign.targets if isinstance(t, ast.Tuple) for e in t.elts if isinstance(e, ast.Name)}
         scope = self._enclosing_function(assign) or self.tree
         for node in ast.walk(scope):
             if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load) \
                     and node.lineno >= assign.lineno:
-                found = self.consumer(node, depth + 1)
+                found = self.consumer(node, depth + 1, through_arithmetic)
                 if found:
                     return found
         return None

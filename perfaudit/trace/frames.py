@@ -17,7 +17,7 @@ from functools import lru_cache
 from .model import Event, Frame, Trace
 from .nesting import enclosing
 
-_FRAME = re.compile(r"^(?P<path>.+)\((?P<line>\d+)\): (?P<func>.+)$")
+_FRAME = re.compile(r"^(?P<path>.+)\((?P<line>\d+)\): (?P<func>.+)$", re.DOTALL)  # a path may hold a newline
 _BUILTIN = re.compile(r"^<built-in (?:method|function) (?P<name>[\w.]+)")
 _LIB_MARKERS = ("site-packages", "dist-packages", "/lib/python3", "\\lib\\python3")
 _ALWAYS_LIBRARY = {"perfaudit", "torch", "runpy", "typing", "contextlib", "functools", "threading"}

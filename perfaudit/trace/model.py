@@ -67,6 +67,7 @@ class Trace:
     steps: list[Step] = field(default_factory=list)
     step_source: str = "none"   # how steps were found: ProfilerStep, optimizer, dataloader, whole-trace
     skipped_events: int = 0     # malformed events that were ignored
+    dropped_events: int = 0     # events beyond the most perfaudit keeps (parser.MAX_EVENTS), not read
     memory: dict = field(default_factory=dict)  # "cuda:0" -> peak allocated/reserved bytes ([memory] events)
 
     @property

@@ -12,6 +12,10 @@ import io
 import json
 import os
 import re
+import shutil
+import stat
+import sys
+import tempfile
 import zlib
 from operator import attrgetter
 
@@ -42,12 +46,15 @@ _HEAD_LIMIT = 64 << 20  # metadata before traceEvents larger than this is not a 
 
 # Kineto writes each event's name on one line, followed by its pid: `"name": "...", "pid": `
 _NAME_LINE = re.compile(rb'^(\s*"ph": "X", "cat": "[^"]*", "name": ")(.*)(", "pid": .*)$')
+# Kineto's indented layout: a name alone on its line (a record_function label with quotes in it)
+_NAME_ALONE = re.compile(rb'^(\s*"name": ")(.*)(",?\s*)$')
 _BARE_QUOTE = re.compile(rb'(?<!\\)"')
 
 
 def _escape_name(line: bytes) -> bytes:
-    """Escape quotes left bare inside an event name (torch 2.9 writes `"name": "f.py(0): """"`)."""
-    m = _NAME_LINE.match(line)
+    """Escape quotes left bare inside an event name. torch 2.9 writes a Python frame whose name ends in a
+    quote that way, and any torch writes a `record_function('phase "fwd"')` label as it is."""
+    m = _NAME_LINE.match(line) or _NAME_ALONE.match(line)
     if m is None or b'"' not in m.group(2):
         return line
     return m.group(1) + _BARE_QUOTE.sub(rb'\\"', m.group(2)) + m.group(3)
@@ -99,7 +106,42 @@ except ImportError:  # a platform without its wheel: the standard library
     _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
+MAX_RUN_WITHOUT_QUOTE = 64 << 20  # bytes: a JSON trace has a `"` every few hundred bytes
+MAX_EVENTS = int(os.environ.get("PERFAUDIT_MAX_EVENTS", 6_000_000))  # events kept: memory stays bounded
+
+
+class _Guard(io.RawIOBase):
+    """The decompressed bytes, checked as they stream: a run of 64 MiB without a quote is no event of a
+    profiler trace (a 4 MB gzip can hold one name of 4 GB), so reading stops there with a clear error
+    instead of building a string of gigabytes."""
+
+    def __init__(self, raw, path: str):
+        self._raw, self._path, self._since_quote = raw, path, 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        data = self._raw.read(len(b))
+        n = len(data)
+        b[:n] = data
+        last = data.rfind(b'"')
+        self._since_quote = self._since_quote + n if last < 0 else n - last - 1
+        if self._since_quote > MAX_RUN_WITHOUT_QUOTE:
+            raise TraceError(f"{self._path}: not a profiler trace: {MAX_RUN_WITHOUT_QUOTE >> 20} MiB without a "
+                             "single string (a giant value, or not JSON)")
+        return n
+
+    def close(self):
+        self._raw.close()
+        super().close()
+
+
 def _open(path: str):
+    return io.BufferedReader(_Guard(_open_raw(path), path), 1 << 20)
+
+
+def _open_raw(path: str):
     if not os.path.exists(path):
         if os.path.islink(path):  # a link to nowhere, or a loop of links
             try:
@@ -109,7 +151,7 @@ def _open(path: str):
         raise TraceError(f"trace file not found: {path}")
     if os.path.isdir(path):
         raise TraceError(f"{path} is a directory; pass trace files, or use `perfaudit analyze DIR`")
-    if os.path.getsize(path) == 0:
+    if os.path.getsize(path) == 0 and stat.S_ISREG(os.stat(path).st_mode):
         raise TraceError(f"trace file is empty: {path}")
     with open(path, "rb") as f:
         magic = f.read(2)
@@ -216,7 +258,11 @@ def _memory_event(raw: dict, trace: Trace) -> None:
 def _events(stream, prefix: str, trace: Trace):
     host, device, python = trace.host.append, trace.device.append, trace.python.append
     to_event = _to_event
+    lists = (trace.host, trace.device, trace.python)
     for raw in ijson.items(stream, prefix, use_float=True):
+        if trace.dropped_events or len(lists[0]) + len(lists[1]) + len(lists[2]) >= MAX_EVENTS:
+            trace.dropped_events += 1  # memory stays bounded; the report says how many were not read
+            continue
         try:
             ev = to_event(raw)
         except ValueError:
@@ -299,7 +345,11 @@ def _fast_events(stream, trace: Trace) -> None:
     add = {"device": trace.device.append, "python": trace.python.append}
     add_host = trace.host.append
     numbers, no_args, names, runtime_kept, kinds = _NUMBERS, _NO_ARGS, _names, _runtime_kept, _kind
+    lists = (trace.host, trace.device, trace.python)
     for batch in fast.batches(stream, _after_bracket(stream)):
+        if trace.dropped_events or sum(map(len, lists)) >= MAX_EVENTS:
+            trace.dropped_events += len(batch)  # memory stays bounded; the report says how many were not read
+            continue
         for raw in batch:
             if raw.ph != "X":
                 if raw.ph == "i" and raw.name == "[memory]":
@@ -358,8 +408,44 @@ def _parse_fast(path: str) -> Trace:
 
 def load_trace(path: str, fast_path: bool = True) -> Trace:
     """Parse a trace file into the model: the fast path for Kineto's layout, the general streaming
-    parser for anything else (identical results). Raises TraceError with a one-line reason."""
+    parser for anything else (identical results). A pipe (`-` for standard input, /dev/stdin, a FIFO) is
+    read into a temporary file first. Raises TraceError with a one-line reason."""
     path = os.fspath(path)
+    spooled = _spool(path)
+    try:
+        trace = _load(spooled or path, fast_path)
+    finally:
+        if spooled:
+            os.remove(spooled)
+    if spooled:
+        trace.path = path
+    return trace
+
+
+def _spool(path: str) -> str | None:
+    """A temporary copy of a trace that comes through a pipe (it can be read once, and has no size)."""
+    if path != "-":
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            return None
+        if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+            return None
+    fd, tmp = tempfile.mkstemp(prefix="perfaudit-stdin-", suffix=".json")
+    try:
+        source = open(path, "rb") if path != "-" else os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+        with os.fdopen(fd, "wb") as out, source as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+    except OSError as exc:
+        os.remove(tmp)
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    if os.path.getsize(tmp) == 0:
+        os.remove(tmp)
+        raise TraceError(f"{path}: nothing came through the pipe (an empty trace)")
+    return tmp
+
+
+def _load(path: str, fast_path: bool) -> Trace:
     trace = _try_fast(path) if fast_path else None
     if trace is None:
         trace = _parse_general(path)

@@ -26,7 +26,8 @@ def expand_trace_paths(paths: list[str]) -> list[tuple[str, bool]]:
     out = []
     for path in paths:
         if os.path.isdir(path):
-            found = sorted({f for pat in _TRACE_PATTERNS for f in glob.glob(os.path.join(path, pat))})
+            found = sorted({f for pat in _TRACE_PATTERNS for f in glob.glob(os.path.join(path, pat))
+                            if os.path.isfile(f)})  # a FIFO or a socket in the folder is no trace to open
             if not found:
                 raise UsageError(f"no trace files (*.json, *.json.gz) in folder {path}")
             out.extend((f, True) for f in found)
@@ -166,6 +167,10 @@ def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job
     notes = context_notes(ctx)
     if trace.skipped_events:
         notes.append(f"{path}: {trace.skipped_events} malformed events were ignored")
+    if trace.dropped_events:
+        notes.append(f"{path}: the trace holds more events than perfaudit keeps in memory: the last "
+                     f"{trace.dropped_events:,} were not read, and the figures cover the steps before them "
+                     "(PERFAUDIT_MAX_EVENTS raises the limit)")
     meta = {k: trace.probes.get(k) for k in ("script", "outcome")} if trace.probes else {}
     return TraceResult(path, findings, skipped, summarize(trace, ctx), notes, rank_stats(ctx) if job else None, meta)
 
@@ -214,6 +219,7 @@ def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tup
     rules = rules if rules is not None else load_rules()
     report = Report([], [], [])
     results = analyze_all(paths, rules, source_roots, jobs, report.notes)
+    report.source_roots = [os.getcwd(), *source_roots, *{os.path.dirname(os.path.abspath(r.path)) for r in results}]
     combine(report, results, rules, source_roots)
     if len(results) == 1 and results[0].probes_meta:  # recorded by `perfaudit run`: the same report again
         script, outcome = results[0].probes_meta.get("script"), results[0].probes_meta.get("outcome")

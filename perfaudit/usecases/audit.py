@@ -51,7 +51,7 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
     report = Report(findings, skipped, [summarize(trace, ctx)] if trace is not None else [], script=result.script,
                     outcome=result.outcome, run_dir=result.run_dir, notes=notes + context_notes(ctx),
                     stop_signal=result.stop_signal, command=command,
-                    internal_errors=list(result.outcome.get("internal_errors") or []))
+                    internal_errors=list(result.outcome.get("internal_errors") or []), source_roots=list(roots))
     report.notes.extend(run_notes(result, options, trace))
     gate.merge_static(report, lint_paths([script], rules))
     report = gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
@@ -123,9 +123,9 @@ def _audit_job(script: str, result: RunResult, rules: list[Rule], gate_options: 
     if not result.rank_outcomes and result.stop_signal is None:
         raise LaunchError(f"torchrun could not start the job: {_last_error(result.log_path)} "
                           f"(its output: {result.log_path})")
-    report = Report([], [], [], script=result.script, outcome=result.outcome, run_dir=result.run_dir,
-                    stop_signal=result.stop_signal, command=command)
     roots = (os.path.dirname(result.script), os.getcwd())
+    report = Report([], [], [], script=result.script, outcome=result.outcome, run_dir=result.run_dir,
+                    stop_signal=result.stop_signal, command=command, source_roots=list(roots))
     if result.rank_traces:
         done = job_results(result.rank_traces, rules, roots, report.notes)
         if done:

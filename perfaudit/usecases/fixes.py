@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..collect.options import RunOptions
-from ..collect.rundir import make_run_dir
+from ..collect.rundir import finish_run_dir, make_run_dir
 from ..collect.runner import check_script
 from ..engine.loader import Rule, load_rules
 from ..errors import UsageError
@@ -35,21 +35,28 @@ def project_root(script: str) -> str:
         here = parent
 
 
-def recorded_report(source: str, rules: list[Rule]) -> tuple[Report, str | None]:
+def recorded_report(source: str, rules: list[Rule], script: str | None = None) -> tuple[Report, str | None]:
     """The report of an earlier run: its folder or trace (analysed again) or its JSON report; and the
-    folder relative paths in it are read from."""
+    folder relative paths in it are read from. A run of another script than `script` is refused: its
+    fixes are not this script's."""
     if os.path.isdir(source) or looks_like_trace(source):
-        report = analyze([source], rules)
-        return report, os.getcwd()
-    try:
-        with open(source, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--from {source}: not a run folder, a trace or a JSON report ({exc})") from None
-    report = report_from_dict(data)
-    if report is None:
-        raise UsageError(f"--from {source}: a JSON file, but not a perfaudit report")
-    return report, os.path.dirname(os.path.abspath(report.script)) if report.script else None
+        report, base = analyze([source], rules), os.getcwd()
+    else:
+        try:
+            with open(source, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--from {source}: not a run folder, a trace or a JSON report ({exc})") from None
+        report = report_from_dict(data)
+        if report is None:
+            raise UsageError(f"--from {source}: a JSON file, but not a perfaudit report")
+        cwd = (data.get("run") or {}).get("cwd")  # where the report was made: its relative paths start there
+        base = cwd if isinstance(cwd, str) and os.path.isdir(cwd) else \
+            os.path.dirname(os.path.abspath(report.script)) if report.script else None
+    if script and report.script and os.path.realpath(report.script) != os.path.realpath(script):
+        raise UsageError(f"--from {source}: that run audited {report.script}, not {script}; fix that script, "
+                         f"or run `perfaudit fix {script}` without --from")
+    return report, base
 
 
 def check_fixable(script: str, source: str | None, write: bool) -> None:
@@ -85,14 +92,14 @@ def _audited(script: str, args: list[str], options: RunOptions, rules: list[Rule
     """The report to fix: a new run of SCRIPT, or an earlier one; and the folder its relative paths
     are read from."""
     if source is not None:
-        return recorded_report(source, rules)
+        return recorded_report(source, rules, script)
     return audit(script, args, options, rules, on_progress), None
 
 
 def verify(script: str, args: list[str], audit_options: RunOptions, timing_options: RunOptions,
            rounds: Rounds | int = 3,
            rules: list[Rule] | None = None, select: set[str] | None = None, source: str | None = None,
-           each: bool = False, on_progress: Callable[[str], None] | None = None):
+           each: bool = False, on_progress: Callable[[str], None] | None = None, end_check_s: float = 60.0):
     """Audit SCRIPT (or take an earlier run), make the fixes, and measure them: A (as it is) against B
     (all fixes, or with `each` one B per rule) over interleaved rounds, step times and losses compared.
     Returns (report, plan, verification); the user's files are not written."""
@@ -113,7 +120,10 @@ def verify(script: str, args: list[str], audit_options: RunOptions, timing_optio
         if not report.measured:  # no training step: nothing could be fixed, and that is not a pass
             nothing.baseline_failure = "it never reached a training step in the audit run"
         return report, plan, nothing
-    verification = run_ab(script, args, variants, folder, timing_options, rounds, say)
+    try:
+        verification = run_ab(script, args, variants, folder, timing_options, rounds, say, end_check_s)
+    finally:
+        finish_run_dir(folder)
     report.findings = rank([_with_figures(f, verification) for f in report.findings])
     return report, plan, verification
 

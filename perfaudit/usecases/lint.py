@@ -16,6 +16,6 @@ def lint(paths: list[str], rules: list[Rule] | None = None, gate_options: GateOp
     files = python_files(paths)
     checked = {spec.rule for specs in CHECKS.values() for spec in specs}
     report = Report([], [], [], files=len(files), static_rules=sorted(r.id for r in rules if r.id in checked))
-    report.findings = lint_paths(files, rules, report.notes)
+    report.findings = lint_paths(files, rules, report.notes, report.unread)
     report.notes.append(f"static pass over {len(files)} file(s); `perfaudit run` measures what it finds")
     return gate.finalize(report, gate_options or GateOptions(), extra_files=tuple(files), rules=rules)

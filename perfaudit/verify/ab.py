@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from ..collect.runner import RunOptions, RunResult, run_script
 from ..fix.catalog import FIX_KINDS
 from ..fix.plan import FixPlan
-from ..outcome import describe, is_failure
+from ..outcome import Outcome, describe, is_failure
 from .stats import MIN_STEPS, LossCheck, SpeedChange, loss_check, speed_change
 
 
@@ -48,6 +48,15 @@ class Runs:
 
 
 @dataclass
+class Exercise:
+    """B run once past its window with the edited lines watched (watch.py)."""
+    ended: str                     # "ran to its end" | "stopped after N s" | "all edited code ran" | …
+    missed_edits: list[int] = field(default_factory=list)         # edited lines (fixed source) that never ran
+    missed_uses: list[tuple[int, str]] = field(default_factory=list)  # later uses of edited names that never ran
+    path: str = ""
+
+
+@dataclass
 class FixVerdict:
     name: str
     rules: list[str]
@@ -55,6 +64,7 @@ class FixVerdict:
     speed: SpeedChange | None = None
     loss: LossCheck | None = None
     broke: str | None = None       # B failed where A ran: what happened
+    exercises: list[Exercise] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -104,7 +114,8 @@ def _write_sources(plan: FixPlan, folder: str) -> dict[str, str]:
 
 
 def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, options: RunOptions,
-           rounds: Rounds | int, on_progress: Callable[[str], None] | None = None) -> Verification:
+           rounds: Rounds | int, on_progress: Callable[[str], None] | None = None,
+           end_check_s: float = 0.0) -> Verification:
     """A, then each B, round after round (A B A B …), until the verdicts are clear (Rounds)."""
     say = on_progress or (lambda text: None)
     plan = rounds if isinstance(rounds, Rounds) else Rounds(min=rounds, max=rounds, max_time_s=0)
@@ -154,6 +165,11 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
             verdict.speed = speed_change(a.times, b.times, tolerance_pct=plan.tolerance_pct)
             verdict.loss = loss_check(a.losses, b.losses, v.same_maths)
         verification.verdicts.append(verdict)
+    if end_check_s and not interrupted:
+        for v, verdict in zip(variants[1:], verification.verdicts):
+            if verdict.broke is None:
+                say(f"running {'the fixed script' if v.name == 'B' else v.name} past its window")
+                _exercise(script, args, v, served[v.name], folder, options, end_check_s, verdict)
     if any(v.speed and v.speed.verdict == "too few steps" for v in verification.verdicts):
         verification.notes.append(f"an interval needs at least {MIN_STEPS} measured steps per variant: raise "
                                   f"--steps or --rounds (now {options.steps} × {done})")
@@ -222,3 +238,63 @@ def _free_core_threads() -> int | None:
     if load is None or load + 1 <= cpus:
         return None
     return max(1, int(cpus - load + 0.5))
+
+
+def _watch_lines(plan: FixPlan) -> dict[str, dict]:
+    """For each fixed file: the lines its edits wrote (in the fixed text) and the later lines that read a
+    name those lines assign (`total` accumulated in the loop, `json.dumps(total)` after it)."""
+    import ast
+    import difflib
+    out = {}
+    for f in plan.files:
+        fixed_lines = f.fixed.splitlines()
+        matcher = difflib.SequenceMatcher(a=f.original.splitlines(), b=fixed_lines, autojunk=False)
+        edited = sorted({j + 1 for tag, _, _, j1, j2 in matcher.get_opcodes() if tag != "equal" for j in range(j1, j2)})
+        uses: list[int] = []
+        try:
+            tree = ast.parse(f.fixed)
+        except SyntaxError:
+            tree = None
+        if tree is not None and edited:
+            names = set()
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.lineno in edited:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    names |= {t.id for t in targets if isinstance(t, ast.Name)}
+            uses = sorted({n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in names
+                           and isinstance(n.ctx, ast.Load) and n.lineno > max(edited)})
+        out[f.path] = {"edited": edited, "uses": uses, "text": fixed_lines}
+    return out
+
+
+def _exercise(script: str, args: list[str], v: Variant, served: dict[str, str], folder: str, options: RunOptions,
+              end_check_s: float, verdict: FixVerdict) -> None:
+    """B once more, not timed: past its window, to its end (or `end_check_s` seconds, or until every
+    watched line ran), with the edited lines and the later uses of what they assign watched."""
+    watch = _watch_lines(v.plan)
+    lines = {path: w["edited"] + w["uses"] for path, w in watch.items() if w["edited"] or w["uses"]}
+    if not lines:  # the fix only removed code (a debug switch): no line of it can run or fail later
+        return
+    opts = replace(options, out_dir=os.path.join(folder, f"{v.name}-end"), patched=served, mode="timing", full=True,
+                   timeout=end_check_s, watch=lines, seed=options.seed if options.seed is not None else 0)
+    result = run_script(script, args, opts)
+    outcome = result.outcome or {}
+    after = outcome.get("after_window") or {}
+    if is_failure(after) or (is_failure(outcome) and Outcome.of(outcome) != Outcome.TIMEOUT):
+        failed = after if is_failure(after) else outcome
+        verdict.broke = (f"past the measured window {describe(failed) or 'the script failed'} "
+                         "(inside the window A and B ran fine)")
+        return
+    seen = outcome.get("exercised") or {}
+    if Outcome.of(outcome) == Outcome.TIMEOUT:
+        ended = f"stopped after {end_check_s:g} s, before its end (--end-check waits longer)"
+    elif Outcome.of(outcome) == Outcome.WINDOW_COMPLETE and outcome.get("ended") != "completed":
+        ended = "every edited line and every later use of what it assigns ran"
+    else:
+        ended = "ran to its end"
+    for path, w in watch.items():
+        report = seen.get(os.path.realpath(path)) or {"seen": []}
+        ran = set(report.get("seen") or [])
+        missed_edits = [line for line in w["edited"] if line not in ran]
+        missed_uses = [(line, w["text"][line - 1].strip()) for line in w["uses"] if line not in ran]
+        verdict.exercises.append(Exercise(ended, missed_edits, missed_uses, path))

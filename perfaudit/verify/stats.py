@@ -115,12 +115,16 @@ def loss_check(a_rounds: list[list[float | None]], b_rounds: list[list[float | N
     b_all = [v for r in b_rounds for v in r if v is not None]
     if not a_all or not b_all:
         return LossCheck("no loss seen", "backward() was not called on a scalar loss in the window", True)
-    if any(not math.isfinite(v) for v in b_all) and all(math.isfinite(v) for v in a_all):
+    if not _finite(a_all):
+        return LossCheck("not comparable", "the script as it is has no finite loss (NaN or inf from the start), "
+                                           "so the loss cannot show whether the fix changed the training", True)
+    if not _finite(b_all) or (any(not math.isfinite(v) for v in b_all) and all(math.isfinite(v) for v in a_all)):
         return LossCheck("diverged", f"B's loss became {next(v for v in b_all if not math.isfinite(v))} "
                                      "where A's stayed finite", False)
     # does A repeat itself? then the step-by-step comparison means something
-    a_spread = max((_rel(x, y) for r in a_rounds[1:] for x, y in zip(a_rounds[0], r) if x is not None and y is not None),
-                   default=0.0)
+    a_spread = max((_rel(x, y) for r in a_rounds[1:] for x, y in zip(a_rounds[0], r) if x is not None and y is not None
+                    and math.isfinite(x) and math.isfinite(y)), default=0.0)
+    once = len([r for r in a_rounds if r]) < 2  # A ran once: whether it repeats itself is not known
     deterministic = a_spread <= EXACT_RTOL
     if same_maths and deterministic:
         pairs = [(x, y) for ra, rb in zip(a_rounds, b_rounds) for x, y in zip(ra, rb) if x is not None and y is not None]
@@ -128,14 +132,19 @@ def loss_check(a_rounds: list[list[float | None]], b_rounds: list[list[float | N
         if worst <= EXACT_RTOL:
             return LossCheck("same", f"all {len(pairs)} steps equal to A's (largest relative difference "
                                      f"{worst:.0e})", True)
-        return LossCheck("changed", f"the loss differs from A's by up to {100 * worst:.2g}% at the same step "
-                                    f"(A repeats itself within {a_spread:.1e}): this fix should not change the maths",
-                         False)
+        if once:  # a difference may be the script's own randomness (it reseeds itself): compare the means
+            deterministic = False
+        else:
+            return LossCheck("changed", f"the loss differs from A's by up to {100 * worst:.2g}% at the same step "
+                                        f"(A repeats itself within {a_spread:.1e}): this fix should not change the "
+                                        "maths", False)
     means_a = [statistics.fmean(_finite(r)) for r in a_rounds if _finite(r)]
     mean_a, mean_b = statistics.fmean(_finite(a_all)), statistics.fmean(_finite(b_all))
     sd = statistics.stdev(means_a) if len(means_a) > 1 else 0.0
     tol = max(STAT_SPREAD_TOL * sd, STAT_REL_TOL * abs(mean_a))
     why = "" if deterministic or not same_maths else \
+        "A ran once, so whether it repeats itself is not known (a script that seeds itself from the clock does "\
+        "not), and the means are compared; " if once else \
         f"A does not repeat itself (its rounds differ by up to {100 * a_spread:.2g}%), so the means are compared; "
     if abs(mean_b - mean_a) <= tol:
         return LossCheck("within tolerance", f"{why}mean {mean_b:.4g} against A's {mean_a:.4g} "

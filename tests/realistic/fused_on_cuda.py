@@ -3,9 +3,8 @@ kernel on CUDA through **kwargs built by that helper, and for its second optimiz
 own function fills on the CUDA path. On a CPU run neither optimizer is fused, and neither may be
 reported as missing fused=True: the script asks for it where it exists."""
 import torch
-from torch import nn
-
 from common.device import optimizer_kwargs, pick_device
+from torch import nn
 
 
 class Trainer:

@@ -1,0 +1,189 @@
+"""Trust on real code: perfaudit's own errors are never blamed on the script, reads the program needs
+are not syncs to remove, per-line figures are each line's own, unrepresentative steps stay out of the
+figures, the trace budget holds and says what it cut, and `fix` edits only code that ran."""
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import shutil
+import textwrap
+
+import pytest
+
+from conftest import ROOT, perfaudit
+from perfaudit.collect.internal import guarded, internal_errors, record_internal_error
+from perfaudit.collect.sizing import fit_budget
+from perfaudit.collect.startup_probe import StartupProbe
+from perfaudit.static.uses import call_requests, host_consumer
+
+REALISTIC = ROOT / "tests" / "realistic"
+
+
+# -- perfaudit's own errors ----------------------------------------------------------------------------
+def test_startup_summary_survives_frames_without_a_line_number_and_ties():
+    probe = StartupProbe()
+    probe._interval = 0.01
+    probe.counts = {("a.py", None, "f"): 3, ("a.py", 7, "f"): 3, ("b.py", 2, "g"): 1, "model": 2, None: 1}
+    summary = probe._summarise("training started")
+    assert [line["line"] for line in summary["lines"]][:2] == [0, 7]
+    assert all(isinstance(line["line"], int) for line in summary["lines"])
+
+
+def test_a_guarded_hook_records_its_error_and_lets_the_window_exception_through():
+    class WindowDone(BaseException):
+        pass
+
+    calls = []
+
+    @guarded("test hook")
+    def hook(kind):
+        calls.append(kind)
+        if kind == "bug":
+            raise ValueError("perfaudit's bug")
+        raise WindowDone()
+
+    assert hook("bug") is None  # swallowed, recorded
+    assert any(e["part"] == "test hook" and "perfaudit's bug" in e["error"] for e in internal_errors())
+    assert hook("done") is None and calls == ["bug"]  # disabled after its error: it does nothing more
+
+    @guarded("window hook")
+    def window():
+        raise WindowDone()
+
+    with pytest.raises(WindowDone):
+        window()
+    record_internal_error("another part", RuntimeError("x"))
+    assert len([e for e in internal_errors() if e["part"] == "another part"]) == 1
+
+
+def test_a_probe_that_fails_inside_the_script_is_reported_as_perfauditsexit_4(tmp_path):
+    """A Dataset returning a tensor subclass that refuses is_pinned() breaks perfaudit's DataLoader probe:
+    the script trains on, the report says the error is perfaudit's, and the exit code is 4, not 3."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent('''\
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, Dataset
+
+
+        class LabelTensor(torch.Tensor):
+            @classmethod
+            def __torch_function__(cls, func, types, args=(), kwargs=None):
+                if func is torch.Tensor.is_pinned:
+                    raise NotImplementedError("LabelTensor cannot be pinned")
+                return super().__torch_function__(func, types, args, kwargs or {})
+
+
+        class Data(Dataset):
+            def __len__(self):
+                return 512
+
+            def __getitem__(self, i):
+                return torch.randn(8), torch.randn(1).as_subclass(LabelTensor)
+
+
+        model = nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(100):
+            for x, y in DataLoader(Data(), batch_size=32):
+                opt.zero_grad()
+                nn.functional.mse_loss(model(x), y.as_subclass(torch.Tensor)).backward()
+                opt.step()
+        '''))
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(script), "--out-dir", str(tmp_path / "run"), "-f", f"json={out}")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert report["run"]["outcome"]["outcome"] == "window_complete"  # the script was not blamed
+    assert report["run"]["steps"] >= 1 and (tmp_path / "run" / "trace.json.gz").exists()
+    assert [e["part"] for e in report["run"]["internal_errors"]] == ["DataLoader probe"]
+    assert sum("perfaudit's own error" in n for n in report["notes"]) == 1
+
+
+# -- reads the program needs -----------------------------------------------------------------------------
+def _tree(code: str) -> ast.Module:
+    return ast.parse(textwrap.dedent(code))
+
+
+def test_reads_that_feed_host_code_are_told_from_reads_that_only_log():
+    tree = _tree('''\
+        def select(policy, state):
+            probs = policy(state)
+            return probs.argmax().item()
+
+        for t in range(10):
+            state, reward, done = env.step(select(policy, state))
+            action = q_values.argmax().item()
+            obs = env.step(action)
+            frames.append(frame.cpu().numpy())
+            np_array = np.asarray(x.cpu().numpy())
+            total += loss.item()
+            print(f"loss {loss.item():.3f}")
+            if loss.item() > 10:
+                break
+        ''')
+    assert host_consumer(tree, 3) == "env.step"        # returned, and its caller hands it to env.step
+    assert host_consumer(tree, 7) == "env.step"        # through a name
+    assert host_consumer(tree, 10) == "np.asarray"
+    for line in (9, 11, 12, 13):                       # a log list, an accumulator, a print, a branch
+        assert host_consumer(tree, line) is None, line
+
+
+def test_an_optimizer_asked_for_fused_through_kwargs_is_told_apart():
+    tree = _tree('''\
+        def build(model, device):
+            extra = {"fused": True} if device.type == "cuda" else {}
+            a = torch.optim.AdamW(model.parameters(), lr=1e-3, **extra)
+            kw = {"lr": 1e-3}
+            if device.type == "cuda":
+                kw["fused"] = True
+            b = torch.optim.Adam(model.parameters(), **kw)
+            c = torch.optim.Adam(model.parameters(), lr=1e-3)
+            d = torch.optim.Adam(model.parameters(), **config.optim)
+            return a, b, c, d
+        ''')
+    names = {"Adam", "AdamW"}
+    assert call_requests(tree, 3, "fused", names) is True
+    assert call_requests(tree, 7, "fused", names) is True
+    assert call_requests(tree, 8, "fused", names) is False
+    assert call_requests(tree, 9, "fused", names) is None   # cannot be read: never claimed missing
+
+
+# -- the trace budget ----------------------------------------------------------------------------------------
+def test_the_budget_cuts_steps_before_it_drops_stacks():
+    # 1 MB of events and 3 MB of Python calls a step; 20 MB: fewer steps, stacks kept
+    fit = fit_budget(events=2500, calls=6000, budget_mb=20, warmup=2, steps=5, with_stack=True)
+    assert fit.with_stack and (fit.warmup, fit.steps) == (1, 2)
+    # one step with stacks does not fit: stacks go, and the report is told
+    fit = fit_budget(events=2500, calls=200_000, budget_mb=40, warmup=2, steps=5, with_stack=True)
+    assert not fit.with_stack and fit.trimmed["stacks"] == "off"
+    # unless they are to be kept: then only steps go
+    fit = fit_budget(events=2500, calls=200_000, budget_mb=40, warmup=2, steps=5, with_stack=True, keep_stacks=True)
+    assert fit.with_stack and fit.steps == 1
+
+
+def test_a_run_keeps_its_trace_budget_and_says_what_it_cut(tmp_path):
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(ROOT / "tests" / "scripts" / "op_heavy.py"), "--max-trace-mb", "100",
+                     "--out-dir", str(tmp_path / "run"), "-f", f"json={out}")
+    assert proc.returncode == 0, proc.stderr
+    with gzip.open(tmp_path / "run" / "trace.json.gz") as f:
+        size = sum(len(chunk) for chunk in iter(lambda: f.read(1 << 22), b""))
+    assert size <= 100e6, size  # about 60 MB a step: one measured step, no warm-up
+    report = json.loads(out.read_text())
+    notes = " ".join(report["notes"])
+    assert "100 MB trace budget" in notes and "--max-trace-mb" in notes and report["run"]["steps"] == 1
+
+
+# -- fix edits only code that ran --------------------------------------------------------------------------
+def test_fix_leaves_a_determinism_block_the_run_did_not_take(tmp_path):
+    script = tmp_path / "seeded_cnn.py"
+    shutil.copy(REALISTIC / "seeded_cnn.py", script)
+    proc = perfaudit("fix", str(script), "--select", "CUDNN001", "--out-dir", str(tmp_path / "run"))
+    diff = proc.stdout
+    assert "+    torch.backends.cudnn.benchmark = True" in diff, proc.stdout + proc.stderr
+    assert "-        torch.backends.cudnn.benchmark = False" not in diff  # the seeded path keeps its flag
+    lines = diff.splitlines()
+    added = next(i for i, line in enumerate(lines) if line.startswith("+    torch.backends"))
+    assert lines[added + 1].strip().startswith("if args.seed is not None:")  # before the block: it still wins
