@@ -97,6 +97,7 @@ class TraceSummary:
     excluded: list[dict] = field(default_factory=list)  # steps left out of the figures: {step, why}
     busy_measured: int = 0              # measured steps that waited for a CPU (no quieter ones came)
     threads: dict | None = None         # intra-op threads fitted to a busy machine's free cores
+    training: bool | None = None        # False: an inference trace (no backward, no optimizer step)
 
     @property
     def busy_machine(self) -> str | None:

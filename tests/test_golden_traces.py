@@ -46,7 +46,7 @@ def test_rank_imbalance_names_the_straggler():
 def test_pageable_copies_measured_on_resnet():
     report = analyze([str(needs_shared(TRACES / "param" / "resnet_2080ti.json.gz"))])
     copy = next(f for f in report.findings if f.rule == "COPY001")
-    assert copy.severity == "warning" and copy.cost.ms_per_step == pytest.approx(21.0, abs=0.1)
+    assert copy.severity == "warning" and copy.cost.ms_per_step == pytest.approx(20.9, abs=0.1)
     assert not copy.cost.estimated
 
 
@@ -55,4 +55,4 @@ def test_console_shows_the_gpu_step_breakdown():
     proc = perfaudit("analyze", str(needs_shared(TRACES / "param" / "resnet_2080ti.json.gz")),
                      env={"COLUMNS": "160"})
     assert "GPU time" in proc.stdout and "compute" in proc.stdout and "data wait" in proc.stdout
-    assert "busy 32%" in proc.stdout
+    assert "busy 47%" in proc.stdout  # the first, partial iteration (from the trace start) is left out

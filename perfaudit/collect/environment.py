@@ -45,11 +45,19 @@ def environment() -> dict:
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "device": "cpu",
+        "no_memory_caching": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "") not in ("", "0"),
     }
     if cuda:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         env.update(device="cuda", device_name=props.name, capability=f"{props.major}.{props.minor}",
                    device_memory=props.total_memory)
+        try:  # the caching allocator's own record: retries mean it had to free and allocate again
+            stats = torch.cuda.memory_stats()
+            env.update(alloc_retries=int(stats.get("num_alloc_retries", 0)),
+                       max_memory_allocated=torch.cuda.max_memory_allocated(),
+                       max_memory_reserved=torch.cuda.max_memory_reserved())
+        except Exception:  # noqa: BLE001 - a device that cannot say
+            pass
     return env
 
 

@@ -3,7 +3,8 @@ kernel does, so the step waits for them instead of overlapping them with backwar
 from __future__ import annotations
 
 from . import intervals as iv
-from .gpu_time import _COLLECTIVE, _device_events, _require_gpu
+from .gpu_time import _device_events, _require_gpu
+from .kernels import is_collective
 from .registry import Context, Missing, fact
 
 
@@ -16,10 +17,10 @@ def comm_exposed(ctx: Context) -> dict:
     collective_total = exposed_total = step_total = 0.0
     for step in ctx.steps:
         inside = ctx.overlapping(events, step.ts, step.end)
-        comm = iv.union(iv.clip([(e.ts, e.end) for e in inside if _COLLECTIVE.search(e.name)], step.ts, step.end))
+        comm = iv.union(iv.clip([(e.ts, e.end) for e in inside if is_collective(e.name)], step.ts, step.end))
         if not comm:
             continue
-        compute = iv.union(iv.clip([(e.ts, e.end) for e in inside if not _COLLECTIVE.search(e.name)],
+        compute = iv.union(iv.clip([(e.ts, e.end) for e in inside if not is_collective(e.name)],
                                    step.ts, step.end))
         collective_total += iv.total(comm)
         exposed_total += iv.total(comm) - iv.overlap(comm, compute)

@@ -2,20 +2,13 @@
 precision, launch-bound kernel floods, peak memory (tips T09, T11, T12, T14)."""
 from __future__ import annotations
 
-import re
 from collections import Counter
-from functools import cache
 
 from . import intervals as iv
+from .kernels import architecture, is_small_elementwise, kernel_class
 from .registry import Context, Missing, fact
 from .steps import DATALOADER_PREFIX
 from .sync import SYNC_RUNTIME
-
-_MATH = re.compile(r"gemm|conv|cutlass|xmma|cudnn|wgrad|dgrad|fprop|matmul|gemv|mma", re.I)
-_HALF = re.compile(r"h884|h1688|h16816|hmma|fp16|bf16|f16|half|bfloat|e4m3|e5m2|fp8", re.I)
-_TF32 = re.compile(r"tf32|s1688|s16816|s884", re.I)
-_ELEMENTWISE = re.compile(r"elementwise|vectorized|unrolled|pointwise|triton_poi|fill|copy_kernel", re.I)
-_COLLECTIVE = re.compile(r"nccl|rccl|allreduce|all_reduce|allgather|reducescatter", re.I)
 
 
 def _require_gpu(ctx: Context) -> None:
@@ -39,6 +32,7 @@ def _gpu_per_step(ctx: Context) -> list[dict]:
     _require_gpu(ctx)
     events = _device_events(ctx)
     syncs = iv.union((e.ts, e.end) for e in ctx.trace.host if e.kind == "runtime" and e.name in SYNC_RUNTIME)
+    allocs = iv.union((e.ts, e.end) for e in ctx.trace.host if e.kind == "runtime" and is_allocator_call(e.name))
     data = iv.union((e.ts, e.end) for e in ctx.trace.host if e.name.startswith(DATALOADER_PREFIX))
     rows = []
     for step in ctx.steps:
@@ -50,24 +44,27 @@ def _gpu_per_step(ctx: Context) -> list[dict]:
         idle = iv.complement(busy, step.ts, step.end)
         sync_idle = iv.intersect(idle, iv.clip(syncs, step.ts, step.end))
         rest = iv.intersect(idle, iv.complement(sync_idle, step.ts, step.end))
+        alloc_idle = iv.intersect(rest, iv.clip(allocs, step.ts, step.end))  # host in cudaMalloc/cudaFree
+        rest = iv.intersect(rest, iv.complement(alloc_idle, step.ts, step.end))
         data_idle = iv.overlap(rest, iv.clip(data, step.ts, step.end))
         rows.append({"compute": iv.total(kernels), "copies": iv.total(busy) - iv.total(kernels),
-                     "sync_wait": iv.total(sync_idle), "data_wait": data_idle, "idle": iv.total(idle),
-                     "step": step.dur})
+                     "sync_wait": iv.total(sync_idle), "alloc_wait": iv.total(alloc_idle), "data_wait": data_idle,
+                     "idle": iv.total(idle), "step": step.dur})
     ctx.__dict__["_gpu_per_step"] = rows
     return rows
 
 
 @fact("gpu.step_breakdown", "Per step on the GPU (ms): kernel compute, copies not hidden under compute, "
-                            "and idle time split into sync wait (host blocked in a sync call), data wait "
-                            "(host in DataLoader) and other idle (host-bound: Python, launches); busy_pct.")
+                            "and idle time split into sync wait (host blocked in a sync call), allocator wait "
+                            "(host in cudaMalloc/cudaFree), data wait (host in DataLoader) and other idle "
+                            "(host-bound: Python, launches); busy_pct.")
 def gpu_step_breakdown(ctx: Context) -> dict:
     totals = Counter()
     for row in _gpu_per_step(ctx):
         totals.update(row)
     n = len(ctx.steps)
     out = {k: v / n / 1000.0 for k, v in totals.items()}
-    out["other_idle"] = max(out["idle"] - out["sync_wait"] - out["data_wait"], 0.0)
+    out["other_idle"] = max(out["idle"] - out["sync_wait"] - out["alloc_wait"] - out["data_wait"], 0.0)
     out["busy_pct"] = 100.0 * (1 - out["idle"] / out["step"]) if out["step"] else 0.0
     out["idle_pct"] = 100.0 - out["busy_pct"]
     out["host_share"] = out["other_idle"] / out["idle"] if out["idle"] else 0.0
@@ -79,8 +76,9 @@ def gpu_per_step(ctx: Context) -> list[dict]:
     out = []
     for row in _gpu_per_step(ctx):
         ms = {k: v / 1000.0 for k, v in row.items()}
-        ms["other_idle"] = max(ms["idle"] - ms["sync_wait"] - ms["data_wait"], 0.0)
-        out.append({k: ms[k] for k in ("compute", "copies", "sync_wait", "data_wait", "other_idle", "step")})
+        ms["other_idle"] = max(ms["idle"] - ms["sync_wait"] - ms["alloc_wait"] - ms["data_wait"], 0.0)
+        out.append({k: ms[k] for k in ("compute", "copies", "sync_wait", "alloc_wait", "data_wait", "other_idle",
+                                       "step")})
     return out
 
 
@@ -97,21 +95,13 @@ def device_capability(ctx: Context) -> float:
         return float(cap)
     if any("hip" in e.name for e in ctx.trace.host if e.kind == "runtime"):
         return 9.0  # ROCm: matrix cores on every data-centre part perfaudit meets
-    raise Missing("the trace does not say which GPU it ran on (no deviceProperties)")
-
-
-@cache
-def kernel_class(name: str) -> str | None:
-    """"half", "tf32" or "fp32" for a matrix kernel (GEMM/conv), None for any other kernel; by name,
-    once per distinct name (names are long C++ templates and repeat thousands of times)."""
-    if _COLLECTIVE.search(name) or not _MATH.search(name):
-        return None
-    return "half" if _HALF.search(name) else "tf32" if _TF32.search(name) else "fp32"
-
-
-@cache
-def is_small_elementwise(name: str) -> bool:
-    return bool(_ELEMENTWISE.search(name))
+    # no deviceProperties (a re-saved or trimmed trace): the kernels' names say what they were built for
+    arches = {architecture(name) for name in {e.name for e in _device_events(ctx) if e.kind == "kernel"}}
+    arches.discard(None)
+    if arches:
+        return max(arches)
+    raise Missing("the trace does not say which GPU it ran on (no deviceProperties, no architecture in the "
+                  "kernels' names)")
 
 
 @fact("gpu.precision", "GPU time in matrix kernels (GEMM/conv) by precision: fp32, tf32, half "
@@ -154,8 +144,66 @@ def small_kernels(ctx: Context) -> dict:
             small += 1
             launch_us += launches.get(e.args.get("correlation"), 0.0)
     n = len(ctx.steps)
+    launch_ms = launch_us / n / 1000.0
     return {"per_step": small / n, "kernels_per_step": count / n,
-            "share_pct": 100.0 * small / count if count else 0.0, "launch_ms": launch_us / n / 1000.0}
+            "share_pct": 100.0 * small / count if count else 0.0, "launch_ms": launch_ms,
+            "launch_share_pct": 100.0 * launch_ms / ctx.step_ms if ctx.step_ms else 0.0}
+
+
+_ALLOCATOR = ("cudaMalloc", "cudaFree", "hipMalloc", "hipFree", "cudaMallocAsync", "cudaFreeAsync", "hipMallocAsync",
+              "hipFreeAsync", "cuMemAlloc", "cuMemFree", "hipExtMallocWithFlags")
+
+
+def is_allocator_call(name: str) -> bool:
+    return name.startswith(_ALLOCATOR) and "Host" not in name
+
+
+@fact("mem.allocator_churn", "Device memory allocated and freed by the runtime inside the measured steps "
+                             "(cudaMalloc/cudaFree, hipMalloc/hipFree): calls per step, host ms per step, share "
+                             "of the step (the caching allocator normally makes these rare after warm-up).")
+def allocator_churn(ctx: Context) -> dict:
+    _require_gpu(ctx)
+    calls = [e for e in ctx.trace.host if e.kind == "runtime" and is_allocator_call(e.name) and ctx.step_of(e.ts) is not None]
+    if not calls:
+        return {"calls_per_step": 0.0, "ms_per_step": 0.0, "share_pct": 0.0, "frees_per_step": 0.0}
+    n = len(ctx.steps)
+    ms = sum(e.dur for e in calls) / n / 1000.0
+    return {"calls_per_step": len(calls) / n, "ms_per_step": ms,
+            "share_pct": 100.0 * ms / ctx.step_ms if ctx.step_ms else 0.0,
+            "frees_per_step": sum(1 for e in calls if "Free" in e.name) / n}
+
+
+@fact("mem.allocator_sites", "Where the runtime's allocator calls in the steps come from: the user line whose "
+                             "ops allocated or freed (when the trace has stacks), else the ops.", needs=("stacks",))
+def allocator_sites(ctx: Context) -> list:
+    from ..trace.nesting import innermost
+    from .sites import SiteCollector
+    _require_gpu(ctx)
+    calls = [e for e in ctx.trace.host if e.kind == "runtime" and is_allocator_call(e.name)]
+    ops = [e for e in ctx.trace.host if e.kind == "op"]
+    owners = innermost(ops, calls)
+    items = []
+    for rt in calls:
+        op = owners.get(id(rt))
+        items.append((op or rt, rt, rt.dur / 1000.0, f"{rt.name} under {op.name}" if op else f"{rt.name}"))
+    collector = SiteCollector(ctx, {"empty_cache"}, ())
+    collector.add_all(items)
+    return collector.result()
+
+
+@fact("mem.allocator_causes", "What makes the runtime allocate every step, as the live process saw it: the "
+                              "caching allocator switched off (PYTORCH_NO_CUDA_MEMORY_CACHING), empty_cache() in "
+                              "the loop, allocation retries (fragmentation); an empty string for a foreign trace.")
+def allocator_causes(ctx: Context) -> str:
+    env = ctx.probes.get("environment") or {}
+    causes = []
+    if env.get("no_memory_caching"):
+        causes.append("PYTORCH_NO_CUDA_MEMORY_CACHING=1 switches the caching allocator off")
+    if any(e.get("window_calls") for e in ctx.probes.get("empty_cache") or []):
+        causes.append("torch.cuda.empty_cache() runs in the step (MEM001)")
+    if env.get("alloc_retries"):
+        causes.append(f"{env['alloc_retries']} allocation retries: the cache is fragmented")
+    return "; ".join(causes)
 
 
 @fact("mem.peak", "Peak GPU memory (allocated and reserved, GiB) against the device's memory, from "

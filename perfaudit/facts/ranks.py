@@ -3,18 +3,16 @@ for whom (tip T16). Each rank's figures are computed where its trace is analysed
 a worker process with --jobs); a job context holds only those small dicts, never the traces."""
 from __future__ import annotations
 
-import re
 from statistics import mean
 
 from . import intervals as iv
+from .kernels import is_collective
 from .registry import Context, Missing, fact
-
-_COLLECTIVE = re.compile(r"nccl|rccl|allreduce|all_reduce|allgather|reducescatter|sendrecv", re.I)
 
 
 def _collective_names(events) -> dict[str, bool]:
     """Whether each distinct event name is a collective (one regex test per name, not per event)."""
-    return {name: bool(_COLLECTIVE.search(name)) for name in {e.name for e in events}}
+    return {name: is_collective(name) for name in {e.name for e in events}}
 
 
 def _per_step(rank_ctx: Context, events) -> list[list]:

@@ -99,6 +99,19 @@ def run_on_gpu(ctx: Context) -> bool:
     return ctx.is_gpu
 
 
+_TRAINING_MARKS = (BACKWARD_PREFIX, OPTIMIZER_STEP, ZERO_GRAD, "autograd::engine::")
+
+
+@fact("run.training", "Whether the trace trains: a backward pass or an optimizer step in it (an inference "
+                      "trace has neither, and gets no training advice).")
+def run_training(ctx: Context) -> bool:
+    trace = ctx.need_trace()
+    if any(e.name.startswith(_TRAINING_MARKS) for e in trace.host):
+        return True
+    source = (ctx.meta.get("window") or {}).get("step_source") if isinstance(ctx.meta.get("window"), dict) else None
+    return source in ("optimizer", "closure", "backward")
+
+
 @fact("run.has_stacks", "Whether the trace was recorded with Python stacks (with_stack=True).")
 def run_has_stacks(ctx: Context) -> bool:
     return ctx.need_trace().has_stacks

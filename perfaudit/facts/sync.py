@@ -102,21 +102,27 @@ def _host_reads(ctx: Context):
 
 
 def _exposed_idle(ctx: Context, syncs) -> dict[int, float]:
-    """µs of GPU idle each sync exposes: the device drains while the host waits, then sits idle from
-    the sync's return until the host has launched new work (the next device event starts)."""
+    """µs of GPU idle each sync causes: the device drains while the host waits, then sits idle from the
+    moment it drained until the work the host queues after the sync starts. Only that: a sync the device
+    was already idle for (nothing was queued, so nothing drained) causes none, nor does one at the end of
+    a step (the idle after it is the step boundary's, the next step's data or Python), and idle while the
+    host then waits for the DataLoader is the input pipeline's."""
     data = iv.union((e.ts, e.end) for e in ctx.trace.host if e.name.startswith(DATALOADER_PREFIX))
-    starts = sorted(e.ts for e in ctx.trace.device if e.kind != "gpu_annotation")
-    ends = sorted(e.end for e in ctx.trace.device if e.kind != "gpu_annotation")
+    device = [e for e in ctx.trace.device if e.kind != "gpu_annotation"]
+    starts = sorted(e.ts for e in device)
+    ends = sorted(e.end for e in device)
     out = {}
     for rt in syncs:
+        out[id(rt)] = 0.0
         i = bisect_left(starts, rt.end)
-        next_start = starts[i] if i < len(starts) else rt.end
         j = bisect_left(ends, rt.end) - 1
-        drained_at = max(ends[j], rt.ts) if j >= 0 else rt.ts  # last device work that finished in the wait
+        if i >= len(starts) or j < 0 or ends[j] < rt.ts:
+            continue  # no device work finished while the host waited: the sync waited for nothing
+        drained_at, next_start = ends[j], starts[i]
         step = ctx.step_of(rt.ts)
-        limit = ctx.steps[step].end if step is not None else next_start
-        gap = (drained_at, max(min(next_start, limit), drained_at))
-        # idle while the host then waits for the DataLoader is the input pipeline's, not the sync's
+        if step is None or next_start > ctx.steps[step].end:
+            continue  # the next work is the next step's: what idles until then is not this sync's doing
+        gap = (drained_at, max(next_start, drained_at))
         idle = gap[1] - gap[0] - iv.overlap([gap], iv.clip(data, *gap))
         out[id(rt)] = min(max(idle, 0.0), MAX_EXPOSED_US)
     return out

@@ -15,7 +15,7 @@ from ..outcome import describe as describe_outcome
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _PHASES = ("data", "forward", "backward", "optimizer", "other")
 _GPU_PHASES = (("compute", "compute"), ("copies", "copies"), ("sync_wait", "sync wait"),
-               ("data_wait", "data wait"), ("other_idle", "idle (host-bound)"))
+               ("alloc_wait", "allocator wait"), ("data_wait", "data wait"), ("other_idle", "idle (host-bound)"))
 
 
 def shown(path: str) -> str:
@@ -47,6 +47,9 @@ def _header(report: Report) -> Panel:
         others = [e for e in t.excluded if "waited" not in str(e.get("why")) and not e.get("kept")]
         left = f"; {len(others)} left out ({others[0]['why']})" if others else ""
         grid.add_row("steps", f"{t.steps} measured ({t.step_source}), {step}{left}")
+        if t.training is False:
+            grid.add_row("workload", "inference: no backward and no optimizer step in the trace (training advice "
+                                     "left out)")
         if t.breakdown and t.breakdown.get("total"):
             total = t.breakdown["total"]
             parts = [f"{p} {t.breakdown[p]:.2f} ms ({100 * t.breakdown[p] / total:.0f}%)"

@@ -115,8 +115,11 @@ class _Guard(io.RawIOBase):
     profiler trace (a 4 MB gzip can hold one name of 4 GB), so reading stops there with a clear error
     instead of building a string of gigabytes."""
 
+    TAIL = 4 << 20  # the last bytes read are kept: top-level keys written after the events live there
+
     def __init__(self, raw, path: str):
         self._raw, self._path, self._since_quote = raw, path, 0
+        self.tail = bytearray()
 
     def readable(self):
         return True
@@ -125,6 +128,9 @@ class _Guard(io.RawIOBase):
         data = self._raw.read(len(b))
         n = len(data)
         b[:n] = data
+        self.tail += data
+        if len(self.tail) > 2 * self.TAIL:
+            del self.tail[:len(self.tail) - self.TAIL]
         last = data.rfind(b'"')
         self._since_quote = self._since_quote + n if last < 0 else n - last - 1
         if self._since_quote > MAX_RUN_WITHOUT_QUOTE:
@@ -139,6 +145,35 @@ class _Guard(io.RawIOBase):
 
 def _open(path: str):
     return io.BufferedReader(_Guard(_open_raw(path), path), 1 << 20)
+
+
+def _meta_after_events(f, meta: dict) -> None:
+    """Top-level keys written after `traceEvents` (re-saved traces put deviceProperties and
+    distributedInfo there): read to the end, then parse what follows the events' closing bracket from
+    the bytes the stream kept. Keys from before the events win."""
+    while f.read(1 << 20):
+        pass
+    guard = f.raw if isinstance(f.raw, _Guard) else None
+    tail = bytes(guard.tail) if guard is not None else b""
+    found = None
+    pos = len(tail)
+    for _ in range(10_000):  # from the end: every `],` inside the metadata parses, the first inside the events not
+        pos = tail.rfind(b"]", 0, pos)
+        if pos < 0:
+            break
+        rest = tail[pos + 1:].lstrip()
+        if not rest.startswith(b","):
+            continue
+        try:
+            parsed = json.loads(b"{" + rest[1:])
+        except ValueError:
+            if found is not None:
+                break
+            continue
+        if isinstance(parsed, dict):
+            found = parsed
+    for key, value in (found or {}).items():
+        meta.setdefault(key, value)
 
 
 def _open_raw(path: str):
@@ -306,7 +341,10 @@ def _parse_once(path: str, repair: bool) -> Trace:
         stream = _Repair(f) if repair else f
         meta, head, prefix = _read_head(stream)
         trace = Trace(path=path, meta=meta)
-        _events(io.BufferedReader(_Prepend(head, stream), 1 << 20), prefix, trace)
+        reader = io.BufferedReader(_Prepend(head, stream), 1 << 20)
+        _events(reader, prefix, trace)
+        if prefix == "traceEvents.item":
+            _meta_after_events(f, meta)
     return trace
 
 
@@ -403,6 +441,7 @@ def _parse_fast(path: str) -> Trace:
         key = head.find(b'"traceEvents"')
         stream = io.BufferedReader(_Prepend(head[key + len(b'"traceEvents"'):], f), 1 << 20)
         _fast_events(stream, trace)
+        _meta_after_events(f, meta)
     return trace
 
 

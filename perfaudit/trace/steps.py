@@ -34,6 +34,41 @@ def _boundaries_to_steps(starts: list[float], first: float, last: float, close_a
     return steps
 
 
+_BACKWARD = "autograd::engine::evaluate_function"
+BACKWARD_GAP_US = 5000.0  # backward ops closer than this belong to one backward pass
+
+
+def _backward_ends(host) -> list[float]:
+    """The end of each backward pass: autograd's engine ops merged into passes."""
+    spans = sorted((e.ts, e.end) for e in host if e.name.startswith(_BACKWARD))
+    ends: list[float] = []
+    current = None
+    for ts, end in spans:
+        if current is not None and ts - current > BACKWARD_GAP_US:
+            ends.append(current)
+        current = end if current is None else max(current, end)
+    if current is not None:
+        ends.append(current)
+    return ends
+
+
+def _iterations(steps: list[Step]) -> list[Step]:
+    """Steps found from iterations (no ProfilerStep): the partial segment before the first boundary (from
+    the trace's start) is dropped, and leading iterations far longer than the median (cudnn autotuning,
+    compiling, the first batch) are warm-up, kept out of the figures."""
+    if len(steps) >= 3:
+        steps = steps[1:]
+        for i, step in enumerate(steps):
+            step.number = i
+    if len(steps) >= 3:
+        median = sorted(s.dur for s in steps)[len(steps) // 2]
+        for step in steps:
+            if step.dur <= 2.0 * median:
+                break
+            step.warmup = True
+    return steps
+
+
 def segment_steps(trace: Trace) -> None:
     host = trace.host
     first = min((e.ts for e in host), default=0.0)
@@ -48,6 +83,12 @@ def segment_steps(trace: Trace) -> None:
         starts = sorted({e.ts for e in host if _DATALOADER_NEXT.match(e.name)})
         if len(starts) >= 2:
             steps, source = _boundaries_to_steps(starts, first, last, close_at_end=False), "dataloader"
+            steps = steps[:-1] if len(steps) >= 3 else steps  # the last runs to the trace's end: partial
+    if not steps:
+        ends = _backward_ends(host)
+        if len(ends) >= 2:
+            steps, source = _boundaries_to_steps(ends, first, last, close_at_end=True), "backward"
+    iterated = source != "ProfilerStep" and bool(steps)
     if not steps and (host or trace.device):
         begin = min([first] + [e.ts for e in trace.device[:1]])
         end = max([last] + [e.end for e in trace.device[-1:]])
@@ -55,8 +96,10 @@ def segment_steps(trace: Trace) -> None:
     window = trace.probes.get("window") if isinstance(trace.probes.get("window"), dict) else {}
     warmup = window.get("warmup", 0) if isinstance(window.get("warmup", 0), int) else 0
     excluded = window.get("excluded_steps") if isinstance(window.get("excluded_steps"), dict) else {}
+    if iterated:
+        steps = _iterations(steps)
     for step in steps:
-        step.warmup = source == "ProfilerStep" and step.number < warmup
+        step.warmup = step.warmup or (source == "ProfilerStep" and step.number < warmup)
         why = excluded.get(str(step.number)) if source == "ProfilerStep" else None
         step.excluded = why if isinstance(why, str) else None
     if steps and all(s.warmup for s in steps):

@@ -72,13 +72,23 @@ def _merge_across_traces(findings: list[Finding], ranks: dict) -> list[Finding]:
 
 def summarize(trace: Trace, ctx: Context) -> TraceSummary:
     env = dict(ctx.probes.get("environment", {}))
-    device = "cpu"
-    if trace.device_properties and trace.has_gpu:
-        device = str(trace.device_properties.get("name", "GPU"))
-    elif trace.has_gpu:
-        device = "GPU"
-    elif env.get("device_name"):
-        device = env["device_name"]
+    return _summary_of(trace, ctx, env, _device_label(trace, env))
+
+
+def _device_label(trace: Trace, env: dict) -> str:
+    """What ran it: the GPU's name, "GPU" when the trace does not name it, a GPU trace without kernels
+    said as such (not "cpu"), else the CPU."""
+    props = trace.device_properties
+    name = str(props.get("name") or "").strip()
+    if trace.has_gpu:
+        return name or "GPU (unnamed in the trace)"
+    gpu_runtime = any(e.kind == "runtime" and e.name.startswith(("cuda", "hip")) for e in trace.host[:200000])
+    if props or gpu_runtime:
+        return f"{name or 'GPU'} (no GPU kernels or copies recorded)"
+    return env.get("device_name") or "cpu"
+
+
+def _summary_of(trace: Trace, ctx: Context, env: dict, device: str) -> TraceSummary:
     try:
         step_ms, breakdown = ctx.get("step.mean_ms"), ctx.get("step.breakdown")
     except Missing:
@@ -100,9 +110,13 @@ def summarize(trace: Trace, ctx: Context) -> TraceSummary:
     window = trace.probes.get("window") if isinstance(trace.probes.get("window"), dict) else {}
     busy_measured = window.get("busy_steps_measured") if isinstance(window.get("busy_steps_measured"), int) else 0
     threads = window.get("threads") if isinstance(window.get("threads"), dict) else None
+    try:
+        training = ctx.get("run.training")
+    except Missing:
+        training = None
     return TraceSummary(trace.path, device, trace.rank, len(trace.measured_steps), trace.step_source,
                         step_ms, breakdown, trace.has_stacks, env, gpu, per_step, gpu_steps, compiled, excluded,
-                        busy_measured, threads)
+                        busy_measured, threads, training)
 
 
 def evaluate_rules(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skipped]]:
