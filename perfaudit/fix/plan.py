@@ -224,8 +224,9 @@ def _plan_file(plan: FixPlan, path: str, entries: list, root: str, base_dir: str
         if not transformer.outcome.changed and not transformer.outcome.refused:
             looks_for = FIX_KINDS[f.autofix["kind"]].looks_for or "the code its edit changes"
             plan.not_fixed.append(NotFixed(f.rule, f"{shown}:{min(lines) if lines else ''}",
-                                           f"that line holds no {looks_for}, so nothing can be edited there; "
-                                           f"`perfaudit explain {f.rule}` shows the change to make by hand"))
+                                           f"nothing at that line for this fix to change mechanically (it edits "
+                                           f"{looks_for}); `perfaudit explain {f.rule}` shows the change to make "
+                                           "by hand"))
     if fixed_module.code != original:
         plan.files.append(FileFix(path, shown, original, fixed_module.code, bom))
 

@@ -16,7 +16,8 @@ from .console import compile_text, describe_outcome, verified_text
 HOST_PHASES = (("data", "data", "#e4a03c"), ("forward", "forward", "#4c78a8"), ("backward", "backward", "#72b7b2"),
                ("optimizer", "optimizer", "#b279a2"), ("other", "other", "#bab0ac"))
 GPU_PHASES = (("compute", "compute", "#54a24b"), ("copies", "copies", "#4c78a8"), ("sync_wait", "sync wait", "#e45756"),
-              ("alloc_wait", "allocator wait", "#b279a2"), ("data_wait", "data wait", "#e4a03c"), ("other_idle", "idle (host-bound)", "#bab0ac"))
+              ("alloc_wait", "allocator wait", "#b279a2"), ("data_wait", "data wait", "#e4a03c"),
+              ("other_idle", "idle (host-bound)", "#bab0ac"))
 CONTEXT_LINES = 3
 CHART_W, CHART_H, BAR_GAP = 640, 180, 4
 

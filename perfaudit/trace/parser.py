@@ -6,17 +6,9 @@ only the fields analyses use are kept.
 """
 from __future__ import annotations
 
-import codecs
-import gzip
 import io
 import json
 import os
-import re
-import shutil
-import stat
-import sys
-import tempfile
-import zlib
 from operator import attrgetter
 
 import ijson
@@ -25,6 +17,7 @@ from ..errors import TraceError
 from . import fast
 from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace
 from .steps import segment_steps
+from .streams import _GZIP_ERRORS, MAX_EVENTS, _meta_after_events, _open, _Prepend, _Repair, _spool
 
 # Memory grows with what is kept, not with the trace: only the args the facts read are kept, and
 # of the runtime calls only those that launch, copy, synchronise or allocate.
@@ -42,155 +35,6 @@ _RUNTIME_KEPT = ("Launch", "Memcpy", "Memset", "Synchronize", "Malloc", "Free", 
 _NO_ARGS: dict = {}  # shared by every event without kept args; never mutated
 _names: dict[str, str] = {}  # one string object per distinct event name
 _HEAD_LIMIT = 64 << 20  # metadata before traceEvents larger than this is not a Kineto trace
-
-
-# Kineto writes each event's name on one line, followed by its pid: `"name": "...", "pid": `
-_NAME_LINE = re.compile(rb'^(\s*"ph": "X", "cat": "[^"]*", "name": ")(.*)(", "pid": .*)$')
-# Kineto's indented layout: a name alone on its line (a record_function label with quotes in it)
-_NAME_ALONE = re.compile(rb'^(\s*"name": ")(.*)(",?\s*)$')
-_BARE_QUOTE = re.compile(rb'(?<!\\)"')
-
-
-def _escape_name(line: bytes) -> bytes:
-    """Escape quotes left bare inside an event name. torch 2.9 writes a Python frame whose name ends in a
-    quote that way, and any torch writes a `record_function('phase "fwd"')` label as it is."""
-    m = _NAME_LINE.match(line) or _NAME_ALONE.match(line)
-    if m is None or b'"' not in m.group(2):
-        return line
-    return m.group(1) + _BARE_QUOTE.sub(rb'\\"', m.group(2)) + m.group(3)
-
-
-class _Repair(io.RawIOBase):
-    """A byte stream with what some torch versions write wrong put right: invalid UTF-8 replaced
-    (torch 2.13 writes some in event names) and bare quotes in event names escaped (torch 2.9)."""
-
-    def __init__(self, raw):
-        self._raw = raw
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buf = b""
-        self._partial = b""  # a line not yet complete
-
-    def readable(self):
-        return True
-
-    def _fill(self) -> None:
-        while not self._buf:
-            chunk = self._raw.read(1 << 20)
-            if not chunk:
-                text = self._partial + self._decoder.decode(b"", final=True).encode()
-                self._buf, self._partial = (_escape_name(text) if text else b""), b""
-                return
-            text = self._partial + self._decoder.decode(chunk).encode()
-            cut = text.rfind(b"\n") + 1
-            self._partial = text[cut:]
-            lines = text[:cut]
-            if b'""' in lines:  # only lines with a doubled quote can hold a bare one
-                lines = b"\n".join(_escape_name(l) for l in lines.split(b"\n"))
-            self._buf = lines
-
-    def readinto(self, b):
-        self._fill()
-        n = min(len(b), len(self._buf))
-        b[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
-        return n
-
-
-try:  # Intel ISA-L's gzip reader: the same format, about 3.5x faster than zlib's (README, Dependencies)
-    from isal import igzip as _igzip
-    from isal import isal_zlib as _isal_zlib
-    _gunzip = _igzip.open
-    _GZIP_ERRORS: tuple = (EOFError, zlib.error, gzip.BadGzipFile, _isal_zlib.error)
-except ImportError:  # a platform without its wheel: the standard library
-    _gunzip = gzip.open
-    _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
-
-
-MAX_RUN_WITHOUT_QUOTE = 64 << 20  # bytes: a JSON trace has a `"` every few hundred bytes
-MAX_EVENTS = int(os.environ.get("PERFAUDIT_MAX_EVENTS", 6_000_000))  # events kept: memory stays bounded
-
-
-class _Guard(io.RawIOBase):
-    """The decompressed bytes, checked as they stream: a run of 64 MiB without a quote is no event of a
-    profiler trace (a 4 MB gzip can hold one name of 4 GB), so reading stops there with a clear error
-    instead of building a string of gigabytes."""
-
-    TAIL = 4 << 20  # the last bytes read are kept: top-level keys written after the events live there
-
-    def __init__(self, raw, path: str):
-        self._raw, self._path, self._since_quote = raw, path, 0
-        self.tail = bytearray()
-
-    def readable(self):
-        return True
-
-    def readinto(self, b):
-        data = self._raw.read(len(b))
-        n = len(data)
-        b[:n] = data
-        self.tail += data
-        if len(self.tail) > 2 * self.TAIL:
-            del self.tail[:len(self.tail) - self.TAIL]
-        last = data.rfind(b'"')
-        self._since_quote = self._since_quote + n if last < 0 else n - last - 1
-        if self._since_quote > MAX_RUN_WITHOUT_QUOTE:
-            raise TraceError(f"{self._path}: not a profiler trace: {MAX_RUN_WITHOUT_QUOTE >> 20} MiB without a "
-                             "single string (a giant value, or not JSON)")
-        return n
-
-    def close(self):
-        self._raw.close()
-        super().close()
-
-
-def _open(path: str):
-    return io.BufferedReader(_Guard(_open_raw(path), path), 1 << 20)
-
-
-def _meta_after_events(f, meta: dict) -> None:
-    """Top-level keys written after `traceEvents` (re-saved traces put deviceProperties and
-    distributedInfo there): read to the end, then parse what follows the events' closing bracket from
-    the bytes the stream kept. Keys from before the events win."""
-    while f.read(1 << 20):
-        pass
-    guard = f.raw if isinstance(f.raw, _Guard) else None
-    tail = bytes(guard.tail) if guard is not None else b""
-    found = None
-    pos = len(tail)
-    for _ in range(10_000):  # from the end: every `],` inside the metadata parses, the first inside the events not
-        pos = tail.rfind(b"]", 0, pos)
-        if pos < 0:
-            break
-        rest = tail[pos + 1:].lstrip()
-        if not rest.startswith(b","):
-            continue
-        try:
-            parsed = json.loads(b"{" + rest[1:])
-        except ValueError:
-            if found is not None:
-                break
-            continue
-        if isinstance(parsed, dict):
-            found = parsed
-    for key, value in (found or {}).items():
-        meta.setdefault(key, value)
-
-
-def _open_raw(path: str):
-    if not os.path.exists(path):
-        if os.path.islink(path):  # a link to nowhere, or a loop of links
-            try:
-                os.stat(path)
-            except OSError as exc:
-                raise TraceError(f"{path}: cannot read ({exc.strerror})") from exc
-        raise TraceError(f"trace file not found: {path}")
-    if os.path.isdir(path):
-        raise TraceError(f"{path} is a directory; pass trace files, or use `perfaudit analyze DIR`")
-    if os.path.getsize(path) == 0 and stat.S_ISREG(os.stat(path).st_mode):
-        raise TraceError(f"trace file is empty: {path}")
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    return _gunzip(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
 def _read_head(stream) -> tuple[dict, bytes, str]:
@@ -316,26 +160,6 @@ def _events(stream, prefix: str, trace: Trace):
             host(ev)
 
 
-class _Prepend(io.RawIOBase):
-    """The head already read, then the rest of the stream."""
-
-    def __init__(self, head: bytes, rest):
-        self._head, self._rest = head, rest
-
-    def readable(self):
-        return True
-
-    def readinto(self, b):
-        if self._head:
-            n = min(len(b), len(self._head))
-            b[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        data = self._rest.read(len(b))
-        b[: len(data)] = data
-        return len(data)
-
-
 def _parse_once(path: str, repair: bool) -> Trace:
     with _open(path) as f:
         stream = _Repair(f) if repair else f
@@ -459,29 +283,6 @@ def load_trace(path: str, fast_path: bool = True) -> Trace:
     if spooled:
         trace.path = path
     return trace
-
-
-def _spool(path: str) -> str | None:
-    """A temporary copy of a trace that comes through a pipe (it can be read once, and has no size)."""
-    if path != "-":
-        try:
-            mode = os.stat(path).st_mode
-        except OSError:
-            return None
-        if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-            return None
-    fd, tmp = tempfile.mkstemp(prefix="perfaudit-stdin-", suffix=".json")
-    try:
-        source = open(path, "rb") if path != "-" else os.fdopen(os.dup(sys.stdin.fileno()), "rb")
-        with os.fdopen(fd, "wb") as out, source as src:
-            shutil.copyfileobj(src, out, 1 << 20)
-    except OSError as exc:
-        os.remove(tmp)
-        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    if os.path.getsize(tmp) == 0:
-        os.remove(tmp)
-        raise TraceError(f"{path}: nothing came through the pipe (an empty trace)")
-    return tmp
 
 
 def _load(path: str, fast_path: bool) -> Trace:

@@ -33,7 +33,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4, foreach=True)
         train = TensorDataset(torch.randint(0, 64, (96, 16)), torch.randint(0, 64, (96, 16)))
         val = TensorDataset(torch.randint(0, 64, (400, 16)), torch.randint(0, 64, (400, 16)))
-        self.train_loader = DataLoader(train, batch_size=32, shuffle=True, drop_last=True)  # expect-lint: DATA001
+        self.train_loader = DataLoader(train, batch_size=32, shuffle=True, drop_last=True)  # expect: DATA001
         self.val_loader = DataLoader(val, batch_size=100)  # expect-lint: DATA001
 
     def evaluate(self):
