@@ -127,26 +127,41 @@ def _meta_after_events(f, meta: dict) -> None:
     while f.read(1 << 20):
         pass
     guard = f.raw if isinstance(f.raw, _Guard) else None
-    tail = bytes(guard.tail) if guard is not None else b""
-    found = None
-    pos = len(tail)
-    for _ in range(10_000):  # from the end: every `],` inside the metadata parses, the first inside the events not
-        pos = tail.rfind(b"]", 0, pos)
-        if pos < 0:
-            break
-        rest = tail[pos + 1:].lstrip()
-        if not rest.startswith(b","):
-            continue
-        try:
-            parsed = json.loads(b"{" + rest[1:])
-        except ValueError:
-            if found is not None:
-                break
-            continue
-        if isinstance(parsed, dict):
-            found = parsed
-    for key, value in (found or {}).items():
-        meta.setdefault(key, value)
+    tail = bytes(guard.tail).decode("utf-8", "replace") if guard is not None else ""
+    # the events' closing bracket is the first `], "` whose members run to the end of the file; inside
+    # the events a candidate fails at the end of its own object, so each try is short
+    for candidate in _CLOSING.finditer(tail):
+        found = _members_to_end(tail, candidate.end() - 1)
+        if found is not None:
+            for key, value in found.items():
+                meta.setdefault(key, value)
+            return
+
+
+_CLOSING = re.compile(r'\]\s*,\s*"')
+_SPACE = re.compile(r"\s*")
+_DECODER = json.JSONDecoder()
+
+
+def _members_to_end(text: str, at: int) -> dict | None:
+    """`"key": value, …}` from `at` to the end of `text` (only white space after the brace), or None."""
+    out = {}
+    try:
+        while True:
+            key, at = _DECODER.raw_decode(text, at)
+            at = _SPACE.match(text, at).end()
+            if not isinstance(key, str) or text[at:at + 1] != ":":
+                return None
+            value, at = _DECODER.raw_decode(text, _SPACE.match(text, at + 1).end())
+            out[key] = value
+            at = _SPACE.match(text, at).end()
+            if text[at:at + 1] == "}":
+                return out if _SPACE.match(text, at + 1).end() == len(text) else None
+            if text[at:at + 1] != ",":
+                return None
+            at = _SPACE.match(text, at + 1).end()
+    except ValueError:
+        return None
 
 
 def _open_raw(path: str):
