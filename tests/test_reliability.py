@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SAMPLES, perfaudit
+from conftest import ROOT, SAMPLES, TRACES, needs_shared, perfaudit
 
 SCRIPTS = ROOT / "tests" / "scripts"
 
@@ -346,6 +346,12 @@ def test_help_debug_pipes_and_one_line_usage_errors(tmp_path):
     status = subprocess.run(f"set -o pipefail; {sys.executable} -m perfaudit rules | head -1", shell=True,
                             cwd=ROOT, capture_output=True, text=True, executable="/bin/bash")
     assert status.returncode == 0, status.stderr
+    # the console report to a reader that has already left (rich alone would exit 1): the gate's code stays
+    trace = needs_shared(TRACES / "hta" / "amd_mi250_minitoy_train.json.gz")
+    for gate, code in (("never", 0), ("warning", 1)):
+        gone = subprocess.run(f"set -o pipefail; {sys.executable} -m perfaudit analyze {trace} --fail-on {gate} | true",
+                              shell=True, cwd=ROOT, capture_output=True, text=True, executable="/bin/bash")
+        assert gone.returncode == code and gone.stderr == "", gone.stderr
 
 
 def test_baseline_works_from_any_working_directory(tmp_path):

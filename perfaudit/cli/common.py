@@ -25,7 +25,17 @@ _HELP = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings=_HELP, rich_markup_mode=None,
                   help="Audit PyTorch training performance: ranked, located, costed fixes.")
-out = Console(highlight=False, soft_wrap=False)
+
+
+class _Stdout(Console):
+    """Standard output. When its reader leaves (`| head`), rich exits with 1 by default; here the
+    BrokenPipeError goes on to the command, which stops writing and keeps its own exit code."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
+out = _Stdout(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

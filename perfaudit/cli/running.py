@@ -137,7 +137,7 @@ def verify(
     max_time: Annotated[float, typer.Option(
         min=0, help="Seconds verify may spend on rounds beyond --rounds (0: no rounds beyond them).")] = 120.0,
     tolerance: Annotated[float, typer.Option(
-        min=0, help="A change whose interval lies within ±this %% of the step is 'no change' (stops the rounds).")] = 2.0,
+        min=0, help="A change whose interval lies within ±this % of the step is 'no change' (stops the rounds).")] = 2.0,
     end_check: Annotated[float, typer.Option(
         min=0, help="Then run the fixed script past its window for up to this many seconds, to see the edited code "
                     "and the later uses of what it assigns run (0: do not).")] = 60.0,
