@@ -15,15 +15,33 @@ def load_average() -> float | None:
 
 
 def busy_now() -> float | None:
-    """How many CPUs other processes want right now: the larger of the 1-minute load average (which
-    lags a minute behind) and the threads runnable at this moment, less this one (Linux)."""
-    load = load_average()
-    try:
-        with open("/proc/loadavg") as f:
-            running = int(f.read().split()[3].split("/")[0]) - 1
-    except (OSError, ValueError, IndexError):
-        return load
-    return max(load or 0.0, float(running))
+    """How many CPUs other processes want right now (Linux: the threads runnable at this moment, less
+    this one, the median of five looks over 0.1 s). Not the load average: it lags a minute behind and
+    counts the audit's own work just before (importing torch, a previous run). Elsewhere, the load
+    average."""
+    import statistics
+    import time
+    counts = []
+    for i in range(5):
+        try:
+            with open("/proc/loadavg") as f:
+                counts.append(int(f.read().split()[3].split("/")[0]) - 1)
+        except (OSError, ValueError, IndexError):
+            return load_average()
+        if i < 4:
+            time.sleep(0.025)
+    return float(max(0, statistics.median(counts)))
+
+
+def free_cores() -> int | None:
+    """The cores left by other processes when they want some (at least one), else None: the machine is
+    free. Decides the intra-op threads of an audited run and of every verify run."""
+    if os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
+        return None
+    others, cpus = busy_now(), os.cpu_count() or 1
+    if others is None or others < 1:
+        return None
+    return max(1, int(cpus - others + 0.5))
 
 
 def environment() -> dict:
@@ -67,14 +85,9 @@ def fit_threads_to_free_cores(torch) -> dict | None:
     thread, and the step's figures then measure the neighbours, not the script. Nothing changes when the
     machine has the cores, or when OMP_NUM_THREADS / MKL_NUM_THREADS say how many (the script's own
     torch.set_num_threads still wins). Returns what was done, for the report."""
-    if os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
-        return None
-    load, cpus = busy_now(), os.cpu_count() or 1
-    if load is None:
-        return None
+    free = free_cores()
     default = torch.get_num_threads()
-    free = max(1, int(cpus - load + 0.5))
-    if free >= default:
+    if free is None or free >= default:
         return None
     torch.set_num_threads(free)
-    return {"default": default, "used": free, "load_avg": load, "cpu_count": cpus}
+    return {"default": default, "used": free, "load_avg": load_average(), "cpu_count": os.cpu_count()}

@@ -26,6 +26,7 @@ class TimingSession(Session):
         super().__init__(config, script)
         self.ends: list[float] = []               # the end of each step (perf_counter)
         self.losses: list[tuple[int, object]] = []  # (step index, detached scalar loss)
+        self.all_seen = False                     # verify's exercise run: every watched line ran
 
     def install(self) -> None:
         super().install()
@@ -36,7 +37,9 @@ class TimingSession(Session):
             self.watcher.start()
 
     def _all_seen(self) -> None:
-        """Every watched line ran: once the measured window is over, the script need not go on."""
+        """Every watched line ran: once the measured window is over, the script need not go on (when
+        they all ran before it ended, it stops at its end)."""
+        self.all_seen = True
         if self.window_closed and os.getpid() == self.pid:
             raise WindowDone()
 
@@ -69,7 +72,7 @@ class TimingSession(Session):
         self._say("step", step=len(self.ends), warmup=self.warmup, steps=self.steps)
         if len(self.ends) > self.warmup + self.steps:
             self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
-            if raise_done and not self.full:
+            if raise_done and (not self.full or self.all_seen):
                 raise WindowDone()
 
     def _close_window(self, result: dict) -> None:

@@ -231,13 +231,8 @@ class _StopSignals:
 def _free_core_threads() -> int | None:
     """On a busy machine, as many intra-op threads as there are free cores (see
     collect.environment.fit_threads_to_free_cores), decided once for every run; None otherwise."""
-    from ..collect.environment import busy_now
-    if os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
-        return None
-    load, cpus = busy_now(), os.cpu_count() or 1
-    if load is None or load + 1 <= cpus:
-        return None
-    return max(1, int(cpus - load + 0.5))
+    from ..collect.environment import free_cores
+    return free_cores()
 
 
 def _watch_lines(plan: FixPlan) -> dict[str, dict]:
