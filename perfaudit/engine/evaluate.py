@@ -55,7 +55,11 @@ class _Evaluation:
         except TypeError:
             return False
 
-    def render(self, template: str) -> str:
+    def render(self, template: str, known_only: bool = False) -> str | None:
+        """The template with its values; with `known_only`, None when a value it names is unknown (a
+        note about a worker count a foreign trace does not carry is left out, never shown as n/a)."""
+        unknown = []
+
         def sub(match):
             name, spec = match.group(1), match.group(2) or ""
             if name in self.aggregates:
@@ -67,8 +71,11 @@ class _Evaluation:
                     value = self.fact(name)
                 except Missing:
                     value = None
+            if value is None:
+                unknown.append(name)
             return format_value(value, spec)
-        return PLACEHOLDER.sub(sub, template)
+        text = PLACEHOLDER.sub(sub, template)
+        return None if known_only and unknown else text
 
 
 def _site_passes(ev: _Evaluation, site_values: dict, site: Site) -> bool:
@@ -131,7 +138,8 @@ def evaluate(rule: Rule, ctx: Context) -> Finding | Skipped | None:
             if ev.holds_optional(item["when"]):
                 severity = item["severity"]
         cost = _cost(ev, step_ms)
-        notes = tuple(ev.render(n["text"]) for n in spec.get("notes", []) if "when" not in n or ev.holds_optional(n["when"]))
+        notes = tuple(text for n in spec.get("notes", []) if "when" not in n or ev.holds_optional(n["when"])
+                      for text in [ev.render(n["text"], known_only=True)] if text is not None)
         message = ev.render(rule.message)
         variant = next((v["text"] for v in spec.get("fixes", []) if ev.holds_optional(v["when"])), rule.fix)
         fix = ev.render(variant)

@@ -67,7 +67,8 @@ def data_loader(ctx: Context) -> dict:
         "num_workers": workers, "workers": uses_workers, "cpu_count": cpus, "needed_workers": needed,
         "recommended_workers": recommended, "cpu_bound": bool(cpus) and needed > max(cpus, 2),
         # with workers: would more of them help? not past the CPU count
-        "more_workers_help": bool(workers) and needed > workers and (not cpus or workers < cpus or io_bound),
+        "more_workers_help": None if workers is None else
+        bool(workers) and needed > workers and (not cpus or workers < cpus or io_bound),
         "io_bound": io_bound,
         # the workers and the training process need more cores than there are: on a CPU-only run they
         # compete for them, and part of the wait is that competition, not slow loading
