@@ -189,6 +189,7 @@ def main() -> None:
     parser.add_argument("--skip-run", action="store_true", help="skip the run-overhead comparison")
     parser.add_argument("--skip-analyze", action="store_true", help="skip the large-trace comparison")
     parser.add_argument("--skip-ranks", action="store_true", help="skip the many-ranks comparison")
+    parser.add_argument("--ranks", default="1,16,64", help="rank counts of the many-ranks comparison")
     parser.add_argument("--hta-python", default=sys.executable,
                         help="a Python with HolisticTraceAnalysis installed (default: this one)")
     args = parser.parse_args()
@@ -213,7 +214,7 @@ def main() -> None:
             print(f"{name:24}{seconds:>10.2f}{rss:>14.0f}{size / seconds:>10.0f}  (MB/s of the trace unzipped)")
     if not args.skip_ranks and RANKS.exists():
         print(f"{'ranks':>6}{'jobs':>6}{'seconds':>10}{'peak RSS MB':>14}")
-        for n, jobs, seconds, rss in bench_ranks():
+        for n, jobs, seconds, rss in bench_ranks(tuple(int(n) for n in args.ranks.split(","))):
             print(f"{n:>6}{jobs:>6}{seconds:>10.2f}{rss:>14.0f}")
     hta = bench_hta(SOURCE, args.hta_python)
     if hta is None:

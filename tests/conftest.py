@@ -67,15 +67,17 @@ def _run_json(kind: str, target: str, out_dir: str, extra: tuple = ()) -> dict:
     name = Path(target).name + ("-" + "-".join(extra) if extra else "")
     report = Path(out_dir) / (name + ".report.json")
     done = Path(out_dir) / (name + ".rc")
-    if kind == "run":
+    if kind == "run":  # the console report too (name.console.txt), as a user sees it
         args = ["run", target, "--warmup", "2", "--steps", "3", "--out-dir", str(Path(out_dir) / Path(target).stem),
-                "--format", "json", "--output", str(report), *extra]
+                "-f", f"json={report}", *extra]
     else:
         args = ["analyze", target, "--format", "json", "--output", str(report), *extra]
 
     def make():
         proc = perfaudit(*args)
         assert report.exists(), f"no report for {target}: rc={proc.returncode}\n{proc.stderr}\n{proc.stdout[-2000:]}"
+        if kind == "run":
+            (Path(out_dir) / (name + ".console.txt")).write_text(proc.stdout)
         done.write_text(str(proc.returncode))
 
     once(done, make)
@@ -126,3 +128,52 @@ def trace_report(run_dir):
         path = needs_shared(ROOT.parent / rel[3:]) if rel.startswith("../") else ROOT / rel
         return _run_json("analyze", str(path), run_dir)
     return get
+
+
+REALISTIC = ROOT / "tests" / "realistic"
+# scripts of the reliability suite that are realistic too (a fine-tuning phase, a trainer that
+# evaluates and prepares before training)
+REALISTIC_SCRIPTS = sorted(REALISTIC.glob("*.py")) + [ROOT / "tests" / "scripts" / "finetune.py",
+                                                      ROOT / "tests" / "scripts" / "validate_first.py"]
+
+
+@cache
+def _realistic_report(out_dir: str, path: Path) -> dict:
+    """One script's run (default window, as a user runs it) and lint reports, made once per session
+    (parallel test processes share them). Scripts run beside other tests: their findings must not
+    depend on how busy the machine is."""
+    from perfaudit import api
+    from perfaudit.report.json_report import render
+    out = Path(out_dir) / f"{path.stem}.json"
+    lint_out = Path(out_dir) / f"{path.stem}.lint.json"
+    done = Path(out_dir) / f"{path.stem}.rc"
+
+    def make():
+        proc = perfaudit("run", str(path), "--out-dir", str(Path(out_dir) / path.stem), "-f", f"json={out}",
+                         timeout=300)
+        assert out.exists(), f"{path.name}: rc={proc.returncode}\n{proc.stderr[-2000:]}"
+        lint_out.write_text(render(api.lint([str(path)])))  # what `perfaudit lint -f json` writes
+        done.write_text(str(proc.returncode))
+
+    once(done, make)
+    return {"run": json.loads(out.read_text()), "lint": json.loads(lint_out.read_text()), "rc": int(done.read_text()),
+            "run_dir": str(Path(out_dir) / path.stem), "report_path": str(out)}
+
+
+class RealisticReports(dict):
+    """name -> {"run": JSON report, "lint": JSON report, "rc", "run_dir", "report_path"}, made on first use."""
+
+    def __init__(self, out_dir: str):
+        super().__init__()
+        self.out_dir = out_dir
+
+    def __missing__(self, name: str) -> dict:
+        self[name] = _realistic_report(self.out_dir, next(p for p in REALISTIC_SCRIPTS if p.name == name))
+        return self[name]
+
+
+@pytest.fixture(scope="session")
+def realistic_reports(shared_tmp) -> RealisticReports:
+    folder = shared_tmp / "realistic"
+    folder.mkdir(exist_ok=True)
+    return RealisticReports(str(folder))

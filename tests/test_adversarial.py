@@ -137,7 +137,7 @@ def test_rule_files_with_yaml_aliases_fifos_and_giant_traces_are_refused_at_once
     giant = tmp_path / "giant.json.gz"
     with gzip.open(giant, "wb", compresslevel=9) as f:
         f.write(b'{"traceEvents": [{"ph": "X", "name": "')
-        for _ in range(80):
+        for _ in range(80):  # 80 MiB in one name
             f.write(b"A" * (1 << 20))
         f.write(b'", "ts": 1, "dur": 1}]}')
     with pytest.raises(TraceError, match="without a single string"):
@@ -214,8 +214,9 @@ def test_sarif_is_valid_for_sources_outside_the_working_directory(tmp_path):
 # -- runs: what was recorded is kept, what the script started is stopped ------------------------------------
 def test_ctrl_c_during_the_export_keeps_the_trace(tmp_path):
     run = tmp_path / "run"
+    # steps of ~25 MB of trace: the export takes a second or more, time enough for the Ctrl-C
     proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "run", str(ROOT / "tests" / "scripts" / "op_heavy.py"),
-                             "--out-dir", str(run), "-f", f"json={tmp_path / 'r.json'}"],
+                             "--max-trace-mb", "60", "--out-dir", str(run), "-f", f"json={tmp_path / 'r.json'}", "400"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     progress = run / "progress.jsonl"

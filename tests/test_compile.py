@@ -96,7 +96,7 @@ def test_a_late_recompile_extends_warm_up_so_the_window_measures_no_compiling(tm
     report = _run(tmp_path, """
         import torch
         from torch import nn
-        model = torch.compile(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)), backend="aot_eager")
+        model = torch.compile(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)), backend="eager")
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         for step in range(1000):
             batch = 16 if step < 3 else 24

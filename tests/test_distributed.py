@@ -20,24 +20,6 @@ def _strip(report: dict) -> list:
     return sorted((f["rule"], f["severity"], f["message"]) for f in report["findings"])
 
 
-def test_straggler_is_named_with_the_wait_it_causes_and_analyze_agrees(tmp_path):
-    out = tmp_path / "job.json"
-    proc = perfaudit("run", "--nproc-per-node", "2", str(STRAGGLER), "--warmup", "2", "--steps", "3",
-                     "--out-dir", str(tmp_path / "run"), "-f", f"json={out}", env={"SLOW_RANK_DELAY": "0.03"})
-    assert proc.returncode == 0, proc.stderr + proc.stdout
-    report = json.loads(out.read_text())
-    # each rank analysed its own trace where it ran; the job report is put together from those
-    assert {"rank0.trace.json.gz", "rank1.trace.json.gz", "rank0.analysis.json",
-            "rank1.analysis.json"} <= set(os.listdir(tmp_path / "run"))
-    assert [t["rank"] for t in report["run"]["traces"]] == [0, 1]
-    [straggler] = [f for f in report["findings"] if f["rule"] == "RANK001"]
-    assert straggler["message"].startswith("Rank 1 of 2 is the straggler")
-    assert straggler["cost"]["ms_per_step"] > 15  # rank 0 waits for rank 1's 30 ms every step
-    again = tmp_path / "again.json"
-    perfaudit("analyze", str(tmp_path / "run"), "-f", f"json={again}")
-    assert _strip(json.loads(again.read_text())) == _strip(report)
-
-
 def test_a_rank_killed_mid_window_is_named_and_nothing_is_left_running(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(f"""
@@ -82,18 +64,29 @@ def test_launcher_failure_is_one_line(tmp_path):
     assert "rendezvous backend 'nosuch'" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_torchrun_module_form_writes_the_job_report(tmp_path):
-    """The one-line change for job scripts: `torchrun … -m perfaudit.launch train.py`."""
+def test_torchrun_module_form_names_the_straggler_and_analyze_agrees(tmp_path):
+    """The one-line change for job scripts: `torchrun … -m perfaudit.launch train.py`. Each rank analyses
+    its own trace where it ran; the job report, put together from those, names rank 1 as the straggler
+    with the wait it causes, and `perfaudit analyze RUN_FOLDER` agrees. (`perfaudit run --nproc-per-node`
+    starts the same launcher: the rule examples and the realistic DDP trainer run that way.)"""
     env = {**os.environ, "SLOW_RANK_DELAY": "0.03",
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    run = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           "-m", "perfaudit.launch", "--steps", "3", "--out-dir", str(tmp_path / "run"),
+                           "-m", "perfaudit.launch", "--warmup", "2", "--steps", "3", "--out-dir", str(run),
                            str(STRAGGLER)], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    report = json.loads((run / "report.json").read_text())
+    assert {"rank0.trace.json.gz", "rank1.trace.json.gz", "rank0.analysis.json",
+            "rank1.analysis.json"} <= set(os.listdir(run))
     assert [t["rank"] for t in report["run"]["traces"]] == [0, 1]
-    assert any(f["rule"] == "RANK001" and f["message"].startswith("Rank 1") for f in report["findings"])
-    assert (tmp_path / "run" / "report.html").exists() and "straggler" in proc.stdout
+    [straggler] = [f for f in report["findings"] if f["rule"] == "RANK001"]
+    assert straggler["message"].startswith("Rank 1 of 2 is the straggler")
+    assert straggler["cost"]["ms_per_step"] > 15  # rank 0 waits for rank 1's 30 ms every step
+    assert (run / "report.html").exists() and "straggler" in proc.stdout
+    again = tmp_path / "again.json"
+    perfaudit("analyze", str(run), "-f", f"json={again}")
+    assert _strip(json.loads(again.read_text())) == _strip(report)
 
 
 def test_a_rank_analysis_round_trips(run_dir, sample_report):

@@ -23,7 +23,6 @@ def _nav_pages() -> list[str]:
     return pages
 
 
-@pytest.mark.xdist_group("docs")
 def test_mkdocs_builds_strictly_offline(tmp_path):
     pytest.importorskip("material", reason="mkdocs-material is in the test extra: pip install -e '.[test]'")
     site = tmp_path / "site"

@@ -1,5 +1,5 @@
 """The fast path (msgspec, Kineto's layout) and the general streaming parser (ijson) give the same
-trace on every shared trace, and the same report; a layout the fast path does not know falls back."""
+trace on the shared traces, and the same report; a layout the fast path does not know falls back."""
 from __future__ import annotations
 
 import gzip
@@ -15,6 +15,10 @@ from perfaudit.trace import parser
 from perfaudit.trace.parser import load_trace
 
 SHARED = sorted(p for p in TRACES.rglob("*.json.gz")) if TRACES.exists() else []
+# the general parser reads ~3 MB/s: the two largest traces (3 MB gzipped, 12 s each) repeat layouts the
+# others have (HTA's V100 traces, TraceLens' H100 inference traces), and the fast path reads them in
+# every golden test
+COMPARED = [p for p in SHARED if p.stat().st_size < 2_500_000]
 
 
 def _same(a, b) -> None:
@@ -23,8 +27,8 @@ def _same(a, b) -> None:
     assert a.steps == b.steps and a.step_source == b.step_source
 
 
-@pytest.mark.parametrize("path", SHARED, ids=lambda p: str(p.relative_to(TRACES)))
-def test_fast_path_and_general_parser_agree_on_every_shared_trace(path, monkeypatch):
+@pytest.mark.parametrize("path", COMPARED, ids=lambda p: str(p.relative_to(TRACES)))
+def test_fast_path_and_general_parser_agree_on_the_shared_traces(path, monkeypatch):
     needs_shared(path)
     assert parser._parse_fast(str(path)).host  # the fast path itself reads it (no silent fallback)
     _same(load_trace(str(path)), load_trace(str(path), fast_path=False))

@@ -57,8 +57,9 @@ def test_fix_turns_the_finding_on_its_bad_sample_into_a_diff_and_writes_nothing(
     assert f" {rule} " in proc.stderr and "would fix" in proc.stderr
 
 
-WRITE_CASES = ["debug_bad.py", "zero_grad_bad.py", "bias_bn_bad.py", "empty_cache_bad.py", "optim_bad.py",
-               "host_tensor_bad.py", "sync_bad.py"]
+# a statement removed and a host read restructured, written and run again; every kind's edit (keywords
+# added to a constructor or a factory among them) is checked on its diff above
+WRITE_CASES = ["debug_bad.py", "sync_bad.py"]
 
 
 @pytest.mark.parametrize("name", WRITE_CASES)

@@ -5,64 +5,16 @@ warning or above may stand on an unmarked line. `python tests/test_realistic.py`
 the README quotes."""
 from __future__ import annotations
 
-import json
 import sys
-from functools import cache
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, once, perfaudit
+from conftest import REALISTIC_SCRIPTS as SCRIPTS
+from conftest import RealisticReports
 from markers import located, marked, markers, quiet_lines
 
 pytestmark = pytest.mark.timing  # shares and waits measured in the run decide the findings
-
-REALISTIC = ROOT / "tests" / "realistic"
-# scripts of the reliability suite that are realistic too (a fine-tuning phase, a trainer that
-# evaluates and prepares before training)
-EXTRA = [ROOT / "tests" / "scripts" / "finetune.py", ROOT / "tests" / "scripts" / "validate_first.py"]
-SCRIPTS = sorted(REALISTIC.glob("*.py")) + EXTRA
-
-
-@cache
-def _report(out_dir: str, path: Path) -> dict:
-    """One script's run and lint reports, made once per session (parallel test processes share them).
-    Scripts may run beside other tests: their findings must not depend on how busy the machine is."""
-    out = Path(out_dir) / f"{path.stem}.json"
-    lint_out = Path(out_dir) / f"{path.stem}.lint.json"
-    done = Path(out_dir) / f"{path.stem}.rc"
-
-    def make():
-        proc = perfaudit("run", str(path), "--out-dir", str(Path(out_dir) / path.stem), "-f", f"json={out}",
-                         timeout=300)
-        assert out.exists(), f"{path.name}: rc={proc.returncode}\n{proc.stderr[-2000:]}"
-        lint = perfaudit("lint", str(path), "--format", "json")
-        lint_out.write_text(lint.stdout)
-        done.write_text(str(proc.returncode))
-
-    once(done, make)
-    return {"run": json.loads(out.read_text()), "lint": json.loads(lint_out.read_text()), "rc": int(done.read_text())}
-
-
-class _Reports(dict):
-    def __init__(self, out_dir: str):
-        super().__init__()
-        self.out_dir = out_dir
-
-    def __missing__(self, name: str) -> dict:
-        self[name] = _report(self.out_dir, next(p for p in SCRIPTS if p.name == name))
-        return self[name]
-
-
-def _reports(out_dir: str) -> dict[str, dict]:
-    return _Reports(out_dir)
-
-
-@pytest.fixture(scope="module")
-def reports(shared_tmp):
-    folder = shared_tmp / "realistic"
-    folder.mkdir(exist_ok=True)
-    return _reports(str(folder))
 
 
 def check(path: Path, report: dict) -> list[str]:
@@ -95,10 +47,10 @@ def check(path: Path, report: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
-def test_realistic_script_findings_match_its_markers(path, reports):
-    report = reports[path.name]
+def test_realistic_script_findings_match_its_markers(path, realistic_reports):
+    report = realistic_reports[path.name]
     assert report["rc"] == 0, report["run"]["run"]["outcome"]
-    assert report["run"]["run"]["steps"] >= 1
+    assert report["run"]["run"]["steps"] >= 1, (report["run"]["run"]["outcome"], report["run"]["notes"])
     assert not check(path, report), check(path, report)
 
 
@@ -116,7 +68,7 @@ if __name__ == "__main__":  # the README's figures
     import tempfile
     sys.path.insert(0, str(Path(__file__).parent))
     with tempfile.TemporaryDirectory() as tmp:
-        result = _reports(tmp)
+        result = RealisticReports(tmp)
         result.update({p.name: result[p.name] for p in SCRIPTS})
         for p in SCRIPTS:
             print(p.name, check(p, result[p.name]) or "ok")

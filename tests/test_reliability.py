@@ -131,10 +131,14 @@ def test_out_dir_never_touches_the_users_files(tmp_path):
 def test_default_run_folders_are_pruned_and_ignored_by_git(tmp_path):
     shutil.copy(SAMPLES / "sync_good.py", tmp_path / "train.py")
     (tmp_path / "perfaudit.toml").write_text("keep-runs = 2\n")
-    for _ in range(3):
-        assert perfaudit("run", "train.py", "--warmup", "0", "--steps", "1", cwd=tmp_path).returncode == 0
     runs = tmp_path / ".perfaudit" / "runs"
-    assert len(list(runs.iterdir())) == 2
+    earlier = [runs / "20250101-000000-000000", runs / "20250102-000000-000000"]  # two finished runs
+    for folder in earlier:
+        folder.mkdir(parents=True)
+        (folder / ".perfaudit-run").write_text("perfaudit run folder\n")
+    assert perfaudit("run", "train.py", "--warmup", "0", "--steps", "1", cwd=tmp_path).returncode == 0
+    kept = sorted(p.name for p in runs.iterdir())
+    assert len(kept) == 2 and earlier[0].name not in kept and earlier[1].name in kept, kept
     assert (tmp_path / ".perfaudit" / ".gitignore").read_text().strip().endswith("*")
 
 
@@ -181,29 +185,26 @@ def test_inference_only_script_is_audited_as_such(tmp_path):
     assert [(f["rule"], f["location"]["line"]) for f in report["findings"]] == [("SYNC001", 9)]
 
 
-def test_window_is_the_finetuning_loop_after_a_short_pretrain(tmp_path):
+def test_window_is_the_finetuning_loop_after_a_short_pretrain(realistic_reports):
     from perfaudit.trace import load_trace
-    out = tmp_path / "r.json"
-    proc = perfaudit("run", str(SCRIPTS / "finetune.py"), "--out-dir", str(tmp_path / "run"), "-f", f"json={out}")
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(out.read_text())
+    made = realistic_reports["finetune.py"]  # `perfaudit run tests/scripts/finetune.py`, shared with test_realistic
+    assert made["rc"] == 0
+    report = made["run"]
     assert report["run"]["steps"] == 5
     assert [(f["rule"], f["location"]["line"]) for f in report["findings"]] == [("SYNC001", 22)]
-    trace = load_trace(str(tmp_path / "run" / "trace.json.gz"))
+    trace = load_trace(str(Path(made["run_dir"]) / "trace.json.gz"))
     for step in trace.measured_steps:  # every measured step is a fine-tuning step (SGD), none Adam's
         names = {e.name for e in trace.host if step.ts <= e.ts <= step.end and e.name.startswith("Optimizer.step#")}
         assert names == {"Optimizer.step#SGD.step"}
 
 
-def test_evaluation_and_preparation_before_training_stay_out_of_the_window(tmp_path):
+def test_evaluation_and_preparation_before_training_stay_out_of_the_window(realistic_reports):
     from perfaudit.trace import load_trace
-    out = tmp_path / "r.json"
-    proc = perfaudit("run", str(SCRIPTS / "validate_first.py"), "--out-dir", str(tmp_path / "run"),
-                     "-f", f"json={out}")
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(out.read_text())
+    made = realistic_reports["validate_first.py"]
+    assert made["rc"] == 0
+    report = made["run"]
     assert ("SYNC001", 34) in [(f["rule"], f["location"]["line"]) for f in report["findings"]]
-    trace = load_trace(str(tmp_path / "run" / "trace.json.gz"))
+    trace = load_trace(str(Path(made["run_dir"]) / "trace.json.gz"))
     assert not any(e.name.startswith("enumerate(DataLoader)") and "no_grad" in e.name for e in trace.host)
     assert all(s.dur < 0.5e6 for s in trace.steps)  # the 1 s preparation is not in any step
     assert sum(e.name == "aten::randn" for e in trace.host) < 10  # nor in the trace (it draws ~10^5 times)
@@ -361,18 +362,3 @@ def test_baseline_works_from_any_working_directory(tmp_path):
     assert perfaudit("lint", "train.py", "--baseline-write", "base.json", cwd=tmp_path).returncode == 0
     proc = perfaudit("lint", "../train.py", "--baseline", "../base.json", "--fail-on", "warning", cwd=sub)
     assert proc.returncode == 0, proc.stdout
-
-
-def test_op_heavy_steps_stay_within_the_trace_budget(tmp_path):
-    """An LSTMCell stepped over 999 time steps writes ~60 MB of trace a step: the window shrinks to
-    fit the 200 MB budget and the report says so."""
-    import gzip
-    out = tmp_path / "r.json"
-    proc = perfaudit("run", str(SCRIPTS / "op_heavy.py"), "--out-dir", str(tmp_path / "run"), "-f", f"json={out}")
-    assert proc.returncode == 0, proc.stderr
-    with gzip.open(tmp_path / "run" / "trace.json.gz") as f:
-        size = sum(len(chunk) for chunk in iter(lambda: f.read(1 << 22), b""))
-    assert size <= 200e6, size
-    report = json.loads(out.read_text())
-    assert 1 <= report["run"]["steps"] < 5
-    assert any("trace budget" in n for n in report["notes"])

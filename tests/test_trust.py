@@ -6,16 +6,18 @@ from __future__ import annotations
 import ast
 import gzip
 import json
-import shutil
 import textwrap
 
 import pytest
 
 from conftest import ROOT, perfaudit
+from perfaudit.collect.export import export_trace
 from perfaudit.collect.internal import guarded, internal_errors, record_internal_error
+from perfaudit.collect.options import RunOptions, RunResult
 from perfaudit.collect.sizing import fit_budget
 from perfaudit.collect.startup_probe import StartupProbe
 from perfaudit.static.uses import call_requests, host_consumer
+from perfaudit.usecases.audit import run_notes
 
 REALISTIC = ROOT / "tests" / "realistic"
 
@@ -164,23 +166,43 @@ def test_the_budget_cuts_steps_before_it_drops_stacks():
 
 
 def test_a_run_keeps_its_trace_budget_and_says_what_it_cut(tmp_path):
+    """An LSTMCell stepped over 250 time steps writes ~15 MB of trace a step: under a 25 MB budget the
+    window shrinks to one measured step and the report says so."""
     out = tmp_path / "r.json"
-    proc = perfaudit("run", str(ROOT / "tests" / "scripts" / "op_heavy.py"), "--max-trace-mb", "100",
-                     "--out-dir", str(tmp_path / "run"), "-f", f"json={out}")
+    proc = perfaudit("run", str(ROOT / "tests" / "scripts" / "op_heavy.py"), "--max-trace-mb", "25",
+                     "--out-dir", str(tmp_path / "run"), "-f", f"json={out}", "250")
     assert proc.returncode == 0, proc.stderr
     with gzip.open(tmp_path / "run" / "trace.json.gz") as f:
         size = sum(len(chunk) for chunk in iter(lambda: f.read(1 << 22), b""))
-    assert size <= 100e6, size  # about 60 MB a step: one measured step, no warm-up
+    assert size <= 25e6, size
     report = json.loads(out.read_text())
     notes = " ".join(report["notes"])
-    assert "100 MB trace budget" in notes and "--max-trace-mb" in notes and report["run"]["steps"] == 1
+    assert "25 MB trace budget" in notes and "--max-trace-mb" in notes and report["run"]["steps"] == 1, notes
+    assert "window was closed after step" not in notes  # it ended where it was sized to end, not cut
+
+
+def test_a_trace_the_profiler_could_not_write_is_named_with_the_reason(tmp_path):
+    """Kineto does not raise when its write fails (a full disk): an empty trace file is an export error
+    the report names, not a silent run with no steps."""
+    class EmptyExport:
+        def export_chrome_trace(self, path):
+            open(path, "w").close()
+
+    with pytest.raises(OSError, match="trace file is empty"):
+        export_trace(EmptyExport(), str(tmp_path / "trace.json"), {})
+    assert not list(tmp_path.iterdir())  # nothing half-written left behind
+    result = RunResult(run_dir=str(tmp_path), script="train.py", trace_path=None,
+                       outcome={"outcome": "window_complete", "profiling_started": True,
+                                "export_error": "OSError: the profiler's trace file is empty (0 bytes)"},
+                       log_path=str(tmp_path / "script.log"))
+    notes = run_notes(result, RunOptions(), None)
+    assert any("could not be written" in n and "empty" in n for n in notes), notes
 
 
 # -- fix edits only code that ran --------------------------------------------------------------------------
-def test_fix_leaves_a_determinism_block_the_run_did_not_take(tmp_path):
-    script = tmp_path / "seeded_cnn.py"
-    shutil.copy(REALISTIC / "seeded_cnn.py", script)
-    proc = perfaudit("fix", str(script), "--select", "CUDNN001", "--out-dir", str(tmp_path / "run"))
+def test_fix_leaves_a_determinism_block_the_run_did_not_take(realistic_reports):
+    made = realistic_reports["seeded_cnn.py"]  # the audit of the script as it is, shared with test_realistic
+    proc = perfaudit("fix", str(REALISTIC / "seeded_cnn.py"), "--from", made["report_path"], "--select", "CUDNN001")
     diff = proc.stdout
     assert "+    torch.backends.cudnn.benchmark = True" in diff, proc.stdout + proc.stderr
     assert "-        torch.backends.cudnn.benchmark = False" not in diff  # the seeded path keeps its flag

@@ -16,26 +16,41 @@ def write_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def export_trace(prof, plain: str, meta: dict) -> str | None:
-    """Kineto's JSON at `plain`, then `plain`.gz with `meta` embedded; None when nothing was written."""
+def export_trace(prof, plain: str, meta: dict) -> str:
+    """Kineto's JSON at `plain`, then `plain`.gz with `meta` embedded. Raises OSError when the profiler
+    wrote no trace (Kineto does not raise when its own write fails, on a full disk say)."""
     final = plain + ".gz"
     prof.export_chrome_trace(plain)
+    _check_written(plain)
     tmp = final + ".tmp"
     try:
         with open(plain, "rb") as src, gzip.open(tmp, "wb", compresslevel=3) as dst:
-            head = src.read(1)
-            while head and head.isspace():
-                head = src.read(1)
-            if head != b"{":
-                return None
             dst.write(b'{"perfaudit": ' + json.dumps(meta, default=str).encode() + b",")
+            _skip_to_brace(src)
             shutil.copyfileobj(src, dst, 1 << 20)
         os.replace(tmp, final)
     except OSError:  # the disk filled up, say: the plain trace stays, unembedded but readable
         _remove(tmp)
-        return plain if os.path.exists(plain) else None
+        return plain
     _remove(plain)
     return final
+
+
+def _check_written(plain: str) -> None:
+    with open(plain, "rb") as f:
+        head = _skip_to_brace(f)
+    if head != b"{":
+        size = os.path.getsize(plain)
+        _remove(plain)
+        raise OSError(f"the profiler's trace file is {'empty' if not head else 'not JSON'} ({size} bytes)")
+
+
+def _skip_to_brace(f) -> bytes:
+    """Reads past leading whitespace and the opening brace; returns that first byte."""
+    head = f.read(1)
+    while head and head.isspace():
+        head = f.read(1)
+    return head
 
 
 def _remove(path: str) -> None:

@@ -57,6 +57,7 @@ class Session(StepHooks):
         self.marks = StepMarks(self)  # what makes a step unlike a training step (an evaluation pass …)
         self.detector = StepDetector(self._step_boundary, self._restart)
         self.prof = None
+        self.export_error: str | None = None
         self.step_rf = None
         self.step_index = 0          # steps completed inside the profiled window
         self.window_closed = False
@@ -192,13 +193,15 @@ class Session(StepHooks):
         if self.step_index == self.warmup:
             self.probes.start_sync_debug()  # measured steps only: the warnings cost time
         self._say("step", step=self.step_index, warmup=self.warmup, steps=self.steps)
-        over_budget = bool(self.budget_s) and self.step_index > self.warmup and self.clock.elapsed() > self.budget_s
-        over_size = self.marks.over_trace_budget(self.trace_budget)
+        done = self.step_index >= self.warmup + self.steps  # a window that ends here was not cut short
+        over_budget = (not done and bool(self.budget_s) and self.step_index > self.warmup
+                       and self.clock.elapsed() > self.budget_s)
+        over_size = not done and self.marks.over_trace_budget(self.trace_budget)
         if over_budget:
             self.budget_hit = True
-        if over_size:
+        if over_size and self.step_index < self.warmup + self.wanted_steps:  # not only the extra steps cut
             self.trimmed["cut_at_step"] = self.step_index
-        if self.step_index >= self.warmup + self.steps or over_budget or over_size:
+        if done or over_budget or over_size:
             self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
             if not self.full and raise_done:
                 raise WindowDone()
@@ -250,7 +253,8 @@ class Session(StepHooks):
                     pass
                 try:
                     self.trace_path = export_trace(self.prof, self._path("trace.json"), self._meta(result))
-                except Exception as exc:  # nothing recorded, or the exporter failed
+                except Exception as exc:  # nothing recorded, or the exporter failed (a full disk, say)
+                    self.export_error = f"{type(exc).__name__}: {exc}"[:300]
                     self._say("export_failed", error=str(exc))
             finally:
                 self.exporting = False
@@ -288,6 +292,8 @@ class Session(StepHooks):
                "profiling_started": self.prof is not None, "budget_hit": self.budget_hit,
                "trimmed": self.trimmed, "window": self._window(),
                "optimizers_built": self.detector.optimizers_built, "internal_errors": internal_errors()}
+        if self.export_error:
+            out["export_error"] = self.export_error
         if with_probes:
             out["probes"] = self.probes.snapshot()
         write_json(self._path("result.json"), out)

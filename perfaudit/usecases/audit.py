@@ -176,6 +176,8 @@ def _no_trace_reason(result: RunResult) -> str:
         return ("nothing was measured: the script starts its training in new processes "
                 f"({o.get('api')}), which perfaudit does not watch; call the training function directly "
                 "(one process) or launch it with torchrun")
+    if o.get("export_error"):
+        return f"the recorded trace could not be written: {o['export_error']} (is the disk full?)"
     if o.get("profiling_started"):
         return "no trace was recorded before the script ended"
     if Outcome.of(o) in (Outcome.TIMEOUT, Outcome.INTERRUPTED, Outcome.CRASHED):
