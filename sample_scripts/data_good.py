@@ -23,7 +23,7 @@ class SlowDataset(Dataset):
 if __name__ == "__main__":
     loader = DataLoader(SlowDataset(), batch_size=1024, shuffle=True, num_workers=4,
                         persistent_workers=True, prefetch_factor=4)
-    model = nn.Sequential(nn.Linear(64, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 1))
+    model = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for epoch in range(1_000_000):
         for x, y in loader:

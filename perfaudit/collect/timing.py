@@ -15,6 +15,7 @@ import sys
 import time
 
 from ..outcome import Outcome
+from .clock import run_queue_wait_s
 from .session import Session, WindowDone
 from .watch import LineWatcher
 
@@ -25,6 +26,7 @@ class TimingSession(Session):
     def __init__(self, config: dict, script: str):
         super().__init__(config, script)
         self.ends: list[float] = []               # the end of each step (perf_counter)
+        self.waits: list[float | None] = []       # at each end: seconds the threads waited for a CPU so far
         self.losses: list[tuple[int, object]] = []  # (step index, detached scalar loss)
         self.all_seen = False                     # verify's exercise run: every watched line ran
 
@@ -59,6 +61,7 @@ class TimingSession(Session):
         if not self.window_closed:
             self.restarts.append(why)
             self.ends.clear()
+            self.waits.clear()
             self.losses.clear()
 
     def flush(self, raise_done: bool = True) -> None:
@@ -69,6 +72,7 @@ class TimingSession(Session):
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()  # the step's device work belongs to the step (A and B alike)
         self.ends.append(time.perf_counter())
+        self.waits.append(run_queue_wait_s())
         self._say("step", step=len(self.ends), warmup=self.warmup, steps=self.steps)
         if len(self.ends) > self.warmup + self.steps:
             self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
@@ -86,8 +90,11 @@ class TimingSession(Session):
             if first < step <= first + len(times):  # the loss of step k is taken before ends[k]
                 per_step[step] = per_step.get(step, 0.0) + float(loss)
         losses = [per_step.get(step) for step in range(first + 1, first + 1 + len(times))]
+        waits = self.waits[first:first + len(times) + 1]
+        waited = ([round(b - a, 6) for a, b in zip(waits, waits[1:])]
+                  if len(waits) == len(times) + 1 and None not in waits else None)  # None: the OS does not say
         timing = {"step_times_s": times, "losses": losses, "warmup": self.warmup, "restarts": self.restarts,
-                  "device": "cuda" if self.torch.cuda.is_available() else "cpu"}
+                  "device": "cuda" if self.torch.cuda.is_available() else "cpu", "step_waited_s": waited}
         out = {**result, "timing": timing, "steps_recorded": len(times), "warmup": self.warmup,
                "step_source": self.detector.source, "profiling_started": False,
                "optimizers_built": self.detector.optimizers_built}

@@ -15,7 +15,7 @@ from ..collect.runner import RunOptions, RunResult, run_script
 from ..fix.catalog import FIX_KINDS
 from ..fix.plan import FixPlan
 from ..outcome import Outcome, describe, is_failure
-from .stats import MIN_STEPS, LossCheck, SpeedChange, loss_check, speed_change
+from .stats import MIN_STEPS, LossCheck, SpeedChange, loss_check, speed_change, undisturbed_steps
 
 
 @dataclass
@@ -45,6 +45,7 @@ class Runs:
     losses: list[list[float | None]] = field(default_factory=list)  # per round, per step
     device: str | None = None
     failure: str | None = None                               # the first run that did not reach its window
+    left_out: int = 0                                        # steps that waited for a CPU held by others
 
 
 @dataclass
@@ -143,7 +144,9 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
                 if failure:
                     runs[v.name].failure = failure
                     continue
-                runs[v.name].times.append(result.timing["step_times_s"])
+                kept, left_out = undisturbed_steps(result.timing["step_times_s"], result.timing.get("step_waited_s"))
+                runs[v.name].times.append(kept)
+                runs[v.name].left_out += left_out
                 runs[v.name].losses.append(result.timing["losses"])
                 runs[v.name].device = result.timing.get("device")
             interrupted = interrupted or signals.received
@@ -170,6 +173,10 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
             if verdict.broke is None:
                 say(f"running {'the fixed script' if v.name == 'B' else v.name} past its window")
                 _exercise(script, args, v, served[v.name], folder, options, end_check_s, verdict)
+    left_out = sum(r.left_out for r in runs.values())
+    if left_out:
+        verification.notes.append(f"busy machine: {left_out} step(s) that waited for a CPU held by other processes "
+                                  "were left out of the step times (of A and B alike)")
     if any(v.speed and v.speed.verdict == "too few steps" for v in verification.verdicts):
         verification.notes.append(f"an interval needs at least {MIN_STEPS} measured steps per variant: raise "
                                   f"--steps or --rounds (now {options.steps} × {done})")
@@ -187,6 +194,8 @@ def _stop_reason(runs: dict[str, Runs], variants: list[Variant], plan: Rounds, d
         return None
     open_ = [v.name for v in variants[1:] if not runs[v.name].failure and _undecided(runs["A"], runs[v.name], plan)]
     if not open_:
+        if done < 2 and plan.max >= 2 and plan.max_time_s and elapsed < plan.max_time_s:
+            return None  # one round shows nothing of how runs differ: a second before any verdict stands
         return f"the verdicts were clear after {done} round{'s' if done != 1 else ''}"
     if done >= plan.max:
         return f"--max-rounds ({plan.max}) reached with {', '.join(open_)} still inside the noise"
