@@ -87,6 +87,11 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
     if outcome.get("budget_hit"):
         notes.append(f"recording stopped at its time budget ({options.record_budget_s:g} s of this run's own time) "
                      f"after {len(trace.measured_steps) if trace else 0} measured step(s); --steps sets fewer")
+    if outcome.get("retried"):
+        notes.append(f"{outcome['retried']}, and the recorded window with it: the script was run again")
+    if outcome.get("died_exporting"):
+        notes.append(f"the audited process died ({outcome['died_exporting']}) while torch stopped its profiler: "
+                     "the recorded window was lost (a crash inside torch; script.log has its stack)")
     for error in outcome.get("internal_errors") or []:
         notes.append(f"perfaudit's own error in its {error['part']}: {error['error']} (the run went on without it; "
                      "please report this bug)")
