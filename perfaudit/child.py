@@ -44,34 +44,13 @@ def _raised_by_perfaudit(tb) -> bool:
 
 def _watch_parent(parent: int) -> None:
     """If perfaudit itself dies (SIGKILL), stop as on SIGTERM: write what was recorded, then exit,
-    rather than train on with no parent and no timeout. On Linux the kernel sends the signal
-    (PR_SET_PDEATHSIG): no thread of ours runs beside the script, which matters because torch's Python
-    tracer can crash stopping the profiler while another Python thread runs (seen 1 run in 15 on a busy
-    machine). Elsewhere a thread watches the parent."""
-    if _kernel_signals_parent_death(parent):
-        return
-
+    rather than train on with no parent and no timeout."""
     def watch():
         while os.getppid() == parent:
             time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="perfaudit-parent-watch", daemon=True).start()
-
-
-def _kernel_signals_parent_death(parent: int) -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-        pr_set_pdeathsig = 1
-        if ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0) != 0:
-            return False
-    except (OSError, AttributeError):
-        return False
-    if os.getppid() != parent:  # the parent died before the request: stop as the signal would have
-        os.kill(os.getpid(), signal.SIGTERM)
-    return True
 
 
 def _run_main(script_path: str, patched: str | None) -> None:
