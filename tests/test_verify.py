@@ -67,6 +67,8 @@ def test_one_round_never_settles_a_verdict_when_more_rounds_may_run():
     a.times.append([0.010] * 8)
     b.times.append([0.004] * 8)
     assert _stop_reason({"A": a, "DEBUG001": b}, variants, adaptive, 2, 2.0, None).startswith("the verdicts were clear")
+    nothing_counted = {"A": Runs(times=[[0.010] * 8]), "DEBUG001": Runs(disturbed_runs=1)}  # B's run only waited
+    assert _stop_reason(nothing_counted, variants, adaptive, 2, 2.0, None) is None
     once = Rounds(min=1, max=1, max_time_s=0)  # asked for one round: one it is
     assert _stop_reason({"A": Runs(times=[[0.010] * 8]), "DEBUG001": Runs(times=[[0.004] * 8])}, variants, once, 1,
                         1.0, None).startswith("the verdicts were clear")

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 from ..outcome import Outcome, is_failure
+from .leftovers import phase_reached, progress_record, salvage_trace
 from .options import RunOptions, RunResult
 from .rundir import finish_run_dir, make_run_dir, path_aliases, remove_aliases
 
@@ -254,60 +255,9 @@ def _supervise(proc, options: RunOptions, progress_path: str, on_progress) -> tu
     return stop_signal, timed_out
 
 
-def _salvage_trace(run_dir: str, prefix: str = "") -> None:
-    """A child killed while exporting leaves Kineto's temporary file or an unzipped trace: remove the
-    former; keep the latter, gzipped, when it is complete (a usable trace, without perfaudit's probes)."""
-    for leftover in ("trace.json.tmp", "result.json.tmp"):
-        path = os.path.join(run_dir, prefix + leftover)
-        if os.path.exists(path):
-            os.remove(path)
-    plain, final = os.path.join(run_dir, prefix + "trace.json"), os.path.join(run_dir, prefix + "trace.json.gz")
-    if not os.path.exists(plain):
-        return
-    if not os.path.exists(final) and _complete_json(plain):
-        import gzip
-        import shutil
-        with open(plain, "rb") as src, gzip.open(final, "wb", compresslevel=3) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-    os.remove(plain)
-
-
-def _complete_json(path: str) -> bool:
-    with open(path, "rb") as f:
-        f.seek(max(os.path.getsize(path) - 64, 0))
-        return f.read().rstrip().endswith(b"}")
-
-
-def _phase_reached(run_dir: str, phase: str, prefix: str = "") -> bool:
-    try:
-        with open(os.path.join(run_dir, prefix + "progress.jsonl")) as f:
-            return any(f'"phase": "{phase}"' in line for line in f)
-    except OSError:
-        return False
-
-
-def _progress_record(run_dir: str, prefix: str = "") -> dict:
-    """What the progress file says was reached, for a child that died before writing result.json."""
-    seen: dict = {}
-    try:
-        with open(os.path.join(run_dir, prefix + "progress.jsonl")) as f:
-            for line in f:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if event.get("phase") == "profiling":
-                    seen["profiling_started"] = True
-                elif event.get("phase") == "step":
-                    seen["steps_recorded"], seen["warmup"] = event.get("step"), event.get("warmup")
-    except OSError:
-        pass
-    return seen
-
-
 def _collect(script: str, run_dir: str, log_path: str, returncode: int, stop_signal: int | None,
              timed_out: bool, options: RunOptions) -> RunResult:
-    _salvage_trace(run_dir)
+    salvage_trace(run_dir)
     result_path = os.path.join(run_dir, "result.json")
     result = {}
     if os.path.exists(result_path):
@@ -316,7 +266,7 @@ def _collect(script: str, run_dir: str, log_path: str, returncode: int, stop_sig
                 result = json.load(f)
         except ValueError:
             result = {}
-    outcome = {k: v for k, v in result.items() if k not in ("probes", "trace", "timing")} or _progress_record(run_dir)
+    outcome = {k: v for k, v in result.items() if k not in ("probes", "trace", "timing")} or progress_record(run_dir)
     if timed_out:
         outcome.update(outcome=Outcome.TIMEOUT, timeout_s=options.timeout)
     elif stop_signal is not None:
@@ -326,7 +276,7 @@ def _collect(script: str, run_dir: str, log_path: str, returncode: int, stop_sig
             outcome.update(outcome=Outcome.CRASHED, signal=signal.Signals(-returncode).name)
         else:
             outcome.update(outcome=Outcome.CRASHED, exit_code=returncode)
-    elif returncode and _phase_reached(run_dir, "exporting") and not _phase_reached(run_dir, "done"):
+    elif returncode and phase_reached(run_dir, "exporting") and not phase_reached(run_dir, "done"):
         # the window was recorded, then the process died writing it: the report must say so
         outcome["died_exporting"] = signal.Signals(-returncode).name if returncode < 0 else f"exit code {returncode}"
     trace = result.get("trace") or os.path.join(run_dir, "trace.json.gz")
@@ -375,7 +325,7 @@ def _collect_ranks(script: str, run_dir: str, log_path: str, returncode: int, st
     outcomes, traces = {}, []
     for rank in ranks:
         prefix = f"rank{rank}."
-        _salvage_trace(run_dir, prefix)
+        salvage_trace(run_dir, prefix)
         record = {}
         try:
             with open(os.path.join(run_dir, prefix + "result.json")) as f:
@@ -384,7 +334,7 @@ def _collect_ranks(script: str, run_dir: str, log_path: str, returncode: int, st
             pass
         outcome = {k: v for k, v in record.items() if k not in ("probes", "trace", "timing")}
         if not outcome:  # killed before it could write: what its progress file says it reached
-            outcome = {**_progress_record(run_dir, prefix), "outcome": Outcome.CRASHED,
+            outcome = {**progress_record(run_dir, prefix), "outcome": Outcome.CRASHED,
                        "exit_code": returncode}
         outcomes[rank] = {**outcome, "rank": rank}
         trace = os.path.join(run_dir, prefix + "trace.json.gz")

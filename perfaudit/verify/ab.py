@@ -46,6 +46,7 @@ class Runs:
     device: str | None = None
     failure: str | None = None                               # the first run that did not reach its window
     left_out: int = 0                                        # steps that waited for a CPU held by others
+    disturbed_runs: int = 0                                  # runs most of whose steps waited: not counted
 
 
 @dataclass
@@ -144,9 +145,13 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
                 if failure:
                     runs[v.name].failure = failure
                     continue
-                kept, left_out = undisturbed_steps(result.timing["step_times_s"], result.timing.get("step_waited_s"))
-                runs[v.name].times.append(kept)
-                runs[v.name].left_out += left_out
+                times = result.timing["step_times_s"]
+                kept, left_out = undisturbed_steps(times, result.timing.get("step_waited_s"))
+                if left_out * 2 >= len(times) > 0:  # most steps waited for a CPU: the run measured the machine
+                    runs[v.name].disturbed_runs += 1
+                else:
+                    runs[v.name].times.append(kept)
+                    runs[v.name].left_out += left_out
                 runs[v.name].losses.append(result.timing["losses"])
                 runs[v.name].device = result.timing.get("device")
             interrupted = interrupted or signals.received
@@ -173,6 +178,10 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
             if verdict.broke is None:
                 say(f"running {'the fixed script' if v.name == 'B' else v.name} past its window")
                 _exercise(script, args, v, served[v.name], folder, options, end_check_s, verdict)
+    disturbed = sum(r.disturbed_runs for r in runs.values())
+    if disturbed:
+        verification.notes.append(f"busy machine: {disturbed} run(s) whose steps mostly waited for a CPU held by "
+                                  "other processes were not counted")
     left_out = sum(r.left_out for r in runs.values())
     if left_out:
         verification.notes.append(f"busy machine: {left_out} step(s) that waited for a CPU held by other processes "
@@ -209,8 +218,8 @@ def _stop_reason(runs: dict[str, Runs], variants: list[Variant], plan: Rounds, d
 def _undecided(a: Runs, b: Runs, plan: Rounds) -> bool:
     """B's change is not settled: too few steps for an interval, or an interval that includes zero
     and is wider than the tolerance."""
-    if not a.times or not b.times:
-        return False
+    if not a.times or not b.times:  # no run counted yet (each so far was disturbed): another round
+        return True
     s = speed_change(a.times, b.times, tolerance_pct=plan.tolerance_pct)
     return s.verdict == "too few steps" or (s.verdict == "no measurable change" and not s.within_tolerance)
 
