@@ -247,10 +247,16 @@ class _StopSignals:
 
 
 def _free_core_threads() -> int | None:
-    """On a busy machine, as many intra-op threads as there are free cores (see
-    collect.environment.fit_threads_to_free_cores), decided once for every run; None otherwise."""
+    """The intra-op threads of every run, decided once: as many as the free cores on a busy machine (see
+    collect.environment.fit_threads_to_free_cores), and never every core. Rounds last minutes and the
+    machine's load changes within them: a pool that takes every core waits a scheduler latency (24 ms
+    on Linux) in each parallel region whenever anything else runs, which starved whole runs (3 ms
+    steps became 24 ms). None when the OS or OMP_NUM_THREADS decides."""
     from ..collect.environment import free_cores
-    return free_cores()
+    if os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
+        return None
+    cpus = os.cpu_count() or 1
+    return max(1, min(free_cores() or cpus, cpus - 1))
 
 
 def _watch_lines(plan: FixPlan) -> dict[str, dict]:
