@@ -75,9 +75,15 @@ def test_one_round_never_settles_a_verdict_when_more_rounds_may_run():
 
 
 # -- end to end --------------------------------------------------------------------------------------------
-def _plan(path, fixed: str, kind: str = "set_to_none") -> FixPlan:
+def _plan(path, fixed: str, kind: str = "set_to_none", rule: str = "GRAD001", line: int = 1) -> FixPlan:
     original = path.read_text()
-    return FixPlan([FileFix(str(path), path.name, original, fixed)], [Change("GRAD001", path.name, 1, "test", kind)])
+    return FixPlan([FileFix(str(path), path.name, original, fixed)], [Change(rule, path.name, line, "test", kind)])
+
+
+def _sum_kept_as_tensor(script, line: int) -> FixPlan:
+    """SYNC001's edit of a running loss sum: `total += loss.item()` becomes `total += loss.detach()`."""
+    fixed = script.read_text().replace("total += loss.item()", "total += loss.detach()")
+    return _plan(script, fixed, "accumulate_detached", "SYNC001", line)
 
 
 def test_a_fix_that_changes_the_model_is_caught_by_the_loss_check(tmp_path):
@@ -183,9 +189,7 @@ def test_an_edit_that_breaks_the_script_past_the_window_fails_verify(tmp_path):
             if step == 30:
                 save_metrics(METRICS, total / 31)
         ''').replace("METRICS", repr(str(tmp_path / "metrics.json"))))
-    fixed = script.read_text().replace("total += loss.item()", "total += loss.detach()")
-    plan = FixPlan([FileFix(str(script), script.name, script.read_text(), fixed)],
-                   [Change("SYNC001", script.name, 21, "test", "accumulate_detached")])
+    plan = _sum_kept_as_tensor(script, 21)
     result = run_ab(str(script), [], [Variant("A", None), Variant("SYNC001", plan)], str(tmp_path / "v"),
                     RunOptions(warmup=1, steps=8, seed=0), rounds=1, end_check_s=60)
     verdict = result.verdicts[0]
@@ -211,9 +215,7 @@ def test_an_edit_whose_later_use_never_ran_is_said_to_be_unproven(tmp_path):
             total += loss.item()
         print(f"mean loss {total / 10 ** 7:.4f}")
         '''))
-    fixed = script.read_text().replace("total += loss.item()", "total += loss.detach()")
-    plan = FixPlan([FileFix(str(script), script.name, script.read_text(), fixed)],
-                   [Change("SYNC001", script.name, 12, "test", "accumulate_detached")])
+    plan = _sum_kept_as_tensor(script, 12)
     result = run_ab(str(script), [], [Variant("A", None), Variant("SYNC001", plan)], str(tmp_path / "v"),
                     RunOptions(warmup=1, steps=8, seed=0), rounds=1, end_check_s=3)
     verdict = result.verdicts[0]

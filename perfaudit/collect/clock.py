@@ -54,3 +54,12 @@ class OwnClock:
         if self._wall0 is None:
             return None
         return {"wall_s": round(time.monotonic() - self._wall0, 3), "waited_for_cpu_s": round(self.waited(), 3)}
+
+
+BUSY_SHARE = 0.10      # of a step's wall time spent waiting for a CPU held by another process: disturbed
+BUSY_MIN_S = 0.0003    # a shorter wait is scheduling noise
+
+
+def disturbed(waited_s: float, wall_s: float) -> bool:
+    """Whether a step that waited `waited_s` for a CPU (run_queue_wait_s) measured the machine, not the code."""
+    return waited_s > BUSY_MIN_S and waited_s > BUSY_SHARE * wall_s

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from .clock import run_queue_wait_s
+from .clock import disturbed, run_queue_wait_s
 from .internal import guarded
 from .wrap import wrap
 
@@ -31,8 +31,6 @@ REASONS = {"busy": "it waited {ms:.1f} ms of its {wall:.1f} ms for a CPU held by
            "cut": "it was cut short when the run was stopped"}
 
 
-BUSY_SHARE = 0.10      # of a step's wall time spent waiting for a CPU: disturbed
-BUSY_MIN_MS = 0.3      # a shorter wait is scheduling noise
 BUSY_EXTRA = 6         # extra steps for disturbed ones, at most this many times the steps asked for (and 20)
 BUSY_TIME_FACTOR = 2   # ... and while the window has taken less than this many times its undisturbed length
 
@@ -141,7 +139,7 @@ class StepMarks:
         self._walls.append(wall_ms / 1000.0)
         waited_ms = (now - self._wait_at_open) * 1000.0
         self.waited_ms.append(round(waited_ms, 3))
-        if waited_ms > BUSY_MIN_MS and waited_ms > BUSY_SHARE * wall_ms:
+        if disturbed(waited_ms / 1000.0, wall_ms / 1000.0):
             return waited_ms, wall_ms
         return None
 

@@ -7,6 +7,8 @@ import random
 import statistics
 from dataclasses import dataclass
 
+from ..collect.clock import disturbed as step_disturbed
+
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
 MIN_STEPS = 8               # per variant, for an interval worth printing
@@ -62,17 +64,13 @@ class SpeedChange:
         return -self.delta_ms
 
 
-BUSY_SHARE = 0.10   # of a step's wall time spent waiting for a CPU held by another process: disturbed
-BUSY_MIN_S = 0.0003  # a shorter wait is scheduling noise
-
-
 def undisturbed_steps(times: list[float], waited: list[float] | None) -> tuple[list[float], int]:
     """The step times (s) without the steps whose threads waited for a CPU held by other processes, and
     how many were left out. A wait is the machine's, not the fix's: on a busy machine it would decide
     the verdict. At least half the steps are kept (the least disturbed), so a run always counts."""
     if not waited or len(waited) != len(times):
         return list(times), 0
-    disturbed = {i for i, (t, w) in enumerate(zip(times, waited)) if w > BUSY_MIN_S and w > BUSY_SHARE * t}
+    disturbed = {i for i, (t, w) in enumerate(zip(times, waited)) if step_disturbed(w, t)}
     if len(times) - len(disturbed) < (len(times) + 1) // 2:
         least = sorted(disturbed, key=lambda i: waited[i] / max(times[i], 1e-9))
         disturbed -= set(least[:(len(times) + 1) // 2 - (len(times) - len(disturbed))])
