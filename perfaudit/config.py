@@ -7,6 +7,7 @@ Keys (command-line flags override them):
     fail-on = "warning"                   # info | warning | error | never
     warmup = 2
     steps = 5
+    device = "auto"                       # auto | cpu | emulate-cuda (see `perfaudit run --device`)
     rules-dirs = ["perf_rules"]           # extra rule directories, relative to the config file
     [tool.perfaudit.severity]             # per-rule severity overrides
     SYNC001 = "error"
@@ -29,7 +30,8 @@ from .findings import SEVERITIES
 
 FAIL_ON = (*SEVERITIES, "never")
 _KEYS = {"select", "ignore", "fail-on", "warmup", "steps", "rules-dirs", "severity", "thresholds",
-         "allow-no-training", "keep-runs"}
+         "allow-no-training", "keep-runs", "device"}
+DEVICES = ("auto", "cpu", "emulate-cuda")
 
 
 @dataclass
@@ -43,6 +45,7 @@ class Config:
     rules_dirs: list[str] = field(default_factory=list)
     allow_no_training: bool = False   # the gate passes a run that never reached a training step
     keep_runs: int = 10               # run folders kept under .perfaudit/runs (0: all)
+    device: str = "auto"              # where a run without a GPU runs the script (collect/emulate.py)
     severity: dict[str, str] = field(default_factory=dict)
     thresholds: dict[str, dict] = field(default_factory=dict)
     origin: dict[str, str] = field(default_factory=dict)  # "select"/"ignore" -> where they were set
@@ -95,6 +98,10 @@ def _parse(table: dict, where: str) -> Config:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             _fail(where, "keep-runs", "expected a non-negative integer (0 keeps every run)")
         cfg.keep_runs = value
+    if "device" in table:
+        if table["device"] not in DEVICES:
+            _fail(where, "device", f"expected one of {', '.join(DEVICES)}")
+        cfg.device = table["device"]
     for key in ("warmup", "steps"):
         if key in table:
             value = table[key]

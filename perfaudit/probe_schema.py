@@ -18,7 +18,8 @@ def _list_of(required: dict, optional: dict | None = None) -> dict:
 
 PROBE_FIELDS: dict[str, dict] = {
     "optimizers": _list_of({"class": {"type": "string"}, "site": _SITE},
-                           {"options": {"type": "object"}, "param_tensors": _INT}),
+                           {"options": {"type": "object"}, "param_tensors": _INT,
+                            "on_emulated_device": {"type": "boolean"}}),
     "dataloaders": _list_of({"site": _SITE, "num_workers": _INT, "pin_memory": {"type": "boolean"},
                              "batches_seen": _INT},
                             {"persistent_workers": {"type": "boolean"}, "prefetch_factor": _OPT_INT,
@@ -67,9 +68,22 @@ PROBE_FIELDS: dict[str, dict] = {
         "torch": {"type": ["string", "null"]}, "cpu_count": _OPT_INT, "cuda_available": {"type": "boolean"},
         "device": {"type": "string"}, "device_name": {"type": "string"}, "capability": {"type": "string"},
         "device_memory": _INT, "cudnn_benchmark": {"type": "boolean"},
-        "max_memory_allocated": _INT, "max_memory_reserved": _INT}},
+        "max_memory_allocated": _INT, "max_memory_reserved": _INT, "emulated_cuda": {"type": "boolean"}}},
+    # the emulated CUDA device's records (collect/placement.py), only when the run emulated one
+    "cuda_emulation": {"type": "object", "required": ["copies", "reads", "calls", "autocast"], "properties": {
+        "copies": _list_of({"site": _SITE, "origin": {"enum": ["loader", "sample", "made", "host", "data"]},
+                            "calls": _INT, "window_calls": _INT, "bytes": _INT},
+                           {"by_step": {"type": "object"}, "window_bytes": _INT, "pinned": {"type": "boolean"},
+                            "non_blocking": {"type": "boolean"}, "api": {"type": "string"}, "made_at": _SITE}),
+        "reads": _list_of({"site": _SITE, "api": {"type": "string"}, "calls": _INT, "window_calls": _INT}),
+        "calls": _list_of({"site": _SITE, "api": {"type": "string"}, "calls": _INT, "window_calls": _INT}),
+        "autocast": _list_of({"site": _SITE, "device_type": {"type": "string"}, "calls": _INT,
+                              "window_calls": _INT}, {"enabled": {"type": "boolean"}}),
+        "params_on_device": _INT}},
 }
-SNAPSHOT_SCHEMA = {"type": "object", "required": list(PROBE_FIELDS), "properties": PROBE_FIELDS}
+OPTIONAL_FIELDS = {"cuda_emulation"}
+SNAPSHOT_SCHEMA = {"type": "object", "required": [k for k in PROBE_FIELDS if k not in OPTIONAL_FIELDS],
+                   "properties": PROBE_FIELDS}
 _VALIDATORS: dict = {}
 
 

@@ -56,6 +56,9 @@ _COMPREHENSIONS = {"<listcomp>": ast.ListComp, "<setcomp>": ast.SetComp, "<dictc
                    "<genexpr>": ast.GeneratorExp, "<lambda>": ast.Lambda}
 
 
+_MOVES = {"to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16", "double", "requires_grad_"}
+
+
 def _function_body(module: ast.Module, line: int, func: str) -> list | None:
     """The statements of the function `func` that the profiler named by `line`. Kineto names a frame by
     its def line, except a frame already running when recording started: that one carries the line it
@@ -202,11 +205,16 @@ class SourceIndex:
 
     def module_names(self, path: str, cls: str) -> set[str]:
         """Names the file binds to instances of the module class `cls` (`encoder = nn.TransformerEncoder(…)`,
-        `self.encoder = …`), so that `encoder(x)` and `self.encoder(x)` are found as calls of it."""
+        `self.encoder = …`, `model = nn.Sequential(…).to(device)`), so that `encoder(x)` and
+        `self.encoder(x)` are found as calls of it."""
         parsed = self._parsed(path)
         names = set()
         for node in ast.walk(parsed[0]) if parsed else ():
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and call_name(node.value) == cls:
+            value = node.value if isinstance(node, ast.Assign) else None
+            while (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                   and value.func.attr in _MOVES and isinstance(value.func.value, ast.Call)):
+                value = value.func.value  # nn.Sequential(…).to(device).train(): the module built
+            if isinstance(value, ast.Call) and call_name(value) == cls:
                 for target in node.targets:
                     if isinstance(target, (ast.Name, ast.Attribute)):
                         names.add(target.id if isinstance(target, ast.Name) else target.attr)

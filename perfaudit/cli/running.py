@@ -42,6 +42,9 @@ StepsOpt = Annotated[Optional[int], typer.Option(min=1, help="Steps to record (d
 OutDirOpt = Annotated[Optional[str], typer.Option(help="Run folder (default ./.perfaudit/runs/<timestamp>).")]
 MaxTraceOpt = Annotated[Optional[float], typer.Option(
     "--max-trace-mb", min=1, help="Uncompressed trace the window may write (default 200 MB); fewer steps beyond it.")]
+DeviceOpt = Annotated[Optional[str], typer.Option(
+    "--device", help="auto (default): without a GPU, run a script that has a CUDA path on an emulated CUDA "
+                     "device and record what its GPU branch does; cpu: run it as it runs here; emulate-cuda.")]
 KeepStacksOpt = Annotated[bool, typer.Option(
     "--keep-stacks", help="Never drop Python stacks to fit the trace budget (only steps are cut).")]
 
@@ -59,6 +62,7 @@ def run(
     stack: Annotated[bool, typer.Option("--stack/--no-stack", help="Record Python stacks (needed for file:line).")] = True,
     max_trace_mb: MaxTraceOpt = None,
     keep_stacks: KeepStacksOpt = False,
+    device: DeviceOpt = None,
     allow_no_training: Annotated[bool, typer.Option(
         "--allow-no-training", help="Let the gate pass a run that never reached a training step.")] = False,
     nproc_per_node: Annotated[Optional[str], typer.Option(
@@ -81,7 +85,7 @@ def run(
     settings = reporting.settings
     settings.config.allow_no_training = settings.config.allow_no_training or allow_no_training
     options = api.run_options(settings, warmup, steps, full, timeout, out_dir, stack,
-                              trace_budget_mb=max_trace_mb, keep_stacks=keep_stacks or None)
+                              trace_budget_mb=max_trace_mb, keep_stacks=keep_stacks or None, device=device)
     launch = {"--nproc-per-node": nproc_per_node, "--nnodes": nnodes, "--node-rank": node_rank,
               "--rdzv-endpoint": rdzv_endpoint, "--rdzv-backend": rdzv_backend, "--rdzv-id": rdzv_id,
               "--master-addr": master_addr, "--master-port": master_port}

@@ -46,7 +46,9 @@ def free_cores() -> int | None:
 
 def environment() -> dict:
     import torch
-    cuda = torch.cuda.is_available()
+
+    from .cuda_shim import emulated, gpu_present
+    cuda = gpu_present()
     env = {
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -63,6 +65,7 @@ def environment() -> dict:
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "device": "cpu",
+        "emulated_cuda": emulated(),  # the script saw a CUDA device that the CPU served (emulate.py)
         "no_memory_caching": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "") not in ("", "0"),
     }
     if cuda:

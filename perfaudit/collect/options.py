@@ -17,6 +17,9 @@ class RunOptions:
     record_budget_s: float | None = 30.0   # stop recording after this long (fewer steps are fine)
     trace_budget_mb: float | None = 200.0  # uncompressed trace the window may write (fewer steps, then no stacks)
     keep_runs: int = 10                    # run folders kept under .perfaudit/runs
+    # "emulate-cuda": on a machine without a GPU the script sees one CUDA device, served by the CPU and
+    # recorded (collect/emulate.py); "cpu": it runs as it would here; "auto" is resolved before the run
+    device: str = "cpu"
     # verify: "timing" runs without the profiler (step times and losses), seeded, and may serve fixed
     # sources in place of the user's files (absolute path -> file holding the fixed text)
     mode: str = "profile"
@@ -43,6 +46,7 @@ class RunResult:
     stop_signal: int | None = None     # the signal that stopped perfaudit (SIGINT, SIGTERM, SIGHUP)
     rank_traces: list[str] = field(default_factory=list)     # under torchrun: each rank's trace
     rank_outcomes: dict[int, dict] = field(default_factory=dict)  # what happened to each rank
+    emulation_failed: str | None = None  # the emulated run failed: why (this result is the plain run's)
 
     @property
     def interrupted(self) -> bool:

@@ -12,6 +12,7 @@ import weakref
 import torch
 
 from . import worker_timing
+from .cuda_shim import gpu_present
 from .ddp_probe import DDPProbe
 from .environment import environment
 from .internal import record_internal_error
@@ -69,6 +70,7 @@ class Probes:
         self.on_iter = lambda loader_id: None
         self.before_batch = lambda: None
         self.worker_dir: str | None = None  # where DataLoader workers leave their batch times
+        self.placement = None             # the emulated CUDA device (emulate.py), when there is one
         self.ddp = DDPProbe(self)         # DistributedDataParallel models: options and synced forwards
         # probes of other modules, added by the session before install() (the compile probe, the
         # start-up sampler): each has install() and snapshot(), reported under its name
@@ -102,8 +104,18 @@ class Probes:
 
         def __next__(self_it):
             probes.before_batch()
-            batch = original_next(self_it)
+            placement = probes.placement
+            if placement is None:
+                batch = original_next(self_it)
+            else:  # a Dataset's __getitem__ runs in here: what it moves to the device, it moves per sample
+                placement.in_fetch = True
+                try:
+                    batch = original_next(self_it)
+                finally:
+                    placement.in_fetch = False
             try:
+                if placement is not None:
+                    placement.loader_batch(batch)
                 probes._batch(self_it, batch)
             except Exception as exc:
                 record_internal_error("DataLoader probe", exc)
@@ -287,7 +299,7 @@ class Probes:
     def start_sync_debug(self) -> None:
         """On a GPU, let torch itself flag synchronising calls (set_sync_debug_mode("warn")) and note
         the user line of each warning: confirmation of the syncs the trace shows."""
-        if not torch.cuda.is_available() or self._sync_debug is not None:
+        if not gpu_present() or self._sync_debug is not None:
             return
         import warnings
         previous = warnings.showwarning
@@ -323,8 +335,11 @@ class Probes:
             defaults = {k: v for k, v in getattr(opt, "defaults", {}).items()
                         if isinstance(v, (bool, int, float, str, type(None)))}
             n_params = sum(len(g["params"]) for g in getattr(opt, "param_groups", []))
-            optimizers.append({"class": info["class"], "site": info["site"], "options": defaults,
-                               "param_tensors": n_params})
+            entry = {"class": info["class"], "site": info["site"], "options": defaults, "param_tensors": n_params}
+            if self.placement is not None:  # torch chose its implementation as on CUDA for these
+                entry["on_emulated_device"] = any(self.placement.on_device.has(p) for g in opt.param_groups
+                                                  for p in g["params"])
+            optimizers.append(entry)
         loaders = []
         timed = worker_timing.read(self.worker_dir) if self.worker_dir else {}
         for info in self.loaders.values():

@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..outcome import Outcome, is_failure
 from .leftovers import phase_reached, progress_record, salvage_trace
@@ -146,8 +147,30 @@ def run_script(script: str, args: list[str], options: RunOptions,
     if died and result.stop_signal is None and not options.launch:
         again = _run_once(script, args, options, on_progress)
         again.outcome["retried"] = f"the first run died ({died}) inside torch while its profiler stopped"
-        return again
+        result = again
+    failed = emulation_failure(result, options)
+    if failed:  # the emulated CUDA path broke the run: the script runs as it would here, and the report says why
+        plain = run_script(script, args, replace(options, device="cpu"), on_progress)
+        plain.emulation_failed = failed
+        return plain
     return result
+
+
+def emulation_failure(result: RunResult, options: RunOptions) -> str | None:
+    """Why an emulated run is not to be reported (it failed before its window was recorded), in one
+    line naming the exception and where it was raised; None when it is."""
+    if options.device != "emulate-cuda" or result.stop_signal is not None:
+        return None
+    outcome = result.outcome
+    if outcome.get("outcome") not in (Outcome.RAISED, Outcome.INTERNAL_ERROR, Outcome.CRASHED):
+        return None
+    if (outcome.get("steps_recorded") or 0) > (outcome.get("warmup") or 0):
+        return None  # measured steps were recorded: they are reported, with the failure
+    site = outcome.get("site") or {}
+    where = f" at {os.path.basename(site['path'])}:{site['line']}" if site.get("path") else ""
+    what = outcome.get("exception") or outcome.get("signal") or outcome.get("outcome")
+    message = f": {outcome['message']}" if outcome.get("message") else ""
+    return f"{what}{message}{where}"
 
 
 def _run_once(script: str, args: list[str], options: RunOptions,
@@ -163,7 +186,7 @@ def _run_once(script: str, args: list[str], options: RunOptions,
               "path_aliases": aliases, "mode": options.mode, "seed": options.seed, "patched": options.patched,
               "run_as": next((a for a, real in aliases.items() if real == script_path), None),
               "rule_ids": options.rule_ids, "rules_dirs": options.rules_dirs, "threads": options.threads,
-              "watch": options.watch,
+              "watch": options.watch, "device": options.device,
               "source_roots": [os.path.dirname(script_path), os.getcwd()]}
     log_path = os.path.join(run_dir, "script.log")
     progress_path = os.path.join(run_dir, "rank0.progress.jsonl" if options.launch else "progress.jsonl")

@@ -16,6 +16,7 @@ import time
 from ..outcome import Outcome
 from .clock import OwnClock
 from .compile_probe import CompileProbe
+from .cuda_shim import gpu_present
 from .environment import fit_threads_to_free_cores
 from .export import export_trace, write_json
 from .internal import internal_errors, record_internal_error
@@ -104,13 +105,12 @@ class Session(StepHooks):
     def _start_profiler(self) -> None:
         if self.prof is not None or self.window_closed:
             return
-        torch = self.torch
         from torch.profiler import ProfilerActivity, profile
         activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
+        if gpu_present():
             activities.append(ProfilerActivity.CUDA)
         self.startup.stop()  # the first steps have ended: start-up is over in any case
-        self._say("profiling", device="cuda" if torch.cuda.is_available() else "cpu")
+        self._say("profiling", device="cuda" if gpu_present() else "cpu")
         self.prof = profile(activities=activities, with_stack=self.config["with_stack"],
                             record_shapes=self.config["record_shapes"])
         self.probes.own_profiler = self.prof

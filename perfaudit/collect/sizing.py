@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
+from .cuda_shim import gpu_present
+
 # bytes of uncompressed trace per recorded event (an op with its input shapes), and per Python call when
 # stacks are recorded (its python_function event and those of the builtins it calls); measured on an
 # op-heavy step (LSTMCell over 999 time steps: 131k events, 61 MB) and on the samples
@@ -66,7 +68,7 @@ class Sizer:
     def start(self) -> None:
         from torch.profiler import ProfilerActivity, profile
         self.calls = 0
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.torch.cuda.is_available() else [])
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu_present() else [])
         try:
             self.prof = profile(activities=activities)
             self.own_profiler(self.prof)

@@ -8,6 +8,7 @@ import os
 import signal
 
 from ..outcome import Outcome
+from . import emulate
 from .internal import record_internal_error
 
 
@@ -40,6 +41,8 @@ class StepHooks:
         self.compile.where = self._where
         # global module hooks added or removed under torch.compile make compiled code recompile
         self.compile.on_activate = self._stop_inference_watch
+        if emulate.wanted(self.config):  # before the probes: they wrap the CUDA calls it serves
+            emulate.install(self.probes, lambda: self.steps_ended)
         self.probes.install()
         self.marks.install()
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook

@@ -1,5 +1,23 @@
 """Importing this package registers every fact."""
-from . import comm, compiled, copies, data, ddp, debug, gpu_time, grads, model, optim, probed, ranks, shapes, startup, steps, sync  # noqa: F401
+from . import (  # noqa: F401
+    comm,
+    compiled,
+    copies,
+    data,
+    ddp,
+    debug,
+    emulated,
+    gpu_time,
+    grads,
+    model,
+    optim,
+    probed,
+    ranks,
+    shapes,
+    startup,
+    steps,
+    sync,
+)
 from .registry import FACTS, Context, Missing, fact
 from .sites import Site
 

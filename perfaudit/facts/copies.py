@@ -5,6 +5,7 @@ import re
 
 from ..calls import DEVICE_COPIES, creates_on_host_text
 from ..trace.nesting import innermost
+from .emulated import copy_sites, emulated
 from .gpu import runtime_of_device
 from .registry import Context, Missing, fact
 from .sites import Site, SiteCollector
@@ -105,7 +106,11 @@ def _cpu_copy_sites(ctx: Context) -> list[Site]:
 def pageable_sites(ctx: Context) -> list[Site]:
     ctx.need_trace()
     ctx.steps
-    return _gpu_pageable_sites(ctx) if ctx.is_gpu else _cpu_copy_sites(ctx)
+    if ctx.is_gpu:
+        return _gpu_pageable_sites(ctx)
+    if emulated(ctx):  # the CUDA branch ran on the emulated device: its copies, not the source's text
+        return copy_sites(ctx, {"loader", "sample", "host", "data"}, only_costly=True)
+    return _cpu_copy_sites(ctx)
 
 
 _PINS = re.compile(r"pin_memory[\"']?\s*[=:]\s*(?!False\b)[\w(\[]")
@@ -132,7 +137,7 @@ def copy_kinds(ctx: Context) -> dict:
 @fact("data.unpinned_loaders", "DataLoaders that fed batches during the run with pin_memory=False (on a CPU "
                                "run, none when the source pins on its CUDA path).")
 def unpinned_loaders(ctx: Context) -> list[dict]:
-    if not ctx.is_gpu and source_pins(ctx):
+    if not ctx.is_gpu and not emulated(ctx) and source_pins(ctx):
         return []
     return [d for d in ctx.probe("dataloaders") if not d.get("pin_memory")]
 
@@ -142,6 +147,8 @@ def unpinned_loaders(ctx: Context) -> list[dict]:
 def host_created_sites(ctx: Context) -> list[Site]:
     ctx.need_trace()
     ctx.steps
+    if emulated(ctx):
+        return copy_sites(ctx, {"made"}, only_costly=False)
     sites: dict[tuple, Site] = {}
     for step, f, call in _device_moves(ctx):  # in a loop or in a helper the step calls: steps_seen says
         origins = [call.receiver] + ctx.source.assignments(f.path, f.line, f.func).get(call.receiver, [])

@@ -1,9 +1,8 @@
 """Optimizers: implementation (single-tensor loop, foreach, fused) and training advice (T10, T24)."""
 from __future__ import annotations
 
-import re
-
 from ..calls import FOREACH_OPTIMIZERS, FUSABLE_OPTIMIZERS
+from ..static.cuda_path import CUDA_PATH
 from .registry import Context, Missing, fact
 from .sites import Site, site_from_probe
 from .steps import OPTIMIZER_STEP
@@ -55,7 +54,8 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
         probe = probes.get(cls, {})
         options = probe.get("options", {})
         cuda_path = False
-        if not ctx.is_gpu and not (options.get("foreach") is False and not options.get("fused")):
+        on_device = probe.get("on_emulated_device") is True  # torch took its CUDA choice: the trace shows it
+        if not ctx.is_gpu and not on_device and not (options.get("foreach") is False and not options.get("fused")):
             # on the CPU torch defaults to the loop; on CUDA the same defaults pick foreach, so a CPU
             # run shows a problem the script asked for explicitly (foreach=False), or, for Adam and
             # AdamW in a script that runs on CUDA when it can, the fused kernel it would miss there
@@ -76,7 +76,6 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
     return sites
 
 
-_CUDA = re.compile(r"\bcuda\b|\.cuda\(|torch\.accelerator|current_accelerator")
 
 
 def _script_runs_on_cuda(ctx: Context) -> bool:
@@ -85,7 +84,7 @@ def _script_runs_on_cuda(ctx: Context) -> bool:
     imported (a helper that picks the device): it will run on a GPU where there is one."""
     script = ctx.meta.get("script")
     files = ([script] if isinstance(script, str) else []) + list(ctx.probes.get("user_files") or [])
-    return any(_CUDA.search(ctx.source.text(path)) for path in dict.fromkeys(files))
+    return any(CUDA_PATH.search(ctx.source.text(path)) for path in dict.fromkeys(files))
 
 
 def _asks_for_fused(ctx: Context, site: dict | None, cls: str) -> bool | None:

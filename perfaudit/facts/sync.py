@@ -9,6 +9,7 @@ from ..static.uses import host_consumer
 from ..trace.model import Event
 from ..trace.nesting import enclosing, innermost
 from . import intervals as iv
+from .emulated import emulated, emulated_waits
 from .registry import Context, fact
 from .sites import SiteCollector
 from .steps import DATALOADER_PREFIX
@@ -150,6 +151,8 @@ def sync_sites(ctx: Context):
     for site in sites:  # torch's own sync debug mode flagged these lines during the run
         site.extra["confirmed"] = any((site.path, line) in confirmed for line in site.extra.get("lines", []))
         _split_by_line(ctx, site)
+    if emulated(ctx):  # waits the CPU trace cannot show: synchronize() and event waits on the CUDA path
+        sites += emulated_waits(ctx)
     needed = [s for s in sites if _needed_by(ctx, s)]
     ctx.__dict__["_sync_needed"] = needed
     return [s for s in sites if s not in needed]

@@ -18,6 +18,15 @@ _GPU_PHASES = (("compute", "compute"), ("copies", "copies"), ("sync_wait", "sync
                ("alloc_wait", "allocator wait"), ("data_wait", "data wait"), ("other_idle", "idle (host-bound)"))
 
 
+def device_note(device: str) -> str:
+    """What a CPU run's device line must add: its GPU costs are estimates (and what emulation saw)."""
+    if device == "cpu":
+        return "  (CPU only: GPU costs are estimates)"
+    if device.startswith("cpu, CUDA"):
+        return "  (the script's GPU branch ran on the CPU: placements and copies seen, GPU costs estimated)"
+    return ""
+
+
 def shown(path: str) -> str:
     """A path as ruff and pytest print it: relative to the working directory when inside it, and a
     newline or other control character in it written as an escape (`tr\\nain.py`), so that it never
@@ -42,7 +51,7 @@ def _header(report: Report) -> Panel:
     for t in report.traces[:8]:
         label = "trace" if len(report.traces) == 1 else f"rank {t.rank}" if t.rank is not None else "trace"
         grid.add_row(label, shown(t.path))
-        grid.add_row("device", t.device + ("" if t.device != "cpu" else "  (CPU only: GPU costs are estimates)"))
+        grid.add_row("device", t.device + device_note(t.device))
         step = f"{t.step_ms:.2f} ms mean" if t.step_ms is not None else "n/a"
         others = [e for e in t.excluded if "waited" not in str(e.get("why")) and not e.get("kept")]
         left = f"; {len(others)} left out ({others[0]['why']})" if others else ""

@@ -11,7 +11,7 @@ from jinja2 import Environment
 from .. import __version__
 from ..engine.loader import Rule
 from ..findings import Finding, Report, TraceSummary
-from .console import compile_text, describe_outcome, verified_text
+from .console import compile_text, describe_outcome, device_note, verified_text
 
 HOST_PHASES = (("data", "data", "#e4a03c"), ("forward", "forward", "#4c78a8"), ("backward", "backward", "#72b7b2"),
                ("optimizer", "optimizer", "#b279a2"), ("other", "other", "#bab0ac"))
@@ -112,7 +112,7 @@ def render(report: Report, rules: list[Rule]) -> str:
         report=report, version=__version__, outcome=describe_outcome(report.outcome),
         traces=[_trace_view(t) for t in report.traces[:8]], more_traces=max(len(report.traces) - 8, 0),
         ranks=_ranks_chart(report), findings=[_finding_view(f, top, by_id, roots) for f in report.findings],
-        reanalyse=reanalyse, environment=first.environment if first else {},
+        reanalyse=reanalyse, device_note=device_note, environment=first.environment if first else {},
         title=_title(report))
 
 

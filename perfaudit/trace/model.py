@@ -110,3 +110,26 @@ class Trace:
             return info["rank"]
         rank = self.probes.get("rank") if isinstance(self.probes, dict) else None  # perfaudit run under torchrun
         return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+
+EMULATION_FRAME = "perfaudit/collect/placement.py"  # the emulated CUDA device's mode (collect/placement.py)
+DISPATCH_FRAME = "torch/overrides.py"  # torch's dispatch to that mode from its Python functions
+
+
+def without_emulation_frames(python: list[Event]) -> list[Event]:
+    """The Python events as the script made them: an emulated CUDA run (`--device emulate-cuda`) records
+    the mode's frames (and torch's dispatch to it) around every torch call, and the torch call they make
+    (a builtin, so `bool(t)` would show as a `__bool__` call there). Events sorted by start, enclosing first."""
+    if not any(EMULATION_FRAME in e.name for e in python[:100000]):
+        return python
+    kept, open_by_thread = [], {}
+    for ev in python:
+        stack = open_by_thread.setdefault((ev.pid, ev.tid), [])
+        while stack and stack[-1][0].end <= ev.ts:
+            stack.pop()
+        own = EMULATION_FRAME in ev.name or DISPATCH_FRAME in ev.name
+        parent_own = bool(stack) and stack[-1][1]
+        if not own and not (parent_own and ev.name.startswith("<built-in")):
+            kept.append(ev)
+        stack.append((ev, own))
+    return kept

@@ -85,7 +85,12 @@ def _device_label(trace: Trace, env: dict) -> str:
     gpu_runtime = any(e.kind == "runtime" and e.name.startswith(("cuda", "hip")) for e in trace.host[:200000])
     if props or gpu_runtime:
         return f"{name or 'GPU'} (no GPU kernels or copies recorded)"
+    if env.get("emulated_cuda"):
+        return CPU_EMULATING_CUDA
     return env.get("device_name") or "cpu"
+
+
+CPU_EMULATING_CUDA = "cpu, CUDA path emulated"
 
 
 def _summary_of(trace: Trace, ctx: Context, env: dict, device: str) -> TraceSummary:

@@ -17,6 +17,7 @@ from ..gate import GateOptions
 from ..outcome import Outcome
 from ..outcome import describe as describe_outcome
 from ..static import lint as lint_paths
+from ..static.cuda_path import has_cuda_path
 from ..trace import load_trace
 from .analysis import combine, context_notes, evaluate_rules, summarize
 from .jobs import job_results
@@ -34,6 +35,8 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
         options.rule_ids = [r.id for r in rules]
         folders = {os.path.dirname(os.path.realpath(r.path)) for r in rules}
         options.rules_dirs = sorted(folders - {os.path.realpath(builtin_rules_dir())})
+    if options.device == "auto":  # the child still emulates only where there is no GPU
+        options.device = "emulate-cuda" if has_cuda_path(script) else "cpu"
     result = run_script(script, args, options, on_progress)
     if options.launch:
         return _audit_job(script, result, rules, gate_options, command)
@@ -87,6 +90,10 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
     if outcome.get("budget_hit"):
         notes.append(f"recording stopped at its time budget ({options.record_budget_s:g} s of this run's own time) "
                      f"after {len(trace.measured_steps) if trace else 0} measured step(s); --steps sets fewer")
+    if result.emulation_failed:
+        notes.append(f"the emulated CUDA device could not serve this script ({result.emulation_failed}): it was "
+                     "run again on the CPU path, and what is reported comes from that run "
+                     "(`--device cpu` skips the emulated run)")
     if outcome.get("retried"):
         notes.append(f"{outcome['retried']}, and the recorded window with it: the script was run again")
     if outcome.get("died_exporting"):

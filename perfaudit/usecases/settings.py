@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from .. import baseline as baseline_file
 from ..collect.options import RunOptions
-from ..config import Config, apply_to_rules, load_config
+from ..config import DEVICES, Config, apply_to_rules, load_config
 from ..engine.loader import Rule, load_rules
+from ..errors import UsageError
 from ..gate import GateOptions
 from ..tips import TIPS
 
@@ -54,10 +55,13 @@ def run_options(settings: Settings, warmup: int | None = None, steps: int | None
     shapes only when a selected rule reads them (`for_rules`), so recording costs no more than needed."""
     cfg = settings.config
     needs = settings.needs if for_rules else set()
+    device = extra.pop("device", None) or cfg.device
+    if device not in DEVICES:
+        raise UsageError(f"--device: expected one of {', '.join(DEVICES)}, not '{device}'")
     options = RunOptions(warmup=warmup if warmup is not None else (cfg.warmup if cfg.warmup is not None else 2),
                          steps=steps if steps is not None else (cfg.steps or 5), full=full,
                          timeout=timeout or None, out_dir=out_dir, with_stack=stack and "stacks" in needs,
-                         record_shapes="shapes" in needs, keep_runs=cfg.keep_runs)
+                         record_shapes="shapes" in needs, keep_runs=cfg.keep_runs, device=device)
     for key, value in extra.items():
         if value is not None:
             setattr(options, key, value)
@@ -73,7 +77,6 @@ def rules_for(rule_or_tip: str, rules_dirs: list[str] | None = None) -> list[Rul
     """The rule with this id, or the rules implementing this tip; UsageError naming the nearest."""
     import difflib
 
-    from ..errors import UsageError
     rules = {r.id: r for r in load_rules(tuple(rules_dirs or ()))}
     key = rule_or_tip.upper()
     if key in rules:

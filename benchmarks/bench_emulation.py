@@ -1,0 +1,77 @@
+"""The emulated CUDA device's cost: `perfaudit run --device emulate-cuda` against `--device cpu` on the
+same scripts, same window, run alternately in one session.
+
+    python benchmarks/bench_emulation.py              # the realistic CUDA-path scripts, 3 rounds
+    python benchmarks/bench_emulation.py --rounds 1   # quicker
+
+Prints, per script, the wall time of the whole run (start-up, window, report), the mean measured step
+(the profiled window's step, stacks on) and the trace size of both, and their ratios (emulated / plain).
+The goal: an emulated run takes at most 1.3x the wall time of a plain CPU run of the same window.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ["tests/realistic/cuda_path_trainer.py", "tests/realistic/cuda_legacy_loop.py",
+           "tests/realistic/host_tensors.py", "tests/realistic/cnn_classifier.py",
+           "tests/realistic/char_transformer.py"]
+
+
+def one_run(script: str, device: str, out: Path) -> dict:
+    report = out / "report.json"
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "perfaudit", "run", script, "--device", device, "--out-dir",
+                           str(out / "run"), "-f", f"json={report}"], cwd=ROOT / Path(script).parent,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    data = json.loads(report.read_text()) if report.exists() else {}
+    run = data.get("run") or {}
+    trace = out / "run" / "trace.json.gz"
+    return {"wall_s": wall, "step_ms": run.get("step_ms"), "device": run.get("device"), "rc": proc.returncode,
+            "trace_kb": trace.stat().st_size / 1024 if trace.exists() else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("scripts", nargs="*", default=SCRIPTS)
+    opts = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {opts.rounds} round(s), alternating")
+    print(f"{'script':<26} {'wall plain':>10} {'emulated':>9} {'ratio':>6}   {'step plain':>10} {'emulated':>9} "
+          f"{'ratio':>6}   {'trace ratio':>11}")
+    walls = []
+    for script in opts.scripts:
+        runs = {"cpu": [], "emulate-cuda": []}
+        with tempfile.TemporaryDirectory() as tmp:
+            for r in range(opts.rounds):
+                for device in (("cpu", "emulate-cuda") if r % 2 == 0 else ("emulate-cuda", "cpu")):
+                    out = Path(tmp) / f"{device}-{r}"
+                    out.mkdir()
+                    runs[device].append(one_run(str(ROOT / script), device, out))
+        plain, emu = runs["cpu"], runs["emulate-cuda"]
+        if any(x["rc"] != 0 or x["step_ms"] is None for x in plain + emu):
+            print(f"{Path(script).name:<26} failed: {[x['rc'] for x in plain + emu]}")
+            continue
+        med = lambda rows, key: statistics.median(x[key] for x in rows)  # noqa: E731
+        wall_ratio = med(emu, "wall_s") / med(plain, "wall_s")
+        walls.append(wall_ratio)
+        print(f"{Path(script).name:<26} {med(plain, 'wall_s'):>9.2f}s {med(emu, 'wall_s'):>8.2f}s {wall_ratio:>6.2f}   "
+              f"{med(plain, 'step_ms'):>8.2f}ms {med(emu, 'step_ms'):>7.2f}ms "
+              f"{med(emu, 'step_ms') / med(plain, 'step_ms'):>6.2f}   "
+              f"{med(emu, 'trace_kb') / med(plain, 'trace_kb'):>11.2f}")
+    if walls:
+        print(f"wall time, emulated / plain: median {statistics.median(walls):.2f}, worst {max(walls):.2f} "
+              f"(goal: at most 1.3)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,331 @@
+"""Where the script puts its tensors when it runs on an emulated CUDA device, and what that would cost.
+
+A TorchFunctionMode sees every torch call of the audited process's main thread. A tensor placed on
+"cuda" (a `.to(device)`, `.cuda()`, a factory with `device="cuda"`, an op on such tensors) is computed
+on the CPU and remembered by identity, so the script sees `x.device == cuda:0` and `x.is_cuda`, and
+torch's own Python code (the optimizer's foreach/fused choice, GradScaler, DDP) takes its CUDA path.
+Every crossing of the host/device line is recorded as a GPU run would perform it: host-to-device
+copies (bytes, pinned or pageable source, non_blocking, where the source came from, per step, at the
+user's line), device-to-host reads that synchronise, and the CUDA calls that block.
+"""
+from __future__ import annotations
+
+import sys
+import weakref
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from .internal import record_internal_error
+from .userframes import is_user_file, user_site
+
+CUDA = torch.device("cuda", 0)
+CPU = torch.device("cpu")
+Tensor = torch.Tensor
+
+# calls that build a tensor from host data: with device="cuda" they copy that data over (pageable)
+_FROM_DATA = {torch.tensor, torch.as_tensor, torch.asarray, Tensor.new_tensor}
+# calls that make a new host tensor from nothing on the device (the COPY002 pattern when moved after)
+_FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm, torch.zeros, torch.ones, torch.full,
+              torch.empty, torch.arange, torch.linspace, torch.logspace, torch.eye, torch.tensor,
+              torch.as_tensor, torch.from_numpy, torch.normal, torch.bernoulli, torch.multinomial,
+              torch.randn_like, torch.rand_like, torch.zeros_like, torch.ones_like, torch.full_like,
+              torch.empty_like, torch.randint_like, Tensor.new_tensor, Tensor.new_zeros, Tensor.new_ones,
+              Tensor.new_full, Tensor.new_empty}
+# reads of a device value by the host: each waits for the device (tip T01)
+_READS = {Tensor.item: ".item()", Tensor.tolist: ".tolist()", Tensor.__bool__: "bool(tensor)",
+          Tensor.__int__: "int(tensor)", Tensor.__float__: "float(tensor)", Tensor.__index__: "index(tensor)",
+          Tensor.__format__: "format(tensor)", Tensor.__repr__: "print(tensor)", Tensor.numpy: ".numpy()",
+          Tensor.nonzero: ".nonzero()", torch.nonzero: "torch.nonzero", torch.masked_select: "masked_select",
+          Tensor.masked_select: ".masked_select()"}
+
+
+def _is_cuda(device) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return isinstance(device, int) and not isinstance(device, bool)
+
+
+class Registry:
+    """Tensors by identity (weakly): equal tensors are different tensors, and a dead one is forgotten."""
+
+    def __init__(self):
+        self._refs: dict[int, tuple] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._refs)
+
+    def get(self, t):
+        entry = self._refs.get(id(t))
+        return entry[1] if entry is not None and entry[0]() is t else None
+
+    def has(self, t) -> bool:
+        entry = self._refs.get(id(t))
+        return entry is not None and entry[0]() is t
+
+    def add(self, t, value=True) -> None:
+        key, refs = id(t), self._refs
+
+        def gone(ref, key=key):
+            if refs.get(key, (None,))[0] is ref:
+                del refs[key]
+        try:
+            refs[key] = (weakref.ref(t, gone), value)
+        except TypeError:
+            pass
+
+
+def _first_placed(items, registry: Registry):
+    for a in items:
+        if isinstance(a, Tensor):
+            value = registry.get(a)
+            if value is not None:
+                return value
+        elif isinstance(a, (list, tuple)):
+            for b in a:
+                if isinstance(b, Tensor):
+                    value = registry.get(b)
+                    if value is not None:
+                        return value
+    return None
+
+
+def _tag(out, registry: Registry, value=True) -> None:
+    if isinstance(out, Tensor):
+        registry.add(out, value)
+    elif isinstance(out, (list, tuple)):
+        for t in out:
+            if isinstance(t, Tensor):
+                registry.add(t, value)
+
+
+def _nbytes(t) -> int:
+    return t.numel() * t.element_size() if isinstance(t, Tensor) else 0
+
+
+class Placement(TorchFunctionMode):
+    """The emulated device's bookkeeping; `records` is what the report reads (see snapshot())."""
+
+    def __init__(self):
+        super().__init__()
+        self.on_device = Registry()   # tensors the script placed on "cuda"
+        self.pinned = Registry()      # host tensors in pinned memory (pin_memory(), a pinning DataLoader)
+        self.from_loader = Registry() # host tensors that came out of a DataLoader (or were made from one)
+        self.made = Registry()        # host tensors a factory of the user's code made: value = its site
+        self.copies: dict[tuple, dict] = {}
+        self.reads: dict[tuple, dict] = {}
+        self.calls: dict[tuple, dict] = {}
+        self.autocast: dict[tuple, dict] = {}
+        self.window_step = lambda: None
+        self.step_clock = lambda: 0   # steps ended so far
+        self.in_fetch = False         # inside DataLoader.__next__ (a Dataset's __getitem__ runs there)
+        self.unsupported: list[str] = []
+        self._user_code: dict = {}
+        self.handlers = {
+            Tensor.to: self._to, Tensor.cuda: self._cuda, Tensor.cpu: self._cpu,
+            Tensor.is_cuda.__get__: lambda f, a, k: self.on_device.has(a[0]),
+            Tensor.device.__get__: lambda f, a, k: CUDA if self.on_device.has(a[0]) else f(*a, **k),
+            Tensor.get_device: lambda f, a, k: 0 if self.on_device.has(a[0]) else f(*a, **k),
+            Tensor.grad.__get__: self._grad,
+            Tensor.data.__set__: self._set_data,
+            Tensor.record_stream: lambda f, a, k: None,
+        }
+        for func, name in _READS.items():
+            self.handlers[func] = self._reader(name)
+
+    # -- the mode --------------------------------------------------------------------------------
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        handler = self.handlers.get(func)
+        if handler is not None:
+            return handler(func, args, kwargs)
+        device = kwargs.get("device")
+        if device is not None and _is_cuda(device):
+            return self._made_on_device(func, args, kwargs)
+        out = func(*args, **kwargs)
+        if self.on_device and _first_placed(args, self.on_device):
+            _tag(out, self.on_device)
+        elif self.from_loader and _first_placed(args, self.from_loader):
+            _tag(out, self.from_loader)
+        elif func in _FACTORIES:
+            self._host_made(out)
+        elif self.made:  # made from a made tensor (a slice, a stack, a cast): made when and where it was
+            made = _first_placed(args, self.made)
+            if made is not None:
+                _tag(out, self.made, made)
+        return out
+
+    def _made_on_device(self, func, args, kwargs):
+        out = func(*args, **{**kwargs, "device": "cpu"})
+        _tag(out, self.on_device)
+        if func in _FROM_DATA and args and not isinstance(args[0], Tensor):
+            self._copy_in(None, _nbytes(out), non_blocking=False, api=getattr(func, "__name__", "tensor") + "(device=)")
+        return out
+
+    def _host_made(self, out) -> None:
+        """A factory called by the user's code made `out` on the host: noted with where and in which step."""
+        caller = sys._getframe(2).f_code.co_filename
+        mine = self._user_code.get(caller)
+        if mine is None:
+            mine = self._user_code[caller] = is_user_file(caller)
+        site = user_site(2) if mine else None
+        if site is not None:
+            _tag(out, self.made, (site, self.step_clock()))
+
+    # -- moves -----------------------------------------------------------------------------------
+    def _to(self, func, args, kwargs):
+        src, rest = args[0], list(args[1:])
+        target, non_blocking = None, bool(kwargs.get("non_blocking", False))
+        if "device" in kwargs:
+            target = "cuda" if _is_cuda(kwargs["device"]) else "cpu"
+            kwargs = {**kwargs, "device": "cpu"}
+        for i, a in enumerate(rest):
+            if isinstance(a, (torch.device, str)) or (isinstance(a, int) and not isinstance(a, bool) and i == 0):
+                target = "cuda" if _is_cuda(a) else "cpu"
+                rest[i] = CPU
+            elif isinstance(a, Tensor) and i == 0:
+                target = "cuda" if self.on_device.has(a) else "cpu"
+            elif isinstance(a, bool) and i > 0:
+                non_blocking = a
+        out = func(src, *rest, **kwargs)
+        was_on = self.on_device.has(src)
+        if target == "cuda":
+            if not was_on:
+                out = out.clone() if out is src else out
+                self._copy_in(src, _nbytes(src), non_blocking, "to")
+            _tag(out, self.on_device)
+        elif target == "cpu" and was_on:
+            out = out.clone() if out is src else out
+            self._read(".to(cpu)" if not non_blocking else ".to(cpu, non_blocking=True)", blocking=not non_blocking)
+        elif was_on:
+            _tag(out, self.on_device)
+        return out
+
+    def _cuda(self, func, args, kwargs):
+        src = args[0]
+        if self.on_device.has(src):
+            return src
+        out = src.clone(memory_format=kwargs.get("memory_format", torch.preserve_format))
+        self._copy_in(src, _nbytes(src), bool(kwargs.get("non_blocking", False)), "cuda")
+        _tag(out, self.on_device)
+        return out
+
+    def _cpu(self, func, args, kwargs):
+        src = args[0]
+        out = func(*args, **kwargs)
+        if self.on_device.has(src):
+            self._read(".cpu()", blocking=True)
+            out = out.clone() if out is src else out
+        return out
+
+    def _grad(self, func, args, kwargs):
+        grad = func(*args, **kwargs)
+        if grad is not None and self.on_device.has(args[0]) and not self.on_device.has(grad):
+            self.on_device.add(grad)  # autograd made it in C++: it lives where its parameter does
+        return grad
+
+    def _set_data(self, func, args, kwargs):
+        # nn.Module.to() swaps each parameter's data: the parameter is where its new data is
+        out = func(*args, **kwargs)
+        if self.on_device.has(args[1]):
+            self.on_device.add(args[0])
+        return out
+
+    def _reader(self, name: str):
+        def read(func, args, kwargs):
+            if args and isinstance(args[0], Tensor) and self.on_device.has(args[0]):
+                self._read(name, blocking=True)
+            return func(*args, **kwargs)
+        return read
+
+    # -- records ---------------------------------------------------------------------------------
+    def _entry(self, table: dict, key_extra: str, site: dict | None, **fields) -> dict | None:
+        if site is None:
+            return None
+        key = (site["path"], site["line"], key_extra)
+        entry = table.get(key)
+        if entry is None:
+            entry = table[key] = {"site": site, "calls": 0, "window_calls": 0, "by_step": {}, **fields}
+        entry["calls"] += 1
+        step = self.window_step()
+        if step is not None:
+            entry["window_calls"] += 1
+            entry["by_step"][str(step)] = entry["by_step"].get(str(step), 0) + 1
+        return entry
+
+    def _copy_in(self, src, nbytes: int, non_blocking: bool, api: str) -> None:
+        try:
+            if src is None:
+                origin, made_at = "data", None
+            elif self.in_fetch:
+                origin, made_at = "sample", None  # a Dataset's __getitem__ moves each sample
+            elif self.from_loader.has(src):
+                origin, made_at = "loader", None
+            else:  # made in this step and moved: COPY002; kept on the host from before: data
+                made = self.made.get(src)
+                made_at = made[0] if made is not None else None
+                origin = "made" if made is not None and made[1] == self.step_clock() else "host"
+            pinned = src is not None and self.pinned.has(src)
+            entry = self._entry(self.copies, origin, user_site(3), api=api, origin=origin, bytes=0,
+                                window_bytes=0, pinned=True, non_blocking=True, made_at=made_at)
+            if entry is None:
+                return
+            entry["bytes"] = max(entry["bytes"], nbytes)
+            if self.window_step() is not None:
+                entry["window_bytes"] += nbytes
+            entry["pinned"] = entry["pinned"] and pinned
+            entry["non_blocking"] = entry["non_blocking"] and non_blocking
+        except Exception as exc:  # noqa: BLE001  a record must never break the script
+            record_internal_error("CUDA emulation", exc)
+
+    def _read(self, name: str, blocking: bool) -> None:
+        try:
+            self._entry(self.reads, name, user_site(3), api=name, blocking=blocking)
+        except Exception as exc:  # noqa: BLE001
+            record_internal_error("CUDA emulation", exc)
+
+    def cuda_call(self, api: str) -> None:
+        try:
+            self._entry(self.calls, api, user_site(3), api=api)
+        except Exception as exc:  # noqa: BLE001
+            record_internal_error("CUDA emulation", exc)
+
+    def autocast_entered(self, device_type: str, dtype, enabled: bool) -> None:
+        self._entry(self.autocast, device_type, user_site(3), device_type=device_type,
+                    dtype=str(dtype).replace("torch.", "") if dtype is not None else None, enabled=bool(enabled))
+
+    # -- DataLoader batches ------------------------------------------------------------------------
+    def loader_batch(self, batch, depth: int = 0) -> None:
+        if depth > 4:
+            return
+        if isinstance(batch, Tensor):
+            self.from_loader.add(batch)
+        elif isinstance(batch, dict):
+            for v in batch.values():
+                self.loader_batch(v, depth + 1)
+        elif isinstance(batch, (list, tuple)):
+            for v in batch:
+                self.loader_batch(v, depth + 1)
+
+    def snapshot(self) -> dict:
+        def rows(table):
+            return [dict(v) for v in table.values()][:200]
+        params = len(self.on_device._refs)
+        return {"copies": rows(self.copies), "reads": rows(self.reads), "calls": rows(self.calls),
+                "autocast": rows(self.autocast), "unsupported": self.unsupported[:5], "params_on_device": params}
+
+
+def on_device(t, copied_from_host: bool = False):
+    """Place `t` on the emulated device from outside the mode (torch.cuda.FloatTensor(...))."""
+    mode = ACTIVE.get("mode")
+    if mode is not None:
+        mode.on_device.add(t)
+        if copied_from_host:
+            mode._copy_in(None, _nbytes(t), non_blocking=False, api="torch.cuda.*Tensor(data)")
+    return t
+
+
+ACTIVE: dict = {}

@@ -1,0 +1,142 @@
+"""What the emulated CUDA device saw (`perfaudit run --device emulate-cuda`, collect/placement.py):
+host-to-device copies as the script's GPU branch makes them, at the user's line, per measured step.
+Copies are not timed (a CPU has no PCIe link): their cost is the bytes over a typical bandwidth."""
+from __future__ import annotations
+
+from .registry import Context, fact
+from .sites import Site, site_from_probe
+
+# typical effective host-to-device bandwidths: a pageable copy is staged through a bounce buffer and
+# blocks the host; a pinned one runs at the link's speed (and overlaps compute when non_blocking)
+PAGEABLE_GBPS = 6.0
+PINNED_GBPS = 20.0
+ORIGIN = {"loader": "a DataLoader batch", "sample": "a sample, in Dataset.__getitem__",
+          "host": "a tensor kept on the host", "data": "host data (a list or array)",
+          "made": "made on the host in the step"}
+
+
+def emulated(ctx: Context) -> bool:
+    env = ctx.probes.get("environment") or {}
+    return bool(env.get("emulated_cuda")) and "cuda_emulation" in ctx.probes
+
+
+@fact("run.emulated_cuda", "Whether the script ran its CUDA branch on an emulated CUDA device (a CPU-only "
+                           "run with --device emulate-cuda or auto): copies and placements seen as a GPU run makes them.")
+def run_emulated_cuda(ctx: Context) -> bool:
+    return emulated(ctx)
+
+
+def copy_sites(ctx: Context, origins: set[str], only_costly: bool) -> list[Site]:
+    """The emulated copies from these origins in the measured steps, one Site per line; `only_costly`
+    leaves out pinned non_blocking copies (they overlap compute on a GPU)."""
+    measured = {str(s.number) for s in ctx.steps}
+    sites = []
+    for copy in ctx.probes["cuda_emulation"]["copies"]:
+        if copy["origin"] not in origins:
+            continue
+        by_step = {k: v for k, v in (copy.get("by_step") or {}).items() if k in measured}
+        pinned, non_blocking = copy.get("pinned", False), copy.get("non_blocking", False)
+        if not by_step or (only_costly and pinned and non_blocking):
+            continue
+        count = sum(by_step.values())
+        per_copy = copy.get("window_bytes", 0) / max(copy.get("window_calls", 0), 1)
+        made, where = copy.get("made_at") or {}, copy["site"]
+        made_text = ""
+        if copy["origin"] == "made" and made and (made.get("path"), made.get("line")) != (where["path"], where["line"]):
+            made_text = f", made at {ctx.source.display_path(made['path'])}:{made['line']}"
+        detail = (f"{ORIGIN[copy['origin']]}{made_text}, {_size(per_copy)} each, "
+                  + ("pinned" if pinned else "pageable") + (", non_blocking" if non_blocking else ", blocking"))
+        site = site_from_probe(ctx, copy["site"], detail, blocking=not non_blocking, pageable=not pinned,
+                               estimated=True, emulated=True, lines=[copy["site"]["line"]])
+        site.count = count
+        site.ms = per_copy * count / ((PINNED_GBPS if pinned else PAGEABLE_GBPS) * 1e9) * 1000.0
+        site.steps_seen = {i for i, s in enumerate(ctx.steps) if str(s.number) in by_step}
+        sites.append(site)
+    return sorted(sites, key=lambda s: (-s.ms, s.line or 0))
+
+
+WAITS = {"torch.cuda.synchronize", "torch.accelerator.synchronize", "Event.synchronize", "Stream.synchronize"}
+
+
+def emulated_waits(ctx: Context) -> list[Site]:
+    """The calls on the emulated CUDA path that block the host until the device has caught up, one
+    Site per line, in the measured steps (not timed: a CPU has no device to wait for)."""
+    measured = {str(s.number): i for i, s in enumerate(ctx.steps)}
+    sites = []
+    for call in ctx.probes["cuda_emulation"]["calls"]:
+        by_step = {k: v for k, v in (call.get("by_step") or {}).items() if k in measured}
+        if call["api"] not in WAITS or not by_step:
+            continue
+        site = site_from_probe(ctx, call["site"], f"{call['api']} called directly", emulated=True,
+                               lines=[call["site"]["line"]])
+        site.count, site.steps_seen = sum(by_step.values()), {measured[k] for k in by_step}
+        sites.append(site)
+    return sites
+
+
+def _size(nbytes: float) -> str:
+    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+# matrix math as the CPU trace names it (leaf ops: one per linear layer, matmul or convolution)
+MATH_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_convolution"}
+# forward matrix FLOPs per step below which precision is not what a GPU step waits on (a few
+# microseconds of tensor-core time: launches dominate); counted from the recorded input shapes, so the
+# verdict does not move with how busy this CPU is
+MIN_GFLOP_PER_STEP = 0.5
+
+
+def matrix_flops(op) -> float:
+    """Multiply-adds x 2 of one matrix op, from its recorded input shapes (0 when they are missing)."""
+    dims = op.args.get("Input Dims") or []
+    try:
+        if op.name == "aten::mm":
+            (m, k), (_, n) = dims[0], dims[1]
+            return 2.0 * m * k * n
+        if op.name == "aten::addmm":
+            (m, k), (_, n) = dims[1], dims[2]
+            return 2.0 * m * k * n
+        if op.name == "aten::bmm":
+            (b, m, k), (_, _, n) = dims[0], dims[1]
+            return 2.0 * b * m * k * n
+        if op.name == "aten::baddbmm":
+            (b, m, k), (_, _, n) = dims[1], dims[2]
+            return 2.0 * b * m * k * n
+        if op.name == "aten::_convolution":  # stride 1 and same padding assumed: an upper bound
+            x, w = dims[0], dims[1]
+            spatial = 1
+            for s in x[2:]:
+                spatial *= s
+            kernel = 1
+            for s in w[1:]:
+                kernel *= s
+            return 2.0 * x[0] * w[0] * kernel * spatial
+    except (TypeError, ValueError, IndexError):
+        return 0.0
+    return 0.0
+
+
+@fact("amp.fp32_math_sites", "On the emulated CUDA path, the line whose forward matrix math (linear layers, "
+                             "matmuls, convolutions; at least 0.5 GFLOP a step) ran with no autocast entered "
+                             "for CUDA in the measured steps; ms is this CPU's time for it.", needs=("stacks", "shapes"))
+def fp32_math_sites(ctx: Context) -> list[Site]:
+    from .sites import SiteCollector
+    if not emulated(ctx):
+        return []
+    measured = {str(s.number) for s in ctx.steps}
+    for entry in ctx.probes["cuda_emulation"]["autocast"]:
+        used = entry.get("enabled", True) and entry["device_type"] == "cuda" and entry.get("dtype") in ("float16", "bfloat16")
+        if used and set(entry.get("by_step") or {}) & measured:
+            return []  # mixed precision is on for this step
+    ops = [e for e in ctx.trace.host if e.kind == "op" and e.name in MATH_OPS and ctx.step_of(e.ts) is not None]
+    attributions = ctx.frames.attribute_all(ops) if ctx.frames else {}
+    forward = [e for e in ops if id(e) in attributions and attributions[id(e)].via != "backward"]
+    if sum(matrix_flops(e) for e in forward) / len(ctx.steps) < MIN_GFLOP_PER_STEP * 1e9:
+        return []
+    collector = SiteCollector(ctx)
+    collector.add_all([(e, e, e.dur / 1000.0, "FP32 matrix math") for e in forward], attributions=attributions)
+    sites = collector.result()
+    return sites[:1]  # where most of it is issued: the model's call in the step

@@ -1,0 +1,49 @@
+"""The CUDA calls training scripts make, on the CUDA path: run by `perfaudit run` on a machine without
+a GPU, every one must be served by the emulated device (tests/test_emulation.py)."""
+import sys
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+assert torch.cuda.is_available() and torch.cuda.device_count() == 1, "no CUDA path"
+assert torch.accelerator.is_available() and torch.accelerator.current_accelerator().type == "cuda"
+torch.cuda.set_device(0)
+torch.cuda.manual_seed_all(0)
+props = torch.cuda.get_device_properties(0)
+print(torch.cuda.get_device_name(0), props.total_memory, torch.cuda.get_device_capability(), file=sys.stderr)
+assert torch.cuda.is_bf16_supported()
+device = torch.device("cuda", torch.cuda.current_device())
+torch.backends.cudnn.benchmark = True
+
+model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 16 * 16, 10)).to(device)
+assert next(model.parameters()).is_cuda and next(model.parameters()).device.type == "cuda"
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+scaler = torch.amp.GradScaler("cuda")
+data = TensorDataset(torch.randn(256, 3, 16, 16), torch.randint(0, 10, (256,)))
+loader = DataLoader(data, batch_size=32, shuffle=True, pin_memory=True, drop_last=True)
+side = torch.cuda.Stream()
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+for epoch in range(100):
+    torch.cuda.reset_peak_memory_stats()
+    for step, (x, y) in enumerate(loader):
+        assert x.is_pinned()
+        with torch.cuda.stream(side):
+            x = x.to(device, non_blocking=True)
+            y = y.to(device, non_blocking=True)
+        torch.cuda.current_stream().wait_stream(side)
+        start.record()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        end.record()
+        if step % 4 == 0:
+            end.synchronize()
+            used = torch.cuda.max_memory_allocated() + torch.cuda.memory_allocated() + torch.cuda.memory_reserved()
+            print(f"{epoch}/{step} loss {loss.item():.3f} {start.elapsed_time(end):.2f} ms {used} B", file=sys.stderr)
+    assert loss.device.type == "cuda" and loss.cpu().device.type == "cpu"
+    torch.cuda.synchronize()
