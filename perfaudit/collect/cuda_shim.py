@@ -169,6 +169,11 @@ def install(recorder) -> None:
         "set_sync_debug_mode": nothing, "get_sync_debug_mode": zero, "ipc_collect": nothing,
         "set_per_process_memory_fraction": nothing, "get_arch_list": lambda: ["sm_80"],
         "is_current_stream_capturing": lambda: False, "set_stream": nothing,
+        # tensors "on the device" draw from the CPU's generator: the device's own RNG state is a token
+        "manual_seed": nothing, "manual_seed_all": nothing, "seed": nothing, "seed_all": nothing,
+        "initial_seed": zero, "get_rng_state": lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
+        "get_rng_state_all": lambda: [torch.zeros(16, dtype=torch.uint8)], "set_rng_state": nothing,
+        "set_rng_state_all": nothing,
     }
     for name, value in served.items():
         setattr(cuda, name, _own(value, name))

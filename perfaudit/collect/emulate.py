@@ -31,6 +31,7 @@ def install(probes, steps_ended) -> Placement:
     cuda_shim.install(mode)
     _pinning(mode)
     _autocast(mode)
+    _compiled_code_without_the_mode(mode)
     _distributed()
     probes.add("cuda_emulation", mode)
     probes.placement = mode
@@ -60,6 +61,59 @@ def _autocast(mode: Placement) -> None:
         return original(self)
 
     torch.amp.autocast_mode.autocast.__enter__ = __enter__
+
+
+def _compiled_code_without_the_mode(mode: Placement) -> None:
+    """torch.compile traces every active TorchFunctionMode into the graph, and the placement mode's own
+    bookkeeping would break the script's graphs (COMPILE001 on lines that break nowhere on a GPU).
+    Compiled code runs with the mode set aside; what it returns is on the device when what it was given
+    (or the module it runs) is."""
+    original_compile = torch.compile
+    patched = []
+
+    def patch_dynamo() -> None:
+        from torch._dynamo.eval_frame import OptimizeContext
+        original_call = OptimizeContext.__call__
+
+        def __call__(self, fn):
+            compiled = original_call(self, fn)
+            if isinstance(compiled, torch.nn.Module) or not callable(compiled):
+                return compiled
+            owner = getattr(fn, "__self__", None)
+
+            @functools.wraps(compiled)
+            def run_compiled(*args, **kwargs):
+                from torch.utils._pytree import tree_leaves
+                inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+                params = list(owner.parameters()) if isinstance(owner, torch.nn.Module) else []
+                placed = any(mode.on_device.has(t) for t in inputs + params) or (not inputs and bool(mode.on_device))
+                top = torch._C._len_torch_function_stack() and torch._C._get_function_stack_at(
+                    torch._C._len_torch_function_stack() - 1) is mode
+                if top:
+                    with torch.overrides._pop_mode_temporarily():
+                        out = compiled(*args, **kwargs)
+                else:
+                    out = compiled(*args, **kwargs)
+                if placed:
+                    for t in tree_leaves(out):
+                        if isinstance(t, torch.Tensor):
+                            mode.on_device.add(t)
+                return out
+            return run_compiled
+
+        OptimizeContext.__call__ = __call__
+
+    @functools.wraps(original_compile)
+    def compile(*args, **kwargs):
+        if not patched:
+            try:
+                patch_dynamo()
+            except Exception as exc:  # noqa: BLE001 - a torch without this class: graphs trace the mode
+                record_internal_error("CUDA emulation", exc)
+            patched.append(True)
+        return original_compile(*args, **kwargs)
+
+    torch.compile = compile
 
 
 def _distributed() -> None:

@@ -52,7 +52,12 @@ class Registry:
     """Tensors by identity (weakly): equal tensors are different tensors, and a dead one is forgotten."""
 
     def __init__(self):
-        self._refs: dict[int, tuple] = {}
+        refs = self._refs = {}
+
+        def gone(ref):  # one callback for every entry: the KeyedRef carries its key
+            if refs.get(ref.key, (None,))[0] is ref:
+                del refs[ref.key]
+        self._gone = gone
 
     def __bool__(self) -> bool:
         return bool(self._refs)
@@ -66,13 +71,8 @@ class Registry:
         return entry is not None and entry[0]() is t
 
     def add(self, t, value=True) -> None:
-        key, refs = id(t), self._refs
-
-        def gone(ref, key=key):
-            if refs.get(key, (None,))[0] is ref:
-                del refs[key]
         try:
-            refs[key] = (weakref.ref(t, gone), value)
+            self._refs[id(t)] = (weakref.KeyedRef(t, self._gone, id(t)), value)
         except TypeError:
             pass
 
@@ -131,6 +131,7 @@ class Placement(TorchFunctionMode):
             Tensor.grad.__get__: self._grad,
             Tensor.data.__set__: self._set_data,
             Tensor.record_stream: lambda f, a, k: None,
+            Tensor.new_tensor: self._new_tensor,
         }
         for func, name in _READS.items():
             self.handlers[func] = self._reader(name)
@@ -161,13 +162,15 @@ class Placement(TorchFunctionMode):
     def _made_on_device(self, func, args, kwargs):
         out = func(*args, **{**kwargs, "device": "cpu"})
         _tag(out, self.on_device)
-        if func in _FROM_DATA and args and not isinstance(args[0], Tensor):
+        data = args[1] if func is Tensor.new_tensor and len(args) > 1 else (args[0] if args else None)
+        if func in _FROM_DATA and data is not None and not isinstance(data, Tensor):
             self._copy_in(None, _nbytes(out), non_blocking=False, api=getattr(func, "__name__", "tensor") + "(device=)")
         return out
 
-    def _host_made(self, out) -> None:
-        """A factory called by the user's code made `out` on the host: noted with where and in which step."""
-        caller = sys._getframe(2).f_code.co_filename
+    def _host_made(self, out, depth: int = 2) -> None:
+        """A factory called by the user's code made `out` on the host: noted with where and in which step
+        (`depth`: the caller's frame, counted from here)."""
+        caller = sys._getframe(depth).f_code.co_filename
         mine = self._user_code.get(caller)
         if mine is None:
             mine = self._user_code[caller] = is_user_file(caller)
@@ -226,6 +229,21 @@ class Placement(TorchFunctionMode):
         if grad is not None and self.on_device.has(args[0]) and not self.on_device.has(grad):
             self.on_device.add(grad)  # autograd made it in C++: it lives where its parameter does
         return grad
+
+    def _new_tensor(self, func, args, kwargs):
+        """`x.new_tensor(data)` on a device tensor copies the host data over, like torch.tensor(data, device=…)."""
+        device = kwargs.get("device")
+        if device is not None and _is_cuda(device):
+            return self._made_on_device(func, args, kwargs)
+        out = func(*args, **kwargs)
+        if device is None and self.on_device.has(args[0]):
+            _tag(out, self.on_device)
+            data = args[1] if len(args) > 1 else kwargs.get("data")
+            if not isinstance(data, Tensor):
+                self._copy_in(None, _nbytes(out), non_blocking=False, api="new_tensor")
+        elif not self.on_device.has(args[0]):
+            self._host_made(out, depth=3)
+        return out
 
     def _set_data(self, func, args, kwargs):
         # nn.Module.to() swaps each parameter's data: the parameter is where its new data is
