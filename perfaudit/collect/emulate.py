@@ -8,6 +8,7 @@ script starts and never popped: the process ends with the script.
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -36,7 +37,19 @@ def install(probes, steps_ended) -> Placement:
     probes.add("cuda_emulation", mode)
     probes.placement = mode
     mode.__enter__()
+    os.register_at_fork(after_in_child=lambda: _leave(mode))
     return mode
+
+
+def _leave(mode: Placement) -> None:
+    """A forked child (a DataLoader worker) prepares batches on the host: it runs without the mode,
+    whose records would stay in the child and whose cost would compete with the step for the CPUs."""
+    try:
+        depth = torch._C._len_torch_function_stack()
+        if depth and torch._C._get_function_stack_at(depth - 1) is mode:
+            torch._C._pop_torch_function_stack()
+    except Exception as exc:  # noqa: BLE001
+        record_internal_error("CUDA emulation", exc)
 
 
 def _pinning(mode: Placement) -> None:
