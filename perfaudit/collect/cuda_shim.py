@@ -181,8 +181,8 @@ def install(recorder) -> None:
         setattr(cuda, name, _legacy_type(name, dtype))
     torch.backends.cudnn.is_available = lambda: True
 
-    acc = torch.accelerator
-    for name, value in {
+    acc = getattr(torch, "accelerator", None)  # torch 2.6 and newer
+    for name, value in {} if acc is None else {
         "is_available": lambda: True, "device_count": lambda: 1,
         "current_accelerator": lambda check_available=False: torch.device("cuda"),
         "current_device_index": lambda: 0, "current_device_idx": lambda: 0,

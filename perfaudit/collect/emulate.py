@@ -41,12 +41,17 @@ def install(probes, steps_ended) -> Placement:
     return mode
 
 
+def _on_top(mode: Placement) -> bool:
+    """Whether the placement mode is the innermost torch function mode (False on a torch that cannot say)."""
+    depth = getattr(torch._C, "_len_torch_function_stack", lambda: 0)()
+    return bool(depth) and torch._C._get_function_stack_at(depth - 1) is mode
+
+
 def _leave(mode: Placement) -> None:
     """A forked child (a DataLoader worker) prepares batches on the host: it runs without the mode,
     whose records would stay in the child and whose cost would compete with the step for the CPUs."""
     try:
-        depth = torch._C._len_torch_function_stack()
-        if depth and torch._C._get_function_stack_at(depth - 1) is mode:
+        if _on_top(mode):
             torch._C._pop_torch_function_stack()
     except Exception as exc:  # noqa: BLE001
         record_internal_error("CUDA emulation", exc)
@@ -100,8 +105,7 @@ def _compiled_code_without_the_mode(mode: Placement) -> None:
                 inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
                 params = list(owner.parameters()) if isinstance(owner, torch.nn.Module) else []
                 placed = any(mode.on_device.has(t) for t in inputs + params) or (not inputs and bool(mode.on_device))
-                top = torch._C._len_torch_function_stack() and torch._C._get_function_stack_at(
-                    torch._C._len_torch_function_stack() - 1) is mode
+                top = _on_top(mode)
                 if top:
                     with torch.overrides._pop_mode_temporarily():
                         out = compiled(*args, **kwargs)
