@@ -99,11 +99,10 @@ def _legacy_type(name: str, dtype: torch.dtype):
             return isinstance(obj, torch.Tensor) and obj.dtype == dtype and obj.is_cuda
 
     def __new__(cls, *args):
-        from .placement import on_device
         sizes = len(args) > 0 and all(isinstance(a, int) for a in args)
         data = None if sizes or not args else args[0]
         made = torch.empty(*args, dtype=dtype) if sizes or not args else torch.as_tensor(data, dtype=dtype).clone()
-        return on_device(made, copied_from_host=data is not None)
+        return _recorder.place(made, copied_from_host=data is not None)
 
     return Meta(name, (), {"__new__": __new__, "dtype": dtype})
 
@@ -136,6 +135,7 @@ def _own(value, name: str):
 
 class _NoRecorder:
     def cuda_call(self, api: str) -> None: pass
+    def place(self, t, copied_from_host: bool = False): return t
 
 
 _recorder = _NoRecorder()
@@ -143,7 +143,8 @@ _recorder = _NoRecorder()
 
 def install(recorder) -> None:
     """Serve torch.cuda / torch.accelerator as one CUDA device; `recorder.cuda_call(api)` hears the calls
-    a GPU run would pay for (synchronize, event timing)."""
+    a GPU run would pay for (synchronize, event timing), `recorder.place(t)` puts a legacy-typed tensor
+    on the device."""
     global _recorder
     _recorder = recorder
     cuda = torch.cuda

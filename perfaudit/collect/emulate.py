@@ -7,6 +7,7 @@ script starts and never popped: the process ends with the script.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -14,7 +15,8 @@ import torch
 
 from . import cuda_shim
 from .internal import record_internal_error
-from .placement import ACTIVE, Placement
+from .placement import Placement
+from .wrap import wrap
 
 
 def wanted(config: dict) -> bool:
@@ -28,7 +30,6 @@ def install(probes, steps_ended) -> Placement:
     mode = Placement()
     mode.window_step = probes.window_step
     mode.step_clock = steps_ended
-    ACTIVE["mode"] = mode
     cuda_shim.install(mode)
     _pinning(mode)
     _autocast(mode)
@@ -68,17 +69,11 @@ def _pinning(mode: Placement) -> None:
 
 
 def _autocast(mode: Placement) -> None:
-    original = torch.amp.autocast_mode.autocast.__enter__
+    def entered(args, kwargs):
+        region = args[0]
+        mode.autocast_entered(region.device, getattr(region, "fast_dtype", None), getattr(region, "_enabled", True))
 
-    @functools.wraps(original)
-    def __enter__(self):
-        try:
-            mode.autocast_entered(self.device, getattr(self, "fast_dtype", None), getattr(self, "_enabled", True))
-        except Exception as exc:  # noqa: BLE001
-            record_internal_error("CUDA emulation", exc)
-        return original(self)
-
-    torch.amp.autocast_mode.autocast.__enter__ = __enter__
+    wrap(torch.amp.autocast_mode.autocast, "__enter__", entered, probe="CUDA emulation")
 
 
 def _compiled_code_without_the_mode(mode: Placement) -> None:
@@ -103,13 +98,11 @@ def _compiled_code_without_the_mode(mode: Placement) -> None:
             def run_compiled(*args, **kwargs):
                 from torch.utils._pytree import tree_leaves
                 inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-                params = list(owner.parameters()) if isinstance(owner, torch.nn.Module) else []
-                placed = any(mode.on_device.has(t) for t in inputs + params) or (not inputs and bool(mode.on_device))
-                top = _on_top(mode)
-                if top:
-                    with torch.overrides._pop_mode_temporarily():
-                        out = compiled(*args, **kwargs)
-                else:
+                param = next(owner.parameters(), None) if isinstance(owner, torch.nn.Module) else None
+                placed = (any(mode.on_device.has(t) for t in inputs) or (param is not None and mode.on_device.has(param))
+                          or (not inputs and bool(mode.on_device)))
+                aside = torch.overrides._pop_mode_temporarily() if _on_top(mode) else contextlib.nullcontext()
+                with aside:
                     out = compiled(*args, **kwargs)
                 if placed:
                     for t in tree_leaves(out):

@@ -62,6 +62,9 @@ class Registry:
     def __bool__(self) -> bool:
         return bool(self._refs)
 
+    def __len__(self) -> int:
+        return len(self._refs)
+
     def get(self, t):
         entry = self._refs.get(id(t))
         return entry[1] if entry is not None and entry[0]() is t else None
@@ -106,7 +109,8 @@ def _nbytes(t) -> int:
 
 
 class Placement(TorchFunctionMode):
-    """The emulated device's bookkeeping; `records` is what the report reads (see snapshot())."""
+    """The emulated device's bookkeeping: the mode, the registries of tensors, and the records the report
+    reads (snapshot())."""
 
     def __init__(self):
         super().__init__()
@@ -121,7 +125,6 @@ class Placement(TorchFunctionMode):
         self.window_step = lambda: None
         self.step_clock = lambda: 0   # steps ended so far
         self.in_fetch = False         # inside DataLoader.__next__ (a Dataset's __getitem__ runs there)
-        self.unsupported: list[str] = []
         self._user_code: dict = {}
         self.handlers = {
             Tensor.to: self._to, Tensor.cuda: self._cuda, Tensor.cpu: self._cpu,
@@ -331,19 +334,12 @@ class Placement(TorchFunctionMode):
     def snapshot(self) -> dict:
         def rows(table):
             return [dict(v) for v in table.values()][:200]
-        params = len(self.on_device._refs)
         return {"copies": rows(self.copies), "reads": rows(self.reads), "calls": rows(self.calls),
-                "autocast": rows(self.autocast), "unsupported": self.unsupported[:5], "params_on_device": params}
+                "autocast": rows(self.autocast), "params_on_device": len(self.on_device)}
 
-
-def on_device(t, copied_from_host: bool = False):
-    """Place `t` on the emulated device from outside the mode (torch.cuda.FloatTensor(...))."""
-    mode = ACTIVE.get("mode")
-    if mode is not None:
-        mode.on_device.add(t)
+    def place(self, t, copied_from_host: bool = False):
+        """Place `t` on the emulated device from outside the mode (torch.cuda.FloatTensor(...))."""
+        self.on_device.add(t)
         if copied_from_host:
-            mode._copy_in(None, _nbytes(t), non_blocking=False, api="torch.cuda.*Tensor(data)")
-    return t
-
-
-ACTIVE: dict = {}
+            self._copy_in(None, _nbytes(t), non_blocking=False, api="torch.cuda.*Tensor(data)")
+        return t

@@ -5,14 +5,10 @@ import re
 
 from ..calls import DEVICE_COPIES, creates_on_host_text
 from ..trace.nesting import innermost
-from .emulated import copy_sites, emulated
+from .emulated import PAGEABLE_GBPS, copy_sites, emulated
 from .gpu import runtime_of_device
 from .registry import Context, Missing, fact
 from .sites import Site, SiteCollector
-
-# Typical effective PCIe bandwidths, used only to estimate on a CPU run what a copy would cost on a
-# GPU: pageable copies are staged through a bounce buffer and block the host.
-PAGEABLE_GBPS = 6.0
 
 
 def _is_device_move(call) -> bool:

@@ -4,10 +4,11 @@ Copies are not timed (a CPU has no PCIe link): their cost is the bytes over a ty
 from __future__ import annotations
 
 from .registry import Context, fact
-from .sites import Site, site_from_probe
+from .sites import Site, SiteCollector, site_from_probe
 
-# typical effective host-to-device bandwidths: a pageable copy is staged through a bounce buffer and
-# blocks the host; a pinned one runs at the link's speed (and overlaps compute when non_blocking)
+# typical effective host-to-device bandwidths, used only to estimate on a CPU run what a copy costs on
+# a GPU: a pageable copy is staged through a bounce buffer and blocks the host; a pinned one runs at the
+# link's speed (and overlaps compute when non_blocking)
 PAGEABLE_GBPS = 6.0
 PINNED_GBPS = 20.0
 ORIGIN = {"loader": "a DataLoader batch", "sample": "a sample, in Dataset.__getitem__",
@@ -26,15 +27,21 @@ def run_emulated_cuda(ctx: Context) -> bool:
     return emulated(ctx)
 
 
+def _in_measured_steps(ctx: Context, record: dict) -> dict[int, int]:
+    """A record's counts per step (by the probes' step number), as index into ctx.steps -> count, for
+    the measured steps only."""
+    index = {str(s.number): i for i, s in enumerate(ctx.steps)}
+    return {index[k]: v for k, v in (record.get("by_step") or {}).items() if k in index}
+
+
 def copy_sites(ctx: Context, origins: set[str], only_costly: bool) -> list[Site]:
     """The emulated copies from these origins in the measured steps, one Site per line; `only_costly`
     leaves out pinned non_blocking copies (they overlap compute on a GPU)."""
-    measured = {str(s.number) for s in ctx.steps}
     sites = []
     for copy in ctx.probes["cuda_emulation"]["copies"]:
         if copy["origin"] not in origins:
             continue
-        by_step = {k: v for k, v in (copy.get("by_step") or {}).items() if k in measured}
+        by_step = _in_measured_steps(ctx, copy)
         pinned, non_blocking = copy.get("pinned", False), copy.get("non_blocking", False)
         if not by_step or (only_costly and pinned and non_blocking):
             continue
@@ -50,7 +57,7 @@ def copy_sites(ctx: Context, origins: set[str], only_costly: bool) -> list[Site]
                                estimated=True, emulated=True, lines=[copy["site"]["line"]])
         site.count = count
         site.ms = per_copy * count / ((PINNED_GBPS if pinned else PAGEABLE_GBPS) * 1e9) * 1000.0
-        site.steps_seen = {i for i, s in enumerate(ctx.steps) if str(s.number) in by_step}
+        site.steps_seen = set(by_step)
         sites.append(site)
     return sorted(sites, key=lambda s: (-s.ms, s.line or 0))
 
@@ -61,15 +68,14 @@ WAITS = {"torch.cuda.synchronize", "torch.accelerator.synchronize", "Event.synch
 def emulated_waits(ctx: Context) -> list[Site]:
     """The calls on the emulated CUDA path that block the host until the device has caught up, one
     Site per line, in the measured steps (not timed: a CPU has no device to wait for)."""
-    measured = {str(s.number): i for i, s in enumerate(ctx.steps)}
     sites = []
     for call in ctx.probes["cuda_emulation"]["calls"]:
-        by_step = {k: v for k, v in (call.get("by_step") or {}).items() if k in measured}
+        by_step = _in_measured_steps(ctx, call)
         if call["api"] not in WAITS or not by_step:
             continue
         site = site_from_probe(ctx, call["site"], f"{call['api']} called directly", emulated=True,
                                lines=[call["site"]["line"]])
-        site.count, site.steps_seen = sum(by_step.values()), {measured[k] for k in by_step}
+        site.count, site.steps_seen = sum(by_step.values()), set(by_step)
         sites.append(site)
     return sites
 
@@ -123,7 +129,6 @@ def matrix_flops(op) -> float:
                              "matmuls, convolutions; at least 0.5 GFLOP a step) ran with no autocast entered "
                              "for CUDA in the measured steps; ms is this CPU's time for it.", needs=("stacks", "shapes"))
 def fp32_math_sites(ctx: Context) -> list[Site]:
-    from .sites import SiteCollector
     if not emulated(ctx):
         return []
     measured = {str(s.number) for s in ctx.steps}

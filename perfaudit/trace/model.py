@@ -116,12 +116,17 @@ EMULATION_FRAME = "perfaudit/collect/placement.py"  # the emulated CUDA device's
 DISPATCH_FRAME = "torch/overrides.py"  # torch's dispatch to that mode from its Python functions
 
 
+def emulated_run(trace: Trace) -> bool:
+    """Whether perfaudit recorded this trace on the emulated CUDA device (its embedded environment says)."""
+    probes = trace.probes.get("probes")
+    env = probes.get("environment") if isinstance(probes, dict) else None
+    return isinstance(env, dict) and env.get("emulated_cuda") is True
+
+
 def without_emulation_frames(python: list[Event]) -> list[Event]:
     """The Python events as the script made them: an emulated CUDA run (`--device emulate-cuda`) records
     the mode's frames (and torch's dispatch to it) around every torch call, and the torch call they make
     (a builtin, so `bool(t)` would show as a `__bool__` call there). Events sorted by start, enclosing first."""
-    if not any(EMULATION_FRAME in e.name for e in python[:100000]):
-        return python
     kept, open_by_thread = [], {}
     for ev in python:
         stack = open_by_thread.setdefault((ev.pid, ev.tid), [])

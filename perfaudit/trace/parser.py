@@ -15,7 +15,7 @@ import ijson
 
 from ..errors import TraceError
 from . import fast
-from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace, without_emulation_frames
+from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace, emulated_run, without_emulation_frames
 from .steps import segment_steps
 from .streams import _GZIP_ERRORS, MAX_EVENTS, _meta_after_events, _open, _Prepend, _Repair, _spool
 
@@ -294,6 +294,7 @@ def _load(path: str, fast_path: bool) -> Trace:
     for events in (trace.host, trace.device, trace.python):  # by start, enclosing events first
         events.sort(key=attrgetter("dur"), reverse=True)
         events.sort(key=attrgetter("ts"))
-    trace.python = without_emulation_frames(trace.python)
+    if emulated_run(trace):
+        trace.python = without_emulation_frames(trace.python)
     segment_steps(trace)
     return trace
