@@ -47,6 +47,8 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
         s = verdict.speed
         style = _SPEED_STYLE.get(s.verdict, "")
         how = f"{abs(s.change_pct):.1f}% {'faster' if s.delta_ms < 0 else 'slower'}" if s.delta_ms else "the same"
+        if math.isnan(s.delta_ms):  # no counted step on one side: every run of it waited for a CPU
+            how = "not measured"
         said = s.verdict
         if said == "no measurable change" and s.within_tolerance:
             said = f"no change beyond ±{s.tolerance_pct:g}%"

@@ -160,12 +160,14 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
     verification = Verification(script, args, done, options.warmup, options.steps, a.device, [], folder,
                                 baseline_failure=a.failure, stopped_because=stop, interrupted=interrupted,
                                 tolerance_pct=plan.tolerance_pct)
-    if a.failure or not a.times:
+    if a.failure or not (a.times or a.losses):
         return verification
+    # a run most of whose steps waited for a CPU gives no step times, but its losses still count: the
+    # loss check stands, and the speed says it had too few steps
     for v in variants[1:]:
         b = runs[v.name]
         verdict = FixVerdict(v.name, v.plan.rules, v.plan.changes)
-        if not b.times and not b.failure:  # interrupted before B ran
+        if not b.times and not b.losses and not b.failure:  # interrupted before B ran
             continue
         if b.failure:
             verdict.broke = b.failure

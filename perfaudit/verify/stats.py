@@ -27,7 +27,7 @@ def trimmed_mean(values: list[float], trim: float = TRIM) -> float:
     ordered = sorted(values)
     cut = int(len(ordered) * trim)
     kept = ordered[cut:len(ordered) - cut] or ordered
-    return sum(kept) / len(kept)
+    return sum(kept) / len(kept) if kept else math.nan  # no counted step (every run was disturbed)
 
 
 @dataclass
