@@ -152,6 +152,30 @@ def test_an_optimizer_asked_for_fused_through_kwargs_is_told_apart():
     assert call_requests(tree, 9, "fused", names) is None   # cannot be read: never claimed missing
 
 
+# -- a busy machine ------------------------------------------------------------------------------------------
+def test_steps_a_busy_cpu_delayed_still_show_their_shapes(tmp_path, sample_report, run_dir):
+    """On a busy machine most recorded steps are left out of the timing figures (they waited for a CPU),
+    but what a step computes does not depend on that: varying shapes are still seen across all of them."""
+    from perfaudit import api
+    sample_report("varying_shapes_bad.py")
+    with gzip.open(f"{run_dir}/varying_shapes_bad/trace.json.gz", "rt") as f:
+        trace = json.load(f)
+    window = trace["perfaudit"]["window"]
+    measured = range(window["warmup"], window["recorded"])
+    assert len(measured) >= 3
+    # every measured step but one waited for a CPU held by other processes, as beside two busy loops
+    window["excluded_steps"] = {str(n): "it waited 9.0 ms of its 12.0 ms for a CPU held by other processes "
+                                        "(busy machine)" for n in list(measured)[1:]}
+    window["busy_steps_measured"] = 1
+    window["step_waited_ms"] = [9.0 if str(n) in window["excluded_steps"] else 0.0 for n in range(window["recorded"])]
+    busy = tmp_path / "busy.json.gz"
+    with gzip.open(busy, "wt") as f:
+        json.dump(trace, f)
+    finding = next(f for f in api.analyze([str(busy)]).findings if f.rule == "SHAPE001")
+    n = len(measured)  # each step padded to its own length: all but the first differ from it
+    assert f"in {100 * (n - 1) / n:.0f}% of the recorded steps ({n} distinct shape sets" in finding.message
+
+
 # -- the trace budget ----------------------------------------------------------------------------------------
 def test_the_budget_cuts_steps_before_it_drops_stacks():
     # 1 MB of events and 3 MB of Python calls a step; 20 MB: fewer steps, stacks kept

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import math
+from statistics import median
 
 from .registry import Context, Missing, fact
 from .sites import Site
-from .steps import typical_phases
+from .steps import phase_times, typical_phases
 
 
 def _loader(ctx: Context) -> dict | None:
@@ -23,6 +24,17 @@ def _loader(ctx: Context) -> dict | None:
     return max(loaders, key=lambda d: (fed(d), d.get("window_batches", 0), d.get("batches_seen", 0))) if loaders else None
 
 
+def _wait_ms(ctx: Context, step_ms: float) -> float:
+    """The DataLoader wait per step: the mean over the measured steps; on a busy machine its typical share
+    of each step (the median over every recorded step of wait / duration less its wait for a CPU) of the
+    undisturbed step: other processes delay loading and computing alike, so the share holds."""
+    quiet = ctx.quiet_steps
+    if not quiet:
+        return typical_phases(ctx)["data"]
+    shares = [t["data"] / ctx.undisturbed_us(s) for s, t in zip(quiet, phase_times(ctx, quiet)) if s.dur > 0]
+    return median(shares) * step_ms if shares else typical_phases(ctx)["data"]
+
+
 PIPELINE_BOUND = 0.8  # the pipeline delivers a batch no faster than this share of the step's compute
 
 
@@ -34,8 +46,8 @@ PIPELINE_BOUND = 0.8  # the pipeline delivers a batch no faster than this share 
                      "pipeline's (pipeline_ms_per_batch: that over the workers) and whether it is slower "
                      "than the step needs (pipeline_bound).")
 def data_loader(ctx: Context) -> dict:
-    wait = typical_phases(ctx)["data"]
     step_ms = ctx.step_ms
+    wait = _wait_ms(ctx, step_ms)
     iterators = {e.name for e in ctx.trace.host if e.name.startswith("enumerate(DataLoader)#")}
     loader = _loader(ctx)
     if not iterators and loader is None:

@@ -162,12 +162,31 @@ class Context:
     @property
     def step_ms(self) -> float:
         """The step time every share is of: the mean measured step; on a busy machine (fewer undisturbed
-        steps than asked for), the undisturbed step time: the first quartile over every recorded step
-        (a step other processes delayed is only ever longer, never shorter)."""
+        steps than asked for), the undisturbed step time: the first quartile over every recorded step of
+        its duration less its measured wait for a CPU (a step other processes delayed is only ever longer,
+        never shorter)."""
         quiet = self.quiet_steps
         if quiet:
-            return quartile([s.dur for s in quiet]) / 1000.0
+            return quartile([self.undisturbed_us(s) for s in quiet]) / 1000.0
         return sum(s.dur for s in self.steps) / len(self.steps) / 1000.0
+
+    def undisturbed_us(self, step: Step) -> float:
+        """A step's duration less the time it waited for a CPU held by other processes (the recording
+        measured that wait per step; a foreign trace did not: its duration as recorded)."""
+        waited = self._waited_ms
+        if 0 <= step.number < len(waited):
+            return max(step.dur - 1000.0 * waited[step.number], 0.5 * step.dur)
+        return step.dur
+
+    @cached_property
+    def _waited_ms(self) -> list[float]:
+        if self.trace is None or self.trace.step_source != "ProfilerStep":  # numbered as the recording's steps
+            return []
+        window = self.trace.probes.get("window")
+        waited = window.get("step_waited_ms") if isinstance(window, dict) else None
+        if not isinstance(waited, list) or not all(isinstance(w, (int, float)) for w in waited):
+            return []
+        return [float(w) for w in waited]
 
     @cached_property
     def quiet_steps(self) -> list[Step] | None:
@@ -177,8 +196,17 @@ class Context:
         window = trace.probes.get("window") if trace is not None else None
         if not isinstance(window, dict) or not window.get("busy_steps_measured"):
             return None
-        steps = [s for s in trace.steps if not s.warmup and (not s.excluded or s.excluded.startswith("it waited"))]
+        steps = self.load_independent_steps
         return steps if len(steps) >= 4 else None
+
+    @cached_property
+    def load_independent_steps(self) -> list[Step]:
+        """The recorded steps that are not warm-up and were left out (if at all) only for waiting for a CPU:
+        what a step does (its ops, their shapes) does not depend on how busy the machine was, so a figure
+        of content, not of time, is taken over all of them."""
+        trace = self.need_trace()
+        steps = [s for s in trace.steps if not s.warmup and (not s.excluded or s.excluded.startswith("it waited"))]
+        return steps or self.steps
 
     @property
     def is_gpu(self) -> bool:

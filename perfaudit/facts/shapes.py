@@ -1,6 +1,7 @@
 """Input shapes across steps: cudnn.benchmark advice and varying batch shapes (T08, T13)."""
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 
 from .registry import Context, Missing, fact
@@ -11,20 +12,25 @@ SHAPED_OPS = CONV_OPS | {"aten::linear", "aten::addmm", "aten::mm", "aten::bmm",
 
 
 def _signature(ctx: Context, names: set[str]) -> list[tuple]:
-    """Per measured step, the tuple of first-input shapes of the named ops, in order."""
+    """Per step, the tuple of first-input shapes of the named ops, in order: over every recorded step but
+    warm-up and steps unlike the others (an evaluation pass), a step delayed by a busy CPU included
+    (its shapes are the script's, however long it took)."""
     ops = [e for e in ctx.trace.host if e.kind == "op" and e.name in names]
     if ops and not any("Input Dims" in e.args for e in ops):
         raise Missing("the trace has no input shapes (record with record_shapes=True)")
-    per_step: list[list] = [[] for _ in ctx.steps]
+    steps = ctx.load_independent_steps
+    starts = [s.ts for s in steps]
+    per_step: list[list] = [[] for _ in steps]
     for op in ops:
-        step = ctx.step_of(op.ts)
+        i = bisect_right(starts, op.ts) - 1
         dims = op.args.get("Input Dims")
-        if step is not None and isinstance(dims, list) and dims:
-            per_step[step].append((op.name, str(dims[0])))
+        if i >= 0 and op.ts <= steps[i].end and isinstance(dims, list) and dims:
+            per_step[i].append((op.name, str(dims[0])))
     return [tuple(s) for s in per_step]
 
 
-@fact("shapes.conv", "Convolution input shapes across the measured steps: conv count per step, and "
+@fact("shapes.conv", "Convolution input shapes across the recorded steps (one a busy CPU delayed too): "
+                     "conv count per step, and "
                      "whether the shapes were the same in every step.", needs=("shapes",))
 def conv_shapes(ctx: Context) -> dict:
     ctx.need_trace()

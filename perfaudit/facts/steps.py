@@ -65,7 +65,7 @@ def typical_phases(ctx: Context) -> dict:
         return {k: sum(t[k] for t in per_step) / n / 1000.0 for k in per_step[0]}
     per_step = phase_times(ctx, quiet)
     phases = {k: quartile([t[k] for t in per_step]) / 1000.0 for k in per_step[0]}
-    other = quartile([s.dur - sum(t.values()) for s, t in zip(quiet, per_step)]) / 1000.0
+    other = quartile([ctx.undisturbed_us(s) - sum(t.values()) for s, t in zip(quiet, per_step)]) / 1000.0
     scale = ctx.step_ms / max(sum(phases.values()) + max(other, 0.0), 1e-9)
     return {k: v * min(scale, 1.0) for k, v in phases.items()}
 

@@ -4,11 +4,15 @@ written each to its file."""
 from __future__ import annotations
 
 import os
+from importlib import import_module
 
 from ..errors import UsageError
 
 REPORT_FORMATS = ("console", "json", "sarif", "junit", "markdown", "github", "html")
 _SOURCE_SUFFIXES = (".py", ".pyw", ".ipynb", ".pyx")
+# format -> (its module in perfaudit.report, whether its renderer takes the rules)
+_RENDERERS = {"json": ("json_report", False), "sarif": ("sarif", True), "html": ("html", True),
+              "junit": ("junit", True), "markdown": ("markdown", False), "github": ("github", False)}
 
 
 def parse_formats(formats: list[str] | None, output: str | None) -> list[tuple[str, str | None]]:
@@ -54,11 +58,11 @@ def check_writable(paths: list[str], protected: tuple[str, ...] = ()) -> None:
 
 
 def render(report, fmt: str, rules) -> str:
-    from . import github, html, json_report, junit, markdown, sarif
-    renderers = {"json": lambda: json_report.render(report), "sarif": lambda: sarif.render(report, rules),
-                 "html": lambda: html.render(report, rules), "junit": lambda: junit.render(report, rules),
-                 "markdown": lambda: markdown.render(report), "github": lambda: github.render(report)}
-    return renderers[fmt]()
+    """The report in one format; only that format's renderer is imported (SARIF's rule help pulls in a
+    Markdown renderer, HTML jinja2: a JSON report needs neither)."""
+    name, with_rules = _RENDERERS[fmt]
+    module = import_module(f"{__package__}.{name}")
+    return module.render(report, rules) if with_rules else module.render(report)
 
 
 def write_text(path: str, text: str) -> None:
