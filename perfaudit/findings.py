@@ -98,6 +98,7 @@ class TraceSummary:
     busy_measured: int = 0              # measured steps that waited for a CPU (no quieter ones came)
     threads: dict | None = None         # intra-op threads fitted to a busy machine's free cores
     training: bool | None = None        # False: an inference trace (no backward, no optimizer step)
+    mfu: dict | None = None             # model FLOPs, achieved TFLOP/s, MFU and its ledger (facts.mfu)
 
     @property
     def busy_machine(self) -> str | None:

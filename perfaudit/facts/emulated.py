@@ -3,6 +3,8 @@ host-to-device copies as the script's GPU branch makes them, at the user's line,
 Copies are not timed (a CPU has no PCIe link): their cost is the bytes over a typical bandwidth."""
 from __future__ import annotations
 
+from ..trace.op_names import MM_OPS
+from .flops import op_flops
 from .registry import Context, fact
 from .sites import Site, SiteCollector, site_from_probe
 
@@ -88,41 +90,11 @@ def _size(nbytes: float) -> str:
 
 
 # matrix math as the CPU trace names it (leaf ops: one per linear layer, matmul or convolution)
-MATH_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_convolution"}
+MATH_OPS = MM_OPS | {"aten::convolution"}
 # forward matrix FLOPs per step below which precision is not what a GPU step waits on (a few
 # microseconds of tensor-core time: launches dominate); counted from the recorded input shapes, so the
 # verdict does not move with how busy this CPU is
 MIN_GFLOP_PER_STEP = 0.5
-
-
-def matrix_flops(op) -> float:
-    """Multiply-adds x 2 of one matrix op, from its recorded input shapes (0 when they are missing)."""
-    dims = op.args.get("Input Dims") or []
-    try:
-        if op.name == "aten::mm":
-            (m, k), (_, n) = dims[0], dims[1]
-            return 2.0 * m * k * n
-        if op.name == "aten::addmm":
-            (m, k), (_, n) = dims[1], dims[2]
-            return 2.0 * m * k * n
-        if op.name == "aten::bmm":
-            (b, m, k), (_, _, n) = dims[0], dims[1]
-            return 2.0 * b * m * k * n
-        if op.name == "aten::baddbmm":
-            (b, m, k), (_, _, n) = dims[1], dims[2]
-            return 2.0 * b * m * k * n
-        if op.name == "aten::_convolution":  # stride 1 and same padding assumed: an upper bound
-            x, w = dims[0], dims[1]
-            spatial = 1
-            for s in x[2:]:
-                spatial *= s
-            kernel = 1
-            for s in w[1:]:
-                kernel *= s
-            return 2.0 * x[0] * w[0] * kernel * spatial
-    except (TypeError, ValueError, IndexError):
-        return 0.0
-    return 0.0
 
 
 @fact("amp.fp32_math_sites", "On the emulated CUDA path, the line whose forward matrix math (linear layers, "
@@ -139,7 +111,7 @@ def fp32_math_sites(ctx: Context) -> list[Site]:
     ops = [e for e in ctx.trace.host if e.kind == "op" and e.name in MATH_OPS and ctx.step_of(e.ts) is not None]
     attributions = ctx.frames.attribute_all(ops) if ctx.frames else {}
     forward = [e for e in ops if id(e) in attributions and attributions[id(e)].via != "backward"]
-    if sum(matrix_flops(e) for e in forward) / len(ctx.steps) < MIN_GFLOP_PER_STEP * 1e9:
+    if sum(op_flops(e) for e in forward) / len(ctx.steps) < MIN_GFLOP_PER_STEP * 1e9:
         return []
     collector = SiteCollector(ctx)
     collector.add_all([(e, e, e.dur / 1000.0, "FP32 matrix math") for e in forward], attributions=attributions)

@@ -69,6 +69,8 @@ def _header(report: Report) -> Panel:
             parts = [f"{label} {gpu[key]:.2f} ms ({100 * gpu[key] / gpu['step']:.0f}%)"
                      for key, label in _GPU_PHASES if gpu.get(key, 0) > 0.005 * gpu["step"]]
             grid.add_row("GPU time", ", ".join(parts) + f"; busy {gpu['busy_pct']:.0f}%")
+        if t.mfu:
+            grid.add_row("FLOPs", mfu_text(t.mfu))
         if t.compile:
             grid.add_row("compile", compile_text(t.compile))
         if t.busy_machine:
@@ -84,6 +86,22 @@ def _header(report: Report) -> Panel:
     if outcome:
         grid.add_row("outcome", Text(outcome, style="bold red"))
     return Panel(grid, title="perfaudit", title_align="left")
+
+
+def mfu_text(m: dict) -> str:
+    """MFU with its peak, or the achieved rate and why there is no MFU; the ledger's largest bars."""
+    achieved = m["achieved_tflops"]
+    rate = f"{achieved:.1f} TFLOP/s" if achieved >= 1 else f"{achieved * 1000:.1f} GFLOP/s"
+    flops = f"{m['flops_per_step'] / 1e9:.2f} GFLOP/step ({m['flops_source']})"
+    if m.get("mfu") is None:
+        return f"{flops}, {rate} achieved; no MFU: {m['why_no_mfu']}"
+    text = (f"MFU {100 * m['mfu']:.1f} % ({m['precision'].upper()} peak {m['peak_tflops']:.0f} TFLOP/s of "
+            f"{m['device']}, {rate} achieved); {flops}")
+    lost = sorted((b for b in m["ledger"] if b["rule"] or b["name"] == "kernel efficiency"),
+                  key=lambda b: -b["ms_per_step"])[:3]
+    step = m["step_ms"] or 1.0
+    return text + "; the step beyond the ideal: " + ", ".join(
+        f"{b['name']} {b['ms_per_step']:.2f} ms ({100 * b['ms_per_step'] / step:.0f}%)" for b in lost)
 
 
 def compile_text(c: dict) -> str:

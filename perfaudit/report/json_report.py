@@ -59,10 +59,20 @@ def to_dict(report: Report) -> dict:
                         "step_ms": t.step_ms, "has_stacks": t.has_stacks,
                         "gpu_breakdown_ms": t.gpu_breakdown, "excluded_steps": t.excluded} for t in report.traces],
         },
+        "mfu": mfu_dict(first.mfu, report.findings) if first and first.mfu else None,
         "findings": [_finding(f) for f in report.findings],
         "skipped": [{"rule": s.rule, "reason": s.reason} for s in report.skipped],
         "notes": list(report.notes),
     }
+
+
+def mfu_dict(mfu: dict, findings) -> dict:
+    """The MFU figures with each ledger bar's findings located: the file:line of the rule that measures it."""
+    where = {}
+    for f in findings:
+        where.setdefault(f.rule, []).extend(f"{loc.path}:{loc.line}" for loc in f.locations)
+    ledger = [{**bar, "locations": where.get(bar["rule"], [])[:5]} for bar in mfu["ledger"]]
+    return {**mfu, "ledger": ledger}
 
 
 def render(report: Report) -> str:

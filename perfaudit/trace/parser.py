@@ -16,6 +16,7 @@ import ijson
 from ..errors import TraceError
 from . import fast
 from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace, emulated_run, without_emulation_frames
+from .op_names import OP_ARGS
 from .steps import segment_steps
 from .streams import _GZIP_ERRORS, MAX_EVENTS, _meta_after_events, _open, _Prepend, _Repair, _spool
 
@@ -27,10 +28,6 @@ KEPT_ARGS = {
     "memcpy": ("correlation", "bytes"),
     "memset": ("correlation", "bytes"),
 }
-SHAPED_OPS = frozenset({  # ops whose input shapes the shape facts compare across steps
-    "aten::convolution", "aten::cudnn_convolution", "aten::_convolution", "aten::mkldnn_convolution",
-    "aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::embedding",
-})
 _RUNTIME_KEPT = ("Launch", "Memcpy", "Memset", "Synchronize", "Malloc", "Free", "cudaGraphLaunch")
 _NO_ARGS: dict = {}  # shared by every event without kept args; never mutated
 _names: dict[str, str] = {}  # one string object per distinct event name
@@ -113,7 +110,7 @@ def _complete(cat, name, ts, dur, pid, tid, args) -> Event | None:
         raise ValueError("bad ts/dur")
     kept = _NO_ARGS
     if args:
-        keys = KEPT_ARGS.get(kind, ("Input Dims",) if kind == "op" and name in SHAPED_OPS else ())
+        keys = KEPT_ARGS.get(kind, OP_ARGS.get(name, ()) if kind == "op" else ())
         if keys:
             if type(args) is dict:
                 kept = {key: args[key] for key in keys if key in args} or _NO_ARGS
@@ -226,7 +223,7 @@ def _fast_events(stream, trace: Trace) -> None:
                 continue
             kept, args = no_args, raw.args
             if args:
-                keys = KEPT_ARGS.get(kind, ("Input Dims",) if kind == "op" and name in SHAPED_OPS else ())
+                keys = KEPT_ARGS.get(kind, OP_ARGS.get(name, ()) if kind == "op" else ())
                 if keys:
                     found = fast.args_dict(args)
                     kept = {key: found[key] for key in keys if key in found} or no_args

@@ -1,0 +1,152 @@
+"""Model FLOPs per step and how much of the device's peak they use (tip T31): counted in the live process
+when `perfaudit run` could (torch.utils.flop_counter over one warm-up step), else from the recorded input
+shapes of the matrix ops (forward and backward), with torch's own conventions: a multiply-add is two
+FLOPs, a bias add and causal masking are not counted, attention's backward recomputes its scores."""
+from __future__ import annotations
+
+from collections import Counter
+from functools import cache
+from importlib import resources
+from math import prod
+
+import yaml
+
+from ..trace.op_names import ATTENTION_BACKWARD_OPS, ATTENTION_OPS, CONV_OPS, FLOP_OPS, MM_OPS
+from .registry import Context, Missing, fact
+
+_FUSED = CONV_OPS | ATTENTION_OPS | ATTENTION_BACKWARD_OPS  # a matmul inside one of these is part of it
+
+
+def _attention(q, k, v) -> float:
+    """QK^T and PV of scaled dot-product attention; key/value may have fewer heads (GQA)."""
+    b, h, lq, e = q
+    s, ev = k[-2], v[-1]
+    return 2.0 * b * h * lq * s * e + 2.0 * b * h * lq * s * ev
+
+
+def _conv_out(x: list, w: list, concrete: list | None) -> list:
+    """The output's spatial size, from stride, padding and dilation when the trace kept them (else the
+    input's: stride 1 and same padding)."""
+    spatial = list(x[2:])
+    try:
+        stride, padding, dilation = (_ints(concrete[i], len(spatial)) for i in (3, 4, 5))
+    except (TypeError, ValueError, IndexError):
+        return spatial
+    return [(n + 2 * p - d * (kernel - 1) - 1) // s + 1
+            for n, kernel, s, p, d in zip(spatial, w[2:], stride, padding, dilation)]
+
+
+def _ints(text, n: int) -> list[int]:
+    values = [int(v) for v in str(text).strip("[]() ").split(",") if v.strip()]
+    if len(values) == 1:
+        values *= n
+    if len(values) != n:
+        raise ValueError(text)
+    return values
+
+
+def op_flops(op) -> float:
+    """FLOPs of one recorded op from its input shapes; 0 when they are missing or not understood."""
+    dims = op.args.get("Input Dims") or []
+    name = op.name
+    try:
+        if name == "aten::mm":
+            (m, k), (_, n) = dims[0], dims[1]
+            return 2.0 * m * k * n
+        if name == "aten::addmm":
+            (m, k), (_, n) = dims[1], dims[2]
+            return 2.0 * m * k * n
+        if name == "aten::bmm":
+            (b, m, k), (_, _, n) = dims[0], dims[1]
+            return 2.0 * b * m * k * n
+        if name == "aten::baddbmm":
+            (b, m, k), (_, _, n) = dims[1], dims[2]
+            return 2.0 * b * m * k * n
+        if name == "aten::convolution":
+            x, w = dims[0], dims[1]
+            concrete = op.args.get("Concrete Inputs")
+            transposed = isinstance(concrete, list) and len(concrete) > 6 and str(concrete[6]) in ("True", "1")
+            spatial = x[2:] if transposed else _conv_out(x, w, concrete)
+            return 2.0 * x[0] * prod(w) * prod(spatial)
+        if name == "aten::convolution_backward":  # grad_output holds the output's size: input and weight grads
+            grad, x, w = dims[0], dims[1], dims[2]
+            concrete = op.args.get("Concrete Inputs")
+            mask = str(concrete[10]) if isinstance(concrete, list) and len(concrete) > 10 else ""
+            wanted = sum(1 for flag in mask.strip("[]() ").split(",")[:2] if flag.strip() == "True") if mask else 2
+            return wanted * 2.0 * x[0] * prod(w) * prod(grad[2:])
+        if name in ATTENTION_OPS:
+            return _attention(dims[0], dims[1], dims[2])
+        if name in ATTENTION_BACKWARD_OPS:  # scores recomputed, then four products: 2.5x the forward
+            return 2.5 * _attention(dims[1], dims[2], dims[3])
+    except (TypeError, ValueError, IndexError):
+        return 0.0
+    return 0.0
+
+
+def _counted_ops(ctx: Context) -> list:
+    """The FLOP-carrying ops of the measured steps, a matmul inside a convolution or attention op (the
+    CPU's slow paths) left to the op that contains it."""
+    from ..trace.nesting import enclosing
+    ops = [e for e in ctx.trace.host if e.kind == "op" and e.name in FLOP_OPS and ctx.step_of(e.ts) is not None]
+    if not ops:
+        return []
+    if not any("Input Dims" in e.args for e in ops):
+        raise Missing("the trace has no input shapes (record with record_shapes=True): FLOPs cannot be counted")
+    fused = [e for e in ops if e.name in _FUSED]
+    inside = {id(q) for q, stack in enclosing(fused, [e for e in ops if e.name in MM_OPS]) if stack} if fused else set()
+    return [e for e in ops if id(e) not in inside]
+
+
+@fact("flops.per_step", "Model FLOPs of one training step (forward and backward): counted in the live process "
+                        "by `perfaudit run` (torch.utils.flop_counter), else from the recorded shapes of the "
+                        "matrix ops; the source, the top modules (live count) or ops (trace) by FLOPs.",
+      needs=("shapes",))
+def flops_per_step(ctx: Context) -> dict:
+    ctx.need_trace()
+    live = ctx.probes.get("flops") if "flops" in ctx.probes else None
+    if isinstance(live, dict) and live.get("flops"):
+        total = float(live["flops"])
+        modules = [{"name": m["name"], "flops": float(m["flops"]), "share_pct": 100.0 * m["flops"] / total}
+                   for m in live.get("modules") or []]
+        return {"per_step": total, "source": "counted in the live process", "modules": modules, "ops": []}
+    ops = _counted_ops(ctx)
+    by_op: Counter = Counter()
+    for op in ops:
+        by_op[op.name] += op_flops(op)
+    total = sum(by_op.values()) / len(ctx.steps)
+    if not total:
+        raise Missing("no matrix ops with recorded shapes in the measured steps")
+    return {"per_step": total, "source": "from the recorded op shapes", "modules": [],
+            "ops": [{"name": name, "flops": f / len(ctx.steps), "share_pct": 100.0 * f / len(ctx.steps) / total}
+                    for name, f in by_op.most_common(5)]}
+
+
+# -- the device's peak --------------------------------------------------------------------------------------------
+@cache
+def peak_table() -> list[dict]:
+    """The peak dense TFLOP/s per device and precision (peaks.yaml, one source per entry)."""
+    text = resources.files("perfaudit.facts").joinpath("peaks.yaml").read_text("utf-8")
+    return yaml.safe_load(text)["devices"]
+
+
+def _tokens(text: str) -> list[str]:
+    return "".join(c if c.isalnum() else " " for c in text.upper()).split()
+
+
+def device_peak(name: str | None) -> dict | None:
+    """The peak-table entry whose name tokens appear, in order, in the device's name ("NVIDIA A100-SXM4-80GB"
+    is an A100, "NVIDIA A10G" is not an A10); None for a device the table does not know."""
+    if not name:
+        return None
+    have = _tokens(name)
+    for entry in peak_table():
+        for pattern in entry["match"]:
+            want = _tokens(pattern)
+            if any(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1)):
+                return entry
+    return None
+
+
+def device_name(ctx: Context) -> str | None:
+    name = ctx.trace.device_properties.get("name")
+    return name if isinstance(name, str) and name else (ctx.probes.get("environment") or {}).get("device_name")

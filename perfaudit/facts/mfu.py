@@ -1,0 +1,97 @@
+"""Model FLOPs utilisation and where the rest of the step went (tip T31): the measured GPU step as the ideal
+time of the model's FLOPs at the device's 16-bit peak plus one bar per cause, each the part of the step
+another rule measures, and a residual "kernel efficiency" (the matrix kernels slower than peak)."""
+from __future__ import annotations
+
+from . import intervals as iv
+from .flops import device_name, device_peak
+from .gpu_time import _device_events
+from .kernels import is_small_elementwise, kernel_class
+from .registry import Context, Missing, fact
+
+# ledger bar -> the rule that measures (and fixes) that part of the step
+BARS = (("host-bound idle", "UTIL001"), ("data wait", "DATA001"), ("sync wait", "SYNC001"),
+        ("allocator wait", "MEM003"), ("exposed communication", "COMM001"), ("copies", "COPY001"),
+        ("precision (FP32/TF32 matrix work)", "AMP001"), ("small kernels", "FUSE001"),
+        ("kernel efficiency", None))
+
+
+def _precision(ctx: Context) -> str:
+    """The precision of most matrix-kernel time: bf16, fp16, tf32 or fp32."""
+    time = {"half": 0.0, "bf16": 0.0, "tf32": 0.0, "fp32": 0.0}
+    for e in _device_events(ctx):
+        if e.kind == "kernel" and ctx.step_of(e.ts) is not None:
+            kind = kernel_class(e.name)
+            if kind is not None:
+                time[kind] += e.dur
+                if kind == "half" and "bf16" in e.name.lower():
+                    time["bf16"] += e.dur
+    if not any(time.values()):
+        return "bf16"  # no matrix kernels seen: the 16-bit peak is the yardstick
+    kind = max(("half", "tf32", "fp32"), key=lambda k: time[k])
+    return ("bf16" if time["bf16"] >= time["half"] / 2 else "fp16") if kind == "half" else kind
+
+
+def _small_kernel_ms(ctx: Context) -> float:
+    busy = []
+    for step in ctx.steps:
+        small = [(e.ts, e.end) for e in ctx.overlapping(_device_events(ctx), step.ts, step.end)
+                 if e.kind == "kernel" and e.dur < 10 and is_small_elementwise(e.name)]
+        busy.append(iv.total(iv.union(iv.clip(small, step.ts, step.end))))
+    return sum(busy) / len(busy) / 1000.0
+
+
+def _ledger(ctx: Context, flops: float, tflops: dict) -> list[dict]:
+    """Bars in ms per step that add up to the measured mean step: the GPU's idle time by cause and its
+    copies as measured; kernel time split into the ideal (the FLOPs at the 16-bit peak), exposed
+    communication, the FP32/TF32 premium (that matrix time less the same work at the 16-bit peak),
+    small elementwise kernels, and the residual kernel efficiency. Each part taken from what is left."""
+    gpu = ctx.get("gpu.step_breakdown")
+    best = max(tflops.get("bf16", 0.0), tflops.get("fp16", 0.0)) or max(tflops.values())
+    precision = ctx.get("gpu.precision")
+    premium = (precision["fp32"] * (1 - tflops.get("fp32", best) / best)
+               + precision["tf32"] * (1 - tflops.get("tf32", tflops.get("fp32", best)) / best))
+    try:
+        exposed = ctx.get("comm.exposed")["exposed_ms"]
+    except Missing:
+        exposed = 0.0
+    left = gpu["compute"]
+    parts = {}
+    for name, wanted in (("ideal", flops / (best * 1e12) * 1000.0), ("exposed communication", exposed),
+                         ("precision (FP32/TF32 matrix work)", premium), ("small kernels", _small_kernel_ms(ctx))):
+        parts[name] = min(max(wanted, 0.0), left)
+        left -= parts[name]
+    parts["kernel efficiency"] = left
+    parts.update({"host-bound idle": gpu["other_idle"], "data wait": gpu["data_wait"], "sync wait": gpu["sync_wait"],
+                  "allocator wait": gpu["alloc_wait"], "copies": gpu["copies"]})
+    return [{"name": "ideal at peak", "ms_per_step": parts["ideal"], "rule": None}] + \
+        [{"name": name, "ms_per_step": parts[name], "rule": rule} for name, rule in BARS]
+
+
+@fact("mfu", "Model FLOPs utilisation: FLOPs per step, achieved TFLOP/s, the device's peak at the precision the "
+             "matrix kernels used (peaks.yaml) and MFU; on a GPU trace of a known device, the ledger from the "
+             "ideal step to the measured one (bars in ms per step with the rule that measures each). On a CPU "
+             "run or an unknown device, FLOPs and achieved TFLOP/s only, and why.", needs=("shapes",))
+def model_flops_utilisation(ctx: Context) -> dict:
+    counted = ctx.get("flops.per_step")
+    flops, step_ms = counted["per_step"], ctx.step_ms
+    out = {"flops_per_step": flops, "flops_source": counted["source"], "step_ms": step_ms,
+           "achieved_tflops": flops / (step_ms / 1000.0) / 1e12 if step_ms else 0.0,
+           "device": None, "precision": None, "peak_tflops": None, "peak_source": None, "mfu": None,
+           "ledger": [], "modules": counted["modules"], "ops": counted["ops"], "why_no_mfu": None}
+    if not ctx.is_gpu:
+        out["why_no_mfu"] = "a CPU run: MFU and its ledger need a GPU run or trace"
+        return out
+    name = device_name(ctx)
+    entry = device_peak(name)
+    out["device"] = name
+    if entry is None:
+        out["why_no_mfu"] = (f"the peak of {name!r} is not in perfaudit's table" if name else
+                             "the trace does not name its GPU") + ": achieved TFLOP/s only"
+        return out
+    precision = _precision(ctx)
+    tflops = entry["tflops"]
+    peak = tflops.get(precision) or max(tflops.get("bf16", 0.0), tflops.get("fp16", 0.0))
+    out.update({"device": entry["name"], "precision": precision, "peak_tflops": peak, "peak_source": entry["source"],
+                "mfu": out["achieved_tflops"] / peak if peak else None, "ledger": _ledger(ctx, flops, tflops)})
+    return out

@@ -1,0 +1,17 @@
+"""Names of the aten ops whose recorded arguments the facts read (the parser keeps those, drops the rest)."""
+from __future__ import annotations
+
+MM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+CONV_OPS = frozenset({"aten::convolution", "aten::convolution_backward"})
+ATTENTION_OPS = frozenset({"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+                           "aten::_scaled_dot_product_cudnn_attention",
+                           "aten::_scaled_dot_product_flash_attention_for_cpu"})
+ATTENTION_BACKWARD_OPS = frozenset(f"{name}_backward" for name in ATTENTION_OPS)
+FLOP_OPS = MM_OPS | CONV_OPS | ATTENTION_OPS | ATTENTION_BACKWARD_OPS  # facts.flops counts their FLOPs
+
+# input shapes compared across steps (facts.shapes) and FLOPs (facts.flops); a convolution's stride,
+# padding and dilation too
+_SHAPED = ("aten::cudnn_convolution", "aten::_convolution", "aten::mkldnn_convolution", "aten::linear",
+           "aten::matmul", "aten::embedding", *sorted(FLOP_OPS - CONV_OPS))
+OP_ARGS: dict[str, tuple[str, ...]] = {**dict.fromkeys(_SHAPED, ("Input Dims",)),
+                                       **dict.fromkeys(CONV_OPS, ("Input Dims", "Concrete Inputs"))}
