@@ -80,12 +80,8 @@ PROBE_FIELDS: dict[str, dict] = {
         "autocast": _list_of({"site": _SITE, "device_type": {"type": "string"}, "calls": _INT,
                               "window_calls": _INT}, {"enabled": {"type": "boolean"}}),
         "params_on_device": _INT}},
-    # the model's FLOPs over one warm-up step (collect/flop_probe.py); null when no warm-up step was counted
-    "flops": {"type": ["object", "null"], "required": ["flops"], "properties": {
-        "flops": _INT, "skipped": {"type": "string"},
-        "modules": _list_of({"name": {"type": "string"}, "flops": _INT})}},
 }
-OPTIONAL_FIELDS = {"cuda_emulation", "flops"}
+OPTIONAL_FIELDS = {"cuda_emulation"}
 SNAPSHOT_SCHEMA = {"type": "object", "required": [k for k in PROBE_FIELDS if k not in OPTIONAL_FIELDS],
                    "properties": PROBE_FIELDS}
 _VALIDATORS: dict = {}

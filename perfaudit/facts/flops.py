@@ -1,6 +1,5 @@
-"""Model FLOPs per step and how much of the device's peak they use (tip T31): counted in the live process
-when `perfaudit run` could (torch.utils.flop_counter over one warm-up step), else from the recorded input
-shapes of the matrix ops (forward and backward), with torch's own conventions: a multiply-add is two
+"""Model FLOPs per step and the device's peak (tip T31): counted from the recorded input shapes of the
+matrix, convolution and attention ops (forward and backward), with torch's own conventions: a multiply-add is two
 FLOPs, a bias add and causal masking are not counted, attention's backward recomputes its scores."""
 from __future__ import annotations
 
@@ -97,18 +96,11 @@ def _counted_ops(ctx: Context) -> list:
     return [e for e in ops if id(e) not in inside]
 
 
-@fact("flops.per_step", "Model FLOPs of one training step (forward and backward): counted in the live process "
-                        "by `perfaudit run` (torch.utils.flop_counter), else from the recorded shapes of the "
-                        "matrix ops; the source, the top modules (live count) or ops (trace) by FLOPs.",
+@fact("flops.per_step", "Model FLOPs of one training step (forward and backward), from the recorded shapes of "
+                        "the matrix, convolution and attention ops; the top ops by FLOPs.",
       needs=("shapes",))
 def flops_per_step(ctx: Context) -> dict:
     ctx.need_trace()
-    live = ctx.probes.get("flops") if "flops" in ctx.probes else None
-    if isinstance(live, dict) and live.get("flops"):
-        total = float(live["flops"])
-        modules = [{"name": m["name"], "flops": float(m["flops"]), "share_pct": 100.0 * m["flops"] / total}
-                   for m in live.get("modules") or []]
-        return {"per_step": total, "source": "counted in the live process", "modules": modules, "ops": []}
     ops = _counted_ops(ctx)
     by_op: Counter = Counter()
     for op in ops:

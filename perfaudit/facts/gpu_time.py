@@ -116,9 +116,11 @@ def gpu_precision(ctx: Context) -> dict:
         kind = kernel_class(e.name)
         if kind is not None:
             totals[kind] += e.dur
+            if kind == "half" and "bf16" in e.name.lower():
+                totals["bf16"] += e.dur
     n = len(ctx.steps)
     kernels = totals["kernels"] or 1.0
-    out = {k: totals[k] / n / 1000.0 for k in ("fp32", "tf32", "half")}
+    out = {k: totals[k] / n / 1000.0 for k in ("fp32", "tf32", "half", "bf16")}  # bf16: part of half
     out["single_ms"] = out["fp32"] + out["tf32"]
     out["single_pct"] = 100.0 * (totals["fp32"] + totals["tf32"]) / kernels
     math = totals["fp32"] + totals["tf32"] + totals["half"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from . import intervals as iv
 from .flops import device_name, device_peak
 from .gpu_time import _device_events
-from .kernels import is_small_elementwise, kernel_class
+from .kernels import is_small_elementwise
 from .registry import Context, Missing, fact
 
 # ledger bar -> the rule that measures (and fixes) that part of the step
@@ -18,24 +18,17 @@ BARS = (("host-bound idle", "UTIL001"), ("data wait", "DATA001"), ("sync wait", 
 
 def _precision(ctx: Context) -> str:
     """The precision of most matrix-kernel time: bf16, fp16, tf32 or fp32."""
-    time = {"half": 0.0, "bf16": 0.0, "tf32": 0.0, "fp32": 0.0}
-    for e in _device_events(ctx):
-        if e.kind == "kernel" and ctx.step_of(e.ts) is not None:
-            kind = kernel_class(e.name)
-            if kind is not None:
-                time[kind] += e.dur
-                if kind == "half" and "bf16" in e.name.lower():
-                    time["bf16"] += e.dur
-    if not any(time.values()):
+    time = ctx.get("gpu.precision")
+    if not (time["half"] or time["tf32"] or time["fp32"]):
         return "bf16"  # no matrix kernels seen: the 16-bit peak is the yardstick
     kind = max(("half", "tf32", "fp32"), key=lambda k: time[k])
     return ("bf16" if time["bf16"] >= time["half"] / 2 else "fp16") if kind == "half" else kind
 
 
 def _small_kernel_ms(ctx: Context) -> float:
-    busy = []
+    busy, events = [], _device_events(ctx)  # one list: ctx.overlapping indexes it once
     for step in ctx.steps:
-        small = [(e.ts, e.end) for e in ctx.overlapping(_device_events(ctx), step.ts, step.end)
+        small = [(e.ts, e.end) for e in ctx.overlapping(events, step.ts, step.end)
                  if e.kind == "kernel" and e.dur < 10 and is_small_elementwise(e.name)]
         busy.append(iv.total(iv.union(iv.clip(small, step.ts, step.end))))
     return sum(busy) / len(busy) / 1000.0
