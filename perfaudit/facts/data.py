@@ -26,12 +26,12 @@ def _loader(ctx: Context) -> dict | None:
 
 def _wait_ms(ctx: Context, step_ms: float) -> float:
     """The DataLoader wait per step: the mean over the measured steps; on a busy machine its typical share
-    of each step (the median over every recorded step of wait / duration less its wait for a CPU) of the
+    of each step (the median over every recorded step of wait / duration, both as measured) of the
     undisturbed step: other processes delay loading and computing alike, so the share holds."""
     quiet = ctx.quiet_steps
     if not quiet:
         return typical_phases(ctx)["data"]
-    shares = [t["data"] / ctx.undisturbed_us(s) for s, t in zip(quiet, phase_times(ctx, quiet)) if s.dur > 0]
+    shares = [min(t["data"] / s.dur, 1.0) for s, t in zip(quiet, phase_times(ctx, quiet)) if s.dur > 0]
     return median(shares) * step_ms if shares else typical_phases(ctx)["data"]
 
 

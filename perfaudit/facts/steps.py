@@ -56,14 +56,17 @@ def phase_times(ctx: Context, steps=None) -> list[dict]:
 
 def typical_phases(ctx: Context) -> dict:
     """ms per step in each host phase: the mean over the measured steps; on a busy machine the
-    undisturbed time of each phase (its first quartile over every recorded step), scaled to add up to
-    the undisturbed step (Context.step_ms)."""
+    undisturbed time of each phase (its first quartile over every recorded step, each step's phases
+    shrunk by the share of it spent waiting for a CPU), scaled to add up to the undisturbed step
+    (Context.step_ms)."""
     quiet = ctx.quiet_steps
     if not quiet:
         per_step = phase_times(ctx)
         n = len(ctx.steps)
         return {k: sum(t[k] for t in per_step) / n / 1000.0 for k in per_step[0]}
-    per_step = phase_times(ctx, quiet)
+    # a step's wait for a CPU delayed its phases in proportion: each keeps its share of the undisturbed step
+    per_step = [{k: v * ctx.undisturbed_us(s) / s.dur for k, v in t.items()}
+                for s, t in zip(quiet, phase_times(ctx, quiet)) if s.dur > 0]
     phases = {k: quartile([t[k] for t in per_step]) / 1000.0 for k in per_step[0]}
     other = quartile([ctx.undisturbed_us(s) - sum(t.values()) for s, t in zip(quiet, per_step)]) / 1000.0
     scale = ctx.step_ms / max(sum(phases.values()) + max(other, 0.0), 1e-9)
