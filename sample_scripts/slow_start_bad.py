@@ -5,7 +5,7 @@ from torch import nn
 features = torch.randn(20_000, 16)
 raw_targets = torch.randn(20_000)
 labels = []
-for repeat in range(60):  # re-done for every configuration tried
+for repeat in range(160):  # re-done for every configuration tried
     labels = []
     for i in range(len(raw_targets)):
         labels.append(1.0 if raw_targets[i].item() > 0 else 0.0)  # expect-run: START001
