@@ -4,6 +4,7 @@ run and an unknown GPU say why there is no MFU."""
 from __future__ import annotations
 
 import json
+import re
 import runpy
 
 import pytest
@@ -36,6 +37,19 @@ def test_a_gpts_flops_per_step_match_its_closed_form_counted_live_and_from_the_t
     assert abs(mfu["flops_per_step"] / expected - 1) < 0.05
     assert mfu["mfu"] is None and "need a GPU run or trace" in mfu["why_no_mfu"] and mfu["achieved_tflops"] > 0
     assert "GFLOP/step (from the recorded op shapes)" in proc.stdout and "no MFU: a CPU run" in proc.stdout
+    # per module: the blocks' forward FLOPs (the nn.Sequential holding them looked through) and the head's
+    cfg = runpy.run_path(str(script), run_name="tiny_gpt")["CONFIG"]
+    tokens, d = cfg["batch"] * cfg["block"], cfg["dim"]
+    modules = {m["name"]: m for m in mfu["modules"]}
+    assert modules["Block"]["instances"] == cfg["layers"]
+    assert abs(modules["Block"]["forward_flops"] / (tokens * cfg["layers"] * (24 * d * d + 4 * cfg["block"] * d)) - 1) < 0.01
+    assert abs(modules["Linear"]["forward_flops"] / (tokens * 2 * d * cfg["vocab"]) - 1) < 0.01
+    assert abs(sum(m["time_share_pct"] for m in mfu["modules"]) - 100) < 0.1 and modules["Block"]["forward_ms"] > 0
+    assert "by module" in proc.stdout and "Block ×2" in proc.stdout
+    # the op shapes with the most compute time, with the rate they reached (no peak on a CPU)
+    assert mfu["worst_ops"] and all(o["achieved_tflops"] > 0 and o["share_of_peak"] is None for o in mfu["worst_ops"])
+    times = [o["ms_per_step"] for o in mfu["worst_ops"]]
+    assert times == sorted(times, reverse=True)
 
 
 SHAPED_GPU_TRACES = ["hta/trace_diff_control_a100_rank3.json.gz", "hta/trace_diff_test_v100_rank1.json.gz",
@@ -52,6 +66,37 @@ def test_the_ledger_of_a_real_gpu_trace_adds_up_to_its_step(rel):
     assert all(ms >= 0 for ms in bars.values()) and bars["ideal at peak"] > 0
     assert abs(sum(bars.values()) / mfu["step_ms"] - 1) < 0.02
     assert all(b["rule"] for b in mfu["ledger"] if b["name"] not in ("ideal at peak", "kernel efficiency"))
+    # the slowest op shapes: none beats the peak, and none loses more than the kernel-efficiency bar holds
+    # beside the other kernel time
+    kernel_ms = sum(bars[n] for n in ("ideal at peak", "exposed communication", "precision (FP32/TF32 matrix work)",
+                                      "small kernels", "kernel efficiency"))
+    assert mfu["worst_ops"] and all(0 < o["share_of_peak"] <= 1 for o in mfu["worst_ops"])
+    assert sum(o["lost_ms_per_step"] for o in mfu["worst_ops"]) <= kernel_ms * 1.02
+
+
+def test_a_transformers_decoder_layers_carry_its_flops():
+    """Qwen2-0.5B's trace (with Python stacks): the 24 decoder layers hold the forward FLOPs and time."""
+    trace = load_trace(str(needs_shared(SHARED / "tracelens_h100/qwen_0.5b_inference_h100.json.gz")))
+    top = Context(trace, None, ()).get("mfu")["modules"][0]
+    assert (top["name"], top["instances"]) == ("Qwen2DecoderLayer", 24)
+    assert top["flops_share_pct"] > 99 and top["time_share_pct"] > 95
+
+
+def test_the_html_report_draws_the_ledger_as_a_waterfall_to_the_measured_step():
+    """Each bar starts where the one before ended; the last ends where the measured step's bar does."""
+    from perfaudit import api
+    from perfaudit.engine.loader import load_rules
+    from perfaudit.report import html
+    report = api.analyze([str(needs_shared(SHARED / "hta/trace_diff_control_a100_rank3.json.gz"))])
+    page = html.render(report, load_rules())
+    svg = page.split('aria-label="MFU ledger"')[1].split("</svg>")[0]
+    bars = [(float(x), float(w)) for x, w in re.findall(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', svg)]
+    *ledger, (total_x, total_w) = bars
+    assert len(ledger) >= 4 and ledger[0][0] == total_x
+    assert all(abs(a[0] + a[1] - b[0]) < 0.15 or a[1] == 1.0 for a, b in zip(ledger, ledger[1:]))
+    assert abs(ledger[-1][0] + ledger[-1][1] - (total_x + total_w)) < 1.5
+    assert "ideal at peak" in svg and "exposed communication (COMM001)" in svg and "<script" not in page
+    assert "MFU 2.9 %" in page and "aten::bmm" in page
 
 
 def test_a_trace_without_shapes_or_of_an_unknown_gpu_says_why():

@@ -11,6 +11,7 @@ from math import prod
 import yaml
 
 from ..trace.op_names import ATTENTION_BACKWARD_OPS, ATTENTION_OPS, CONV_OPS, FLOP_OPS, MM_OPS
+from .flop_split import module_split
 from .registry import Context, Missing, fact
 
 _FUSED = CONV_OPS | ATTENTION_OPS | ATTENTION_BACKWARD_OPS  # a matmul inside one of these is part of it
@@ -82,9 +83,15 @@ def op_flops(op) -> float:
     return 0.0
 
 
-def _counted_ops(ctx: Context) -> list:
+def counted_ops(ctx: Context) -> list:
     """The FLOP-carrying ops of the measured steps, a matmul inside a convolution or attention op (the
-    CPU's slow paths) left to the op that contains it."""
+    CPU's slow paths) left to the op that contains it (computed once)."""
+    if "_counted_ops" not in ctx.__dict__:
+        ctx.__dict__["_counted_ops"] = _counted_ops(ctx)
+    return ctx.__dict__["_counted_ops"]
+
+
+def _counted_ops(ctx: Context) -> list:
     from ..trace.nesting import enclosing
     ops = [e for e in ctx.trace.host if e.kind == "op" and e.name in FLOP_OPS and ctx.step_of(e.ts) is not None]
     if not ops:
@@ -97,18 +104,19 @@ def _counted_ops(ctx: Context) -> list:
 
 
 @fact("flops.per_step", "Model FLOPs of one training step (forward and backward), from the recorded shapes of "
-                        "the matrix, convolution and attention ops; the top ops by FLOPs.",
+                        "the matrix, convolution and attention ops; the top ops by FLOPs and the top modules "
+                        "by forward FLOPs and time (with Python stacks).",
       needs=("shapes",))
 def flops_per_step(ctx: Context) -> dict:
     ctx.need_trace()
-    ops = _counted_ops(ctx)
+    ops = counted_ops(ctx)
     by_op: Counter = Counter()
     for op in ops:
         by_op[op.name] += op_flops(op)
     total = sum(by_op.values()) / len(ctx.steps)
     if not total:
         raise Missing("no matrix ops with recorded shapes in the measured steps")
-    return {"per_step": total, "source": "from the recorded op shapes", "modules": [],
+    return {"per_step": total, "source": "from the recorded op shapes", "modules": module_split(ctx, ops, op_flops),
             "ops": [{"name": name, "flops": f / len(ctx.steps), "share_pct": 100.0 * f / len(ctx.steps) / total}
                     for name, f in by_op.most_common(5)]}
 

@@ -4,7 +4,8 @@ another rule measures, and a residual "kernel efficiency" (the matrix kernels sl
 from __future__ import annotations
 
 from . import intervals as iv
-from .flops import device_name, device_peak
+from .flop_split import worst_ops
+from .flops import counted_ops, device_name, device_peak, op_flops
 from .gpu_time import _device_events
 from .kernels import is_small_elementwise
 from .registry import Context, Missing, fact
@@ -34,13 +35,18 @@ def _small_kernel_ms(ctx: Context) -> float:
     return sum(busy) / len(busy) / 1000.0
 
 
+def _best(tflops: dict) -> float:
+    """The 16-bit dense peak: the yardstick of the ideal step."""
+    return max(tflops.get("bf16", 0.0), tflops.get("fp16", 0.0)) or max(tflops.values())
+
+
 def _ledger(ctx: Context, flops: float, tflops: dict) -> list[dict]:
     """Bars in ms per step that add up to the measured mean step: the GPU's idle time by cause and its
     copies as measured; kernel time split into the ideal (the FLOPs at the 16-bit peak), exposed
     communication, the FP32/TF32 premium (that matrix time less the same work at the 16-bit peak),
     small elementwise kernels, and the residual kernel efficiency. Each part taken from what is left."""
     gpu = ctx.get("gpu.step_breakdown")
-    best = max(tflops.get("bf16", 0.0), tflops.get("fp16", 0.0)) or max(tflops.values())
+    best = _best(tflops)
     precision = ctx.get("gpu.precision")
     premium = (precision["fp32"] * (1 - tflops.get("fp32", best) / best)
                + precision["tf32"] * (1 - tflops.get("tf32", tflops.get("fp32", best)) / best))
@@ -71,9 +77,10 @@ def model_flops_utilisation(ctx: Context) -> dict:
     out = {"flops_per_step": flops, "flops_source": counted["source"], "step_ms": step_ms,
            "achieved_tflops": flops / (step_ms / 1000.0) / 1e12 if step_ms else 0.0,
            "device": None, "precision": None, "peak_tflops": None, "peak_source": None, "mfu": None,
-           "ledger": [], "modules": counted["modules"], "ops": counted["ops"], "why_no_mfu": None}
+           "ledger": [], "modules": counted["modules"], "ops": counted["ops"], "worst_ops": [], "why_no_mfu": None}
     if not ctx.is_gpu:
         out["why_no_mfu"] = "a CPU run: MFU and its ledger need a GPU run or trace"
+        out["worst_ops"] = worst_ops(ctx, counted_ops(ctx), op_flops, None)
         return out
     name = device_name(ctx)
     entry = device_peak(name)
@@ -81,10 +88,12 @@ def model_flops_utilisation(ctx: Context) -> dict:
     if entry is None:
         out["why_no_mfu"] = (f"the peak of {name!r} is not in perfaudit's table" if name else
                              "the trace does not name its GPU") + ": achieved TFLOP/s only"
+        out["worst_ops"] = worst_ops(ctx, counted_ops(ctx), op_flops, None)
         return out
     precision = _precision(ctx)
     tflops = entry["tflops"]
     peak = tflops.get(precision) or max(tflops.get("bf16", 0.0), tflops.get("fp16", 0.0))
     out.update({"device": entry["name"], "precision": precision, "peak_tflops": peak, "peak_source": entry["source"],
-                "mfu": out["achieved_tflops"] / peak if peak else None, "ledger": _ledger(ctx, flops, tflops)})
+                "mfu": out["achieved_tflops"] / peak if peak else None, "ledger": _ledger(ctx, flops, tflops),
+                "worst_ops": worst_ops(ctx, counted_ops(ctx), op_flops, _best(tflops))})
     return out

@@ -71,6 +71,10 @@ def _header(report: Report) -> Panel:
             grid.add_row("GPU time", ", ".join(parts) + f"; busy {gpu['busy_pct']:.0f}%")
         if t.mfu:
             grid.add_row("FLOPs", mfu_text(t.mfu))
+            if t.mfu.get("modules"):
+                grid.add_row("by module", modules_text(t.mfu["modules"]))
+            if t.mfu.get("worst_ops"):
+                grid.add_row("slowest ops", worst_ops_text(t.mfu["worst_ops"]))
         if t.compile:
             grid.add_row("compile", compile_text(t.compile))
         if t.busy_machine:
@@ -102,6 +106,25 @@ def mfu_text(m: dict) -> str:
     step = m["step_ms"] or 1.0
     return text + "; the step beyond the ideal: " + ", ".join(
         f"{b['name']} {b['ms_per_step']:.2f} ms ({100 * b['ms_per_step'] / step:.0f}%)" for b in lost)
+
+
+def modules_text(modules: list[dict]) -> str:
+    """The top modules' shares of the forward FLOPs and time."""
+    def one(m: dict) -> str:
+        name = f"{m['name']} ×{m['instances']}" if m["instances"] > 1 else m["name"]
+        return f"{name} {m['flops_share_pct']:.0f}% of forward FLOPs, {m['time_share_pct']:.0f}% of time"
+    return ", ".join(one(m) for m in modules[:3])
+
+
+def worst_ops_text(ops: list[dict]) -> str:
+    """The op shapes furthest from the peak (GPU), or with the most compute time (CPU), with their rate."""
+    def one(o: dict) -> str:
+        rate = o["achieved_tflops"]
+        rate = f"{rate:.1f} TFLOP/s" if rate >= 1 else f"{rate * 1000:.1f} GFLOP/s"
+        lost = (f", {100 * o['share_of_peak']:.0f}% of the 16-bit peak, {o['lost_ms_per_step']:.2f} ms/step over the ideal"
+                if o.get("share_of_peak") is not None else f", {o['ms_per_step']:.2f} ms/step")
+        return f"{o['name']} [{o['shapes']}] {rate}{lost}"
+    return "; ".join(one(o) for o in ops[:3])
 
 
 def compile_text(c: dict) -> str:

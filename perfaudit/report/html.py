@@ -11,7 +11,8 @@ from jinja2 import Environment
 from .. import __version__
 from ..engine.loader import Rule
 from ..findings import Finding, Report, TraceSummary
-from .console import compile_text, describe_outcome, device_note, verified_text
+from .console import compile_text, describe_outcome, device_note, mfu_text, verified_text
+from .json_report import mfu_dict
 
 HOST_PHASES = (("data", "data", "#e4a03c"), ("forward", "forward", "#4c78a8"), ("backward", "backward", "#72b7b2"),
                ("optimizer", "optimizer", "#b279a2"), ("other", "other", "#bab0ac"))
@@ -60,6 +61,33 @@ def _ranks_chart(report: Report) -> dict | None:
     return {"width": CHART_W, "height": CHART_H, "top": top, "bars": bars}
 
 
+LEDGER_LABEL_W, LEDGER_ROW_H = 230, 18
+LEDGER_COLOURS = {None: "#bab0ac", "ideal at peak": "#54a24b", "kernel efficiency": "#9d755d"}
+
+
+def _waterfall(mfu: dict | None, findings: list[Finding]) -> dict | None:
+    """The MFU ledger as a waterfall: one row per bar from the ideal step to the measured one, each bar
+    starting where the previous ended, then the measured step; bars of no time are left out."""
+    if not mfu or not mfu.get("ledger"):
+        return None
+    ledger = mfu_dict(mfu, findings)["ledger"]
+    step = sum(bar["ms_per_step"] for bar in ledger) or 1.0
+    scale = (CHART_W - LEDGER_LABEL_W - 90) / step
+    rows, x = [], float(LEDGER_LABEL_W)
+    for bar in ledger:
+        if bar["ms_per_step"] <= 0:
+            continue
+        w = bar["ms_per_step"] * scale
+        rows.append({"x": x, "w": max(w, 1.0), "y": 8 + len(rows) * LEDGER_ROW_H, "label": bar["name"],
+                     "rule": bar["rule"], "where": bar["locations"][0] if bar["locations"] else None,
+                     "ms": bar["ms_per_step"], "pct": 100.0 * bar["ms_per_step"] / step,
+                     "colour": LEDGER_COLOURS.get(bar["name"], LEDGER_COLOURS.get(bar["rule"], "#e45756"))})
+        x += w
+    total = {"x": float(LEDGER_LABEL_W), "w": step * scale, "y": 8 + len(rows) * LEDGER_ROW_H, "ms": step}
+    return {"width": CHART_W, "height": total["y"] + LEDGER_ROW_H + 8, "rows": rows, "total": total,
+            "label_w": LEDGER_LABEL_W}
+
+
 def _trusted(path: str, roots: list[str]) -> bool:
     real = os.path.realpath(path)
     return any(real.startswith(os.path.realpath(r).rstrip(os.sep) + os.sep) for r in roots)
@@ -92,10 +120,11 @@ def _finding_view(f: Finding, top_ms: float, rules: dict[str, Rule], roots: list
     }
 
 
-def _trace_view(t: TraceSummary) -> dict:
+def _trace_view(t: TraceSummary, findings: list[Finding]) -> dict:
     return {"t": t, "host": _stacked(t.per_step, HOST_PHASES, "total"),
             "gpu": _stacked(t.gpu_per_step, GPU_PHASES, "step"),
-            "compile": compile_text(t.compile) if t.compile else None}
+            "compile": compile_text(t.compile) if t.compile else None,
+            "flops": mfu_text(t.mfu) if t.mfu else None, "ledger": _waterfall(t.mfu, findings)}
 
 
 def render(report: Report, rules: list[Rule]) -> str:
@@ -110,7 +139,7 @@ def render(report: Report, rules: list[Rule]) -> str:
         reanalyse = "perfaudit analyze " + (os.path.dirname(first.path) if len(report.traces) > 1 else first.path)
     return template.render(
         report=report, version=__version__, outcome=describe_outcome(report.outcome),
-        traces=[_trace_view(t) for t in report.traces[:8]], more_traces=max(len(report.traces) - 8, 0),
+        traces=[_trace_view(t, report.findings) for t in report.traces[:8]], more_traces=max(len(report.traces) - 8, 0),
         ranks=_ranks_chart(report), findings=[_finding_view(f, top, by_id, roots) for f in report.findings],
         reanalyse=reanalyse, device_note=device_note, environment=first.environment if first else {},
         title=_title(report))
