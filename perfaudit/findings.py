@@ -99,6 +99,7 @@ class TraceSummary:
     threads: dict | None = None         # intra-op threads fitted to a busy machine's free cores
     training: bool | None = None        # False: an inference trace (no backward, no optimizer step)
     mfu: dict | None = None             # model FLOPs, achieved TFLOP/s, MFU and its ledger (facts.mfu)
+    op_times: dict | None = None        # ms per step by kernel or op name (facts.op_times), for `diff` only
 
     @property
     def busy_machine(self) -> str | None:

@@ -79,7 +79,7 @@ def test_sigterm_and_sighup_stop_the_script_and_keep_the_report(tmp_path, sig):
     assert "stopped by" in stdout and "Traceback" not in stderr
     assert not _alive(str(tmp_path / "hang.py"))
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
-        ".perfaudit-run", "progress.jsonl", "report.html", "result.json", "script.log", "trace.json.gz"]
+        ".perfaudit-run", "progress.jsonl", "report.html", "report.json", "result.json", "script.log", "trace.json.gz"]
 
 
 def test_a_second_ctrl_c_still_reports_and_leaves_no_temporary_files(tmp_path):
@@ -92,7 +92,7 @@ def test_a_second_ctrl_c_still_reports_and_leaves_no_temporary_files(tmp_path):
     assert proc.returncode == 130, stderr
     assert out.exists() and json.loads(out.read_text())["run"]["outcome"]["outcome"] == "interrupted"
     assert not [p.name for p in (tmp_path / "run").iterdir() if p.name.endswith((".tmp", ".json"))
-                and p.name not in ("result.json",)]
+                and p.name not in ("result.json", "report.json")]
     assert not _alive(str(tmp_path / "hang.py"))
 
 

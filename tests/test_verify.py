@@ -155,6 +155,11 @@ def test_each_fix_is_measured_on_its_own_and_anomaly_mode_off_is_faster(tmp_path
     assert all(f["rules"] == [name] and f["loss"]["verdict"] == "same" for name, f in fixes.items())
     debug = fixes["DEBUG001"]
     assert debug["passed"] and debug["speed"]["verdict"] == "faster" and debug["speed"]["interval_ms"][1] < 0
+    # the model's FLOP rate at A's and B's step times (no MFU on a CPU), beside the audit's prediction
+    rates = debug["flop_rates"]
+    assert rates["mfu_a"] is None and rates["tflops_b"] > rates["tflops_a"] > 0
+    assert debug["predicted_saved_ms_per_step"] > 0 and rates["tflops_predicted"] > rates["tflops_a"]
+    assert "FLOP rate " in proc.stdout and " measured (predicted " in proc.stdout
     finding = next(f for f in json.loads(report.read_text())["findings"] if f["rule"] == "DEBUG001")
     verified = finding["verified"]
     assert verified["loss"] == "same" and verified["device"] == "cpu"

@@ -100,3 +100,49 @@ def list_rules(fmt: FormatChoiceOpt = Format.console, rules_dir: RulesDirOpt = N
     for r in rules:
         table.add_row(r.id, ",".join(r.tips), r.severity, r.summary)
     out.print(table)
+
+
+DIFF_FORMATS = ("console", "json", "markdown", "html")
+
+
+@app.command()
+@handles_errors
+def diff(
+    a: Annotated[str, typer.Argument(help="Before: a run folder, a folder of rank traces, or a trace file.")],
+    b: Annotated[str, typer.Argument(help="After: the same kinds.")],
+    fmt: Annotated[Optional[list[str]], typer.Option(
+        "--format", "-f", help="console, json, markdown or html, repeatable, optionally with a file "
+                               "(-f markdown=diff.md).")] = None,
+    output: OutputOpt = None,
+    source_root: Annotated[Optional[list[str]], typer.Option(help="Where to find the sources named in the traces.")] = None,
+    rules_dir: RulesDirOpt = None, debug: DebugOpt = False,
+):
+    """Compare two runs or traces: step time with its interval, which part grew, findings that appeared,
+    vanished or changed cost, the ops whose time changed most, and environment differences."""
+    from ..errors import UsageError
+    from ..report.diff_report import RENDERERS, render_console
+    from ..report.outputs import check_writable, write_text
+    specs = []
+    for item in fmt or ["console"]:
+        name, _, path = item.partition("=")
+        if name not in DIFF_FORMATS or (name == "console" and path):
+            raise UsageError(f"unknown diff format '{item}'; choose from {', '.join(DIFF_FORMATS)} (FORMAT=FILE "
+                             "for a file)")
+        specs.append((name, path or None))
+    if output:  # the first format without a file gets it (JSON when only the console was asked for)
+        free = next((i for i, (n, p) in enumerate(specs) if n != "console" and p is None), None)
+        if free is None:
+            specs.append(("json", output))
+        else:
+            specs[free] = (specs[free][0], output)
+    check_writable([p for _, p in specs if p])
+    rules = api.rules_catalogue(rules_dir) if rules_dir else None
+    with err.status("reading both sides …"):
+        result = api.diff(a, b, rules, tuple(source_root or ()))
+    for name, path in specs:
+        if name == "console":
+            render_console(result, out)
+        elif path:
+            write_text(path, RENDERERS[name](result))
+        else:
+            sys.stdout.write(RENDERERS[name](result))

@@ -16,7 +16,7 @@ from ..errors import UsageError
 
 MARK = ".perfaudit-run"
 OWN_FILES = (MARK, "report.html", "trace.json.gz", "trace.json", "trace.json.tmp", "result.json", "result.json.tmp",
-             "script.log", "progress.jsonl", "config.json", "report.html")
+             "script.log", "progress.jsonl", "config.json", "report.json")
 DEFAULT_ROOT = os.path.join(".perfaudit", "runs")
 
 

@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     grads,
     mfu,
     model,
+    op_times,
     optim,
     probed,
     ranks,

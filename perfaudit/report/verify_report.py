@@ -56,6 +56,9 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
                       f"[{style}]{said}[/]", highlight=False)
         console.print(f"             95% interval of the change {_interval(s.low_ms, s.high_ms)}, "
                       f"{s.n_a} + {s.n_b} steps", highlight=False)
+        rates = v.flop_rates(verdict)
+        if rates:
+            console.print(f"  {_rates_text(rates)}", highlight=False)
         loss = verdict.loss
         style = "green" if loss.passed else "bold red"
         shout = "LOSS CHANGED: " if not loss.passed else ""
@@ -76,6 +79,18 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
         console.print("apply the measured fixes with `perfaudit fix --write`", highlight=False)
 
 
+def _rates_text(r: dict) -> str:
+    """MFU (a GPU of the peak table) or the model's FLOP rate, A to B measured, and what the audit predicted."""
+    if r["mfu_a"] is not None:
+        text = f"MFU        {100 * r['mfu_a']:.1f} % → {100 * r['mfu_b']:.1f} % measured"
+        return text + (f" (predicted {100 * r['mfu_predicted']:.1f} %)" if r["mfu_predicted"] is not None else "")
+
+    def rate(t: float) -> str:
+        return f"{t:.2f} TFLOP/s" if t >= 1 else f"{t * 1000:.1f} GFLOP/s"
+    text = f"FLOP rate  {rate(r['tflops_a'])} → {rate(r['tflops_b'])} measured"
+    return text + (f" (predicted {rate(r['tflops_predicted'])})" if r["tflops_predicted"] is not None else "")
+
+
 def to_dict(v: Verification) -> dict:
     def speed(s):
         if s is None:
@@ -93,7 +108,8 @@ def to_dict(v: Verification) -> dict:
         "fixes": [{"name": x.name, "rules": x.rules, "passed": x.passed, "broke": x.broke,
                    "changes": [{"rule": c.rule, "path": c.path, "line": c.line, "what": c.what, "kind": c.kind}
                                for c in x.changes],
-                   "speed": speed(x.speed),
+                   "speed": speed(x.speed), "predicted_saved_ms_per_step": x.predicted_ms,
+                   "flop_rates": v.flop_rates(x),
                    "past_the_window": [{"path": e.path, "ended": e.ended, "not_exercised": e.missed_edits,
                                         "uses_not_reached": [{"line": n, "code": c} for n, c in e.missed_uses]}
                                        for e in x.exercises],

@@ -38,7 +38,7 @@ def expand_trace_paths(paths: list[str]) -> list[tuple[str, bool]]:
     return out
 
 
-_OWN_FILES = re.compile(r"^(rank\d+\.)?result\.json$")
+_OWN_FILES = re.compile(r"^(rank\d+\.)?(result|report)\.json$")
 
 
 def looks_like_trace(path: str) -> bool:
@@ -177,9 +177,11 @@ class TraceResult:
     error: TraceError | None = None
 
 
-def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job: bool = True) -> TraceResult:
+def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job: bool = True,
+                op_times: bool = False) -> TraceResult:
     """Parse one trace and evaluate the per-trace rules on it (in a worker process with --jobs); the
-    trace itself is dropped afterwards, so memory does not grow with the number of ranks."""
+    trace itself is dropped afterwards, so memory does not grow with the number of ranks. `op_times`: the
+    summary carries the time per op or kernel name too (what `diff` compares)."""
     try:
         trace = load_trace(path)
     except TraceError as exc:
@@ -195,11 +197,17 @@ def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job
                      f"{trace.dropped_events:,} were not read, and the figures cover the steps before them "
                      "(PERFAUDIT_MAX_EVENTS raises the limit)")
     meta = {k: trace.probes.get(k) for k in ("script", "outcome")} if trace.probes else {}
-    return TraceResult(path, findings, skipped, summarize(trace, ctx), notes, rank_stats(ctx) if job else None, meta)
+    summary = summarize(trace, ctx)
+    if op_times:
+        try:
+            summary.op_times = ctx.get("ops.time_by_name")
+        except Missing:
+            pass
+    return TraceResult(path, findings, skipped, summary, notes, rank_stats(ctx) if job else None, meta)
 
 
 def analyze_all(paths: list[str], rules: list[Rule], source_roots: tuple[str, ...], jobs: int | None,
-                 notes: list[str]) -> list[TraceResult]:
+                 notes: list[str], op_times: bool = False) -> list[TraceResult]:
     """Every trace named or found, in parallel processes when there are several (`jobs`: how many,
     default the CPU count). In a folder, files that are not traces are skipped and a trace that cannot
     be read is named and skipped, as long as one trace can be read."""
@@ -218,9 +226,9 @@ def analyze_all(paths: list[str], rules: list[Rule], source_roots: tuple[str, ..
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             results = list(pool.map(analyze_one, [p for p, _ in items], [rules] * len(items),
-                                    [source_roots] * len(items)))
+                                    [source_roots] * len(items), [True] * len(items), [op_times] * len(items)))
     else:
-        results = [analyze_one(p, rules, source_roots, len(items) > 1) for p, _ in items]
+        results = [analyze_one(p, rules, source_roots, len(items) > 1, op_times) for p, _ in items]
     good, errors = [], []
     for (path, in_folder), result in zip(items, results):
         if result.error is None:
@@ -236,12 +244,12 @@ def analyze_all(paths: list[str], rules: list[Rule], source_roots: tuple[str, ..
 
 
 def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tuple[str, ...] = (),
-            gate_options: GateOptions | None = None, jobs: int | None = None) -> Report:
+            gate_options: GateOptions | None = None, jobs: int | None = None, op_times: bool = False) -> Report:
     """Run the rules on traces recorded elsewhere (or by an earlier `perfaudit run`); several traces
     (the ranks of a job) are analysed in `jobs` processes (default: one per CPU)."""
     rules = rules if rules is not None else load_rules()
     report = Report([], [], [])
-    results = analyze_all(paths, rules, source_roots, jobs, report.notes)
+    results = analyze_all(paths, rules, source_roots, jobs, report.notes, op_times)
     report.source_roots = [os.getcwd(), *source_roots, *{os.path.dirname(os.path.abspath(r.path)) for r in results}]
     combine(report, results, rules, source_roots)
     if len(results) == 1 and results[0].probes_meta:  # recorded by `perfaudit run`: the same report again

@@ -58,7 +58,7 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
     report.notes.extend(run_notes(result, options, trace))
     gate.merge_static(report, lint_paths([script], rules))
     report = gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
-    write_html(report, rules)
+    write_run_reports(report, rules)
     return report
 
 
@@ -156,7 +156,7 @@ def _audit_job(script: str, result: RunResult, rules: list[Rule], gate_options: 
         report.internal_errors.extend(rank_outcome.get("internal_errors") or [])
     gate.merge_static(report, lint_paths([script], rules))
     report = gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
-    write_html(report, rules)
+    write_run_reports(report, rules)
     return report
 
 
@@ -171,15 +171,18 @@ def _last_error(log_path: str) -> str:
     return (errors or lines or ["no output"])[-1][:300]
 
 
-def write_html(report: Report, rules: list[Rule]) -> None:
-    """Every run folder holds its report as one HTML file to open or attach."""
-    from ..report import html
-    path = os.path.join(report.run_dir, "report.html")
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(html.render(report, rules))
-    except OSError as exc:
-        report.notes.append(f"could not write {path}: {exc.strerror}")
+def write_run_reports(report: Report, rules: list[Rule]) -> None:
+    """Every run folder holds its report as one HTML file to open or attach, and as JSON (what `perfaudit
+    diff` reads back: the findings at the lines the run and the static pass placed them)."""
+    from ..report import html, json_report
+    renderers = {"report.html": lambda: html.render(report, rules), "report.json": lambda: json_report.render(report)}
+    for name, render in renderers.items():
+        path = os.path.join(report.run_dir, name)
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(render())
+        except OSError as exc:
+            report.notes.append(f"could not write {path}: {exc.strerror}")
 
 
 def _no_trace_reason(result: RunResult) -> str:

@@ -124,6 +124,12 @@ def verify(script: str, args: list[str], audit_options: RunOptions, timing_optio
         verification = run_ab(script, args, variants, folder, timing_options, rounds, say, end_check_s)
     finally:
         finish_run_dir(folder)
+    for v in verification.verdicts:  # what the audit expected of these fixes, beside what verify measured
+        savings = [f.saving_ms for f in report.findings
+                   if f.rule in v.rules and f.evidence.get("origin") != "static" and f.saving_ms is not None]
+        v.predicted_ms = sum(savings) if savings else None
+    first = report.traces[0] if report.traces else None
+    verification.flops = first.mfu if first is not None and first.mfu else None
     report.findings = rank([_with_figures(f, verification) for f in report.findings])
     return report, plan, verification
 

@@ -4,6 +4,7 @@ process with the same seeds and the same step window, no profiler. The user's fi
 written: B's child reads the fixed sources from the verify folder."""
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
@@ -67,6 +68,7 @@ class FixVerdict:
     loss: LossCheck | None = None
     broke: str | None = None       # B failed where A ran: what happened
     exercises: list[Exercise] = field(default_factory=list)
+    predicted_ms: float | None = None  # the saving per step the audit's findings for these rules estimated
 
     @property
     def passed(self) -> bool:
@@ -88,10 +90,26 @@ class Verification:
     stopped_because: str | None = None    # why no more rounds were run
     interrupted: int | None = None        # the signal that stopped verify
     tolerance_pct: float = 2.0
+    flops: dict | None = None             # the audit's model FLOPs per step and the device's peak (facts.mfu)
 
     @property
     def passed(self) -> bool:
         return self.baseline_failure is None and all(v.passed for v in self.verdicts)
+
+    def flop_rates(self, verdict: FixVerdict) -> dict | None:
+        """The model's FLOP rate (and MFU on a GPU of the peak table) at A's and B's measured step times, and
+        at A's step less the saving the audit predicted; None without counted FLOPs or measured steps."""
+        s = verdict.speed
+        if not self.flops or s is None or math.isnan(s.delta_ms) or not (s.mean_a_ms > 0 and s.mean_b_ms > 0):
+            return None
+        flops, peak = self.flops["flops_per_step"], self.flops.get("peak_tflops")
+
+        def rate(ms: float | None) -> float | None:
+            return flops / (ms / 1000.0) / 1e12 if ms and ms > 0 else None
+        predicted = s.mean_a_ms - verdict.predicted_ms if verdict.predicted_ms is not None else None
+        out = {"tflops_a": rate(s.mean_a_ms), "tflops_b": rate(s.mean_b_ms), "tflops_predicted": rate(predicted)}
+        out.update({k.replace("tflops", "mfu"): (v / peak if peak and v is not None else None) for k, v in out.items()})
+        return out
 
 
 def _describe(result: RunResult) -> str | None:

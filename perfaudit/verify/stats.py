@@ -91,14 +91,14 @@ def _resample(rounds: list[list[float]], rng: random.Random) -> list[float]:
     return [x for r in picked for x in rng.choices(r, k=len(r))]
 
 
-def speed_change(a_s, b_s, seed: int = 0, tolerance_pct: float = 2.0) -> SpeedChange:
+def speed_change(a_s, b_s, seed: int = 0, tolerance_pct: float = 2.0, min_steps: int = MIN_STEPS) -> SpeedChange:
     """Step time of A and B (trimmed means; seconds in, ms out; each a list of steps or a list of
     rounds of steps) and a bootstrap interval of their difference. The verdict says faster/slower
     only when the interval excludes zero."""
     a_rounds, b_rounds = _rounds_ms(a_s), _rounds_ms(b_s)
     a, b = [x for r in a_rounds for x in r], [x for r in b_rounds for x in r]
     med_a, med_b = trimmed_mean(a), trimmed_mean(b)
-    if len(a) < MIN_STEPS or len(b) < MIN_STEPS:
+    if len(a) < min_steps or len(b) < min_steps:
         return SpeedChange(med_a, med_b, med_b - med_a, math.nan, math.nan, len(a), len(b), "too few steps",
                            tolerance_pct)
     rng = random.Random(seed)
