@@ -20,6 +20,12 @@ TRACES = SHARED / "traces"
 SAMPLES = ROOT / "sample_scripts"
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto`: one worker more than the CPUs. Most tests wait on a `perfaudit run` child, which is
+    not all CPU (start-up I/O, the profiler's export, timeouts): a spare worker keeps the cores busy."""
+    return (os.cpu_count() or 1) + 1
+
+
 def perfaudit(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None):
     """Run the real CLI in a subprocess, as a user would."""
     return subprocess.run([sys.executable, "-m", "perfaudit", *args], cwd=cwd or ROOT, capture_output=True,

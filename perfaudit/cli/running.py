@@ -193,3 +193,44 @@ def verify(
     if report.internal_errors:
         raise typer.Exit(EXIT_INTERNAL)
     raise typer.Exit(EXIT_OK if result.passed else EXIT_FINDINGS)
+
+
+@app.command()
+@handles_errors
+def bisect(
+    script: ScriptArg,
+    args: ArgsArg = None,
+    good: Annotated[str, typer.Option("--good", help="A commit (or any git ref) whose step time is good.")] = ...,
+    bad: Annotated[str, typer.Option("--bad", help="A later commit whose step time is worse.")] = "HEAD",
+    threshold: Annotated[float, typer.Option(
+        min=0, help="A commit is bad when its step time is worse than the good one's by more than this %.")] = 5.0,
+    rounds: Annotated[int, typer.Option(min=1, help="Interleaved A/B rounds at least per comparison.")] = 2,
+    max_rounds: Annotated[int, typer.Option(min=1, help="Rounds at most, while a comparison is open.")] = 8,
+    max_time: Annotated[float, typer.Option(
+        min=0, help="Seconds a comparison may spend on rounds beyond --rounds.")] = 120.0,
+    warmup: Annotated[int, typer.Option(min=0, help="Steps each timed run takes before measuring.")] = 3,
+    steps: Annotated[int, typer.Option(min=1, help="Steps each timed run measures.")] = 10,
+    seed: Annotated[int, typer.Option(help="Seed for random, torch and numpy, the same in every run.")] = 0,
+    timeout: Annotated[float, typer.Option(min=0, help="Stop any one run after this many seconds (0: never).")] = 600.0,
+    out_dir: Annotated[Optional[str], typer.Option(help="Bisect folder (default ./.perfaudit/runs/<timestamp>).")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the result as JSON to FILE.")] = None,
+    config: ConfigOpt = None, rules_dir: RulesDirOpt = None, quiet: QuietOpt = False, debug: DebugOpt = False,
+):
+    """Find the first commit that made training slower, in temporary git worktrees (your working tree is
+    never touched), timing each against --good with verify's interleaved A/B rounds; then audit it against
+    its parent and show the findings it introduced."""
+    from ..report.bisect_report import render_console, render_json
+    outputs.check_writable([output] if output else [], protected=(script,))
+    settings = api.prepare(config, rules_dir, None, None)
+    api.check_script(script)
+    audit_options = api.run_options(settings, timeout=timeout)
+    timing_options = api.run_options(settings, warmup, steps, timeout=timeout, out_dir=out_dir, for_rules=False)
+    timing_options.seed = seed
+    plan = api.Rounds(min=rounds, max=max(max_rounds, rounds), max_time_s=max_time)
+    with status(f"bisecting {script} …", quiet) as line:
+        result = api.bisect(script, args or [], good, bad, timing_options, plan, threshold, audit_options,
+                            lambda text: line.update(f"bisecting {script}: {text}"))
+    render_console(result, out)
+    if output:
+        outputs.write_text(output, render_json(result))
+    raise typer.Exit(EXIT_OK if result.culprit or result.conclusion.startswith("no regression") else EXIT_FINDINGS)

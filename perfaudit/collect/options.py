@@ -32,6 +32,7 @@ class RunOptions:
     rules_dirs: list[str] = field(default_factory=list)
     threads: int | None = None             # intra-op threads for the script (verify: the same in every run)
     watch: dict[str, list[int]] | None = None  # verify's exercise run: lines to see run (path -> lines)
+    cwd: str | None = None                 # the script's working directory (bisect: the same one in a commit's tree)
 
 
 @dataclass

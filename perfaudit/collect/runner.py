@@ -187,7 +187,7 @@ def _run_once(script: str, args: list[str], options: RunOptions,
               "run_as": next((a for a, real in aliases.items() if real == script_path), None),
               "rule_ids": options.rule_ids, "rules_dirs": options.rules_dirs, "threads": options.threads,
               "watch": options.watch, "device": options.device,
-              "source_roots": [os.path.dirname(script_path), os.getcwd()]}
+              "source_roots": [os.path.dirname(script_path), options.cwd or os.getcwd()]}
     log_path = os.path.join(run_dir, "script.log")
     progress_path = os.path.join(run_dir, "rank0.progress.jsonl" if options.launch else "progress.jsonl")
     env = dict(os.environ, PYTHONUNBUFFERED="1", PERFAUDIT_CONFIG=json.dumps(config))
@@ -195,6 +195,8 @@ def _run_once(script: str, args: list[str], options: RunOptions,
         env["PYTHONHASHSEED"] = str(options.seed)
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    if options.cwd:  # the script as named is relative to the caller's folder, not the one it runs in
+        script = script_path
     cmd = [sys.executable, "-m", "perfaudit.child", script, *args]
     if options.launch:  # PyTorch's own launcher starts the ranks; each runs perfaudit.child
         cmd = [sys.executable, "-m", "torch.distributed.run", *options.launch, "-m", "perfaudit.child",
@@ -202,7 +204,7 @@ def _run_once(script: str, args: list[str], options: RunOptions,
     reaping = _become_subreaper()
     before = _own_children() if reaping else set()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, env=env)
+                            start_new_session=True, env=env, cwd=options.cwd)
     logger = threading.Thread(target=_copy_capped, args=(proc.stdout, log_path), daemon=True)
     logger.start()
     try:

@@ -14,7 +14,7 @@ from rich.table import Table
 from .. import __version__
 
 if TYPE_CHECKING:
-    from ..usecases.diff import Diff
+    from ..verify.comparison import Diff
 
 _STATUS = {"new": "NEW", "gone": "GONE", "changed": "CHANGED", "same": "same"}
 

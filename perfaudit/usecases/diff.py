@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 from ..engine.loader import Rule, load_rules
 from ..findings import Finding, Report, TraceSummary
 from ..report.json_report import report_from_dict
-from ..verify.stats import SpeedChange, speed_change
+from ..verify.comparison import Diff, FindingChange
+from ..verify.stats import speed_change
 from .analysis import analyze
 
 HOST_PHASES = ("data", "forward", "backward", "optimizer", "other")
@@ -24,39 +24,6 @@ MIN_STEPS = 3  # an interval from fewer steps a side would be no interval at all
 # a finding's cost changed when it moved by this much (ms per step) and this share of its old cost
 CHANGED_MS, CHANGED_SHARE = 0.05, 0.2
 NOISY_ENVIRONMENT = {"load_avg", "platform"}  # differ between any two runs; not a cause
-
-
-@dataclass
-class FindingChange:
-    rule: str
-    title: str
-    severity: str
-    status: str              # new | gone | changed | same
-    where: str | None        # path:line (B's; A's for a finding that is gone)
-    code: str
-    ms_a: float | None       # its cost per step in A and in B
-    ms_b: float | None
-    message: str             # B's (A's for a finding that is gone)
-
-
-@dataclass
-class Diff:
-    a: str
-    b: str
-    report_a: Report
-    report_b: Report
-    speed: SpeedChange
-    host: list[dict] = field(default_factory=list)    # {part, a_ms, b_ms, delta_ms}
-    gpu: list[dict] = field(default_factory=list)
-    grew: dict | None = None                          # the part that grew most: {side, part, delta_ms}
-    findings: list[FindingChange] = field(default_factory=list)
-    ops_kind: str | None = None
-    ops: list[dict] = field(default_factory=list)     # {name, a_ms, b_ms, delta_ms}
-    environment: list[dict] = field(default_factory=list)  # {key, a, b}
-
-    @property
-    def changed_findings(self) -> list[FindingChange]:
-        return [f for f in self.findings if f.status != "same"]
 
 
 def diff(a: str, b: str, rules: list[Rule] | None = None, source_roots: tuple[str, ...] = ()) -> Diff:

@@ -28,12 +28,16 @@ class Rounds:
     max: int = 12
     max_time_s: float | None = 120.0
     tolerance_pct: float = 2.0
+    # bisect: a verdict is settled when the interval lies wholly above or wholly below this change (% of A)
+    threshold_pct: float | None = None
 
 
 @dataclass
 class Variant:
-    name: str                 # "A", "B" (all fixes), or a rule id (one fix)
+    name: str                 # "A", "B" (all fixes), or a rule id (one fix); bisect: a commit
     plan: FixPlan | None      # None: the script as it is
+    script: str | None = None  # its own script (bisect: in a commit's worktree); None: the one verified
+    cwd: str | None = None     # and the folder it runs in
 
     @property
     def same_maths(self) -> bool:
@@ -154,8 +158,9 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
                 say(f"round {done}{'' if done > plan.min else '/' + str(plan.min)}: "
                     f"{'as it is' if v.plan is None else 'with ' + v.name}")
                 opts = replace(options, out_dir=os.path.join(folder, f"{v.name}{done}"), patched=served[v.name],
-                               mode="timing", seed=options.seed if options.seed is not None else 0)
-                result = run_script(script, args, opts)
+                               mode="timing", seed=options.seed if options.seed is not None else 0,
+                               cwd=v.cwd or options.cwd)
+                result = run_script(v.script or script, args, opts)
                 interrupted = result.stop_signal or signals.received
                 if interrupted:
                     break
@@ -184,7 +189,7 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
     # loss check stands, and the speed says it had too few steps
     for v in variants[1:]:
         b = runs[v.name]
-        verdict = FixVerdict(v.name, v.plan.rules, v.plan.changes)
+        verdict = FixVerdict(v.name, v.plan.rules if v.plan else [], v.plan.changes if v.plan else [])
         if not b.times and not b.losses and not b.failure:  # interrupted before B ran
             continue
         if b.failure:
@@ -241,7 +246,12 @@ def _undecided(a: Runs, b: Runs, plan: Rounds) -> bool:
     if not a.times or not b.times:  # no run counted yet (each so far was disturbed): another round
         return True
     s = speed_change(a.times, b.times, tolerance_pct=plan.tolerance_pct)
-    return s.verdict == "too few steps" or (s.verdict == "no measurable change" and not s.within_tolerance)
+    if s.verdict == "too few steps":
+        return True
+    if plan.threshold_pct is not None:  # settled once the interval is wholly on one side of the threshold
+        line = s.mean_a_ms * plan.threshold_pct / 100.0
+        return not (s.low_ms > line or s.high_ms < line)
+    return s.verdict == "no measurable change" and not s.within_tolerance
 
 
 class _StopSignals:

@@ -1,0 +1,170 @@
+"""`bisect`: the first commit between a good and a bad ref whose step time is worse than the good one's by
+more than a threshold. Each commit tested is checked out in a temporary worktree (the user's working tree
+is never touched) and timed against the good commit with verify's interleaved A/B rounds until the
+interval of the change lies wholly above or below the threshold; a comparison that stays inside the noise,
+or a commit where the script fails, is skipped (git bisect's "skip") and named, never guessed. The culprit
+and its parent are then audited and compared (`diff`): the findings the culprit introduced, at file:line."""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..collect.options import RunOptions
+from ..collect.rundir import finish_run_dir, make_run_dir
+from ..errors import UsageError
+from ..verify import Rounds, Variant, run_ab
+from ..verify.comparison import BisectResult, Commit, Comparison, Diff
+from .audit import audit
+from .diff import diff
+
+
+def _git(repo: str, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UsageError(f"git {' '.join(args)}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'failed'}")
+    return proc.stdout.strip()
+
+
+def _commit(repo: str, ref: str) -> Commit:
+    sha = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    return Commit(sha, _git(repo, "log", "-1", "--format=%s", sha))
+
+
+class _Trees:
+    """Worktrees of the commits tested, in one temporary folder, all removed at the end."""
+
+    def __init__(self, repo: str):
+        self.repo, self.root, self.paths = repo, tempfile.mkdtemp(prefix="perfaudit-bisect-"), {}
+
+    def of(self, commit: Commit) -> str:
+        if commit.sha not in self.paths:
+            path = os.path.join(self.root, commit.short)
+            _git(self.repo, "worktree", "add", "--detach", "--quiet", path, commit.sha)
+            self.paths[commit.sha] = path
+        return self.paths[commit.sha]
+
+    def close(self) -> None:
+        for path in self.paths.values():
+            subprocess.run(["git", "-C", self.repo, "worktree", "remove", "--force", path], capture_output=True)
+        subprocess.run(["git", "-C", self.repo, "worktree", "prune"], capture_output=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def bisect(script: str, args: list[str], good: str, bad: str, options: RunOptions, rounds: Rounds,
+           threshold_pct: float = 5.0, audit_options: RunOptions | None = None,
+           on_progress: Callable[[str], None] | None = None) -> BisectResult:
+    say = on_progress or (lambda text: None)
+    script = os.path.abspath(script)
+    repo = _git(os.path.dirname(script), "rev-parse", "--show-toplevel")
+    rel_script = os.path.relpath(script, repo)
+    here = os.path.realpath(os.getcwd())
+    inside = here == os.path.realpath(repo) or here.startswith(os.path.realpath(repo) + os.sep)
+    rel_cwd = os.path.relpath(here, os.path.realpath(repo)) if inside else "."
+    good_c, bad_c = _commit(repo, good), _commit(repo, bad)
+    shas = _git(repo, "rev-list", "--reverse", "--first-parent", f"{good_c.sha}..{bad_c.sha}").split()
+    if not shas:
+        raise UsageError(f"{bad} is not a descendant of {good}: nothing to bisect")
+    commits = [Commit(s, _git(repo, "log", "-1", "--format=%s", s)) for s in shas]
+    result = BisectResult(good_c, bad_c, commits, threshold_pct)
+    rounds = replace(rounds, threshold_pct=threshold_pct)
+    folder = make_run_dir(options.out_dir, options.keep_runs)
+    result.folder = folder
+    trees = _Trees(repo)
+    try:
+        def place(commit: Commit) -> tuple[str, str]:
+            tree = trees.of(commit)
+            return os.path.join(tree, rel_script), os.path.join(tree, rel_cwd)
+
+        def compare(commit: Commit) -> Comparison:
+            say(f"timing {commit.short} against {good_c.short} …")
+            (a_script, a_cwd), (b_script, b_cwd) = place(good_c), place(commit)
+            variants = [Variant("A", None, a_script, a_cwd), Variant(commit.short, None, b_script, b_cwd)]
+            if not os.path.isfile(b_script):
+                return _record(result, Comparison(commit, "skip", f"{rel_script} does not exist there", None, 0))
+            v = run_ab(a_script, args, variants, os.path.join(folder, commit.short), options, rounds, say)
+            return _record(result, _judge(commit, v, threshold_pct))
+
+        last = compare(commits[-1])
+        if last.verdict != "bad":
+            result.conclusion = (f"no regression: {bad_c.short} is not slower than {good_c.short} by more than "
+                                 f"{threshold_pct:g} % ({last.why})" if last.verdict == "good" else
+                                 f"inconclusive: {bad_c.short} against {good_c.short}: {last.why}")
+            return result
+        lo, hi, skipped = -1, len(commits) - 1, set()
+        while hi - lo > 1:
+            open_ = [i for i in range(lo + 1, hi) if i not in skipped]
+            if not open_:
+                break
+            mid = min(open_, key=lambda i: (abs(i - (lo + hi) / 2), i))
+            verdict = compare(commits[mid]).verdict
+            if verdict == "bad":
+                hi = mid
+            elif verdict == "good":
+                lo = mid
+            else:
+                skipped.add(mid)
+        left = [commits[i] for i in range(lo + 1, hi + 1)]
+        if len(left) > 1:
+            result.candidates = left
+            result.conclusion = (f"the regression is in one of {len(left)} commits: "
+                                 f"{', '.join(c.short for c in left)} (the others between could not be decided)")
+            return result
+        result.culprit = commits[hi]
+        result.parent = commits[hi - 1] if hi > 0 else good_c
+        result.conclusion = f"{result.culprit.short} is the first commit slower than {good_c.short} by more than " \
+                            f"{threshold_pct:g} %"
+        say(f"auditing {result.culprit.short} and its parent …")
+        result.diff = _audit_pair(result.parent, result.culprit, place, trees, args,
+                                  audit_options or RunOptions(), folder)
+        return result
+    finally:
+        trees.close()
+        finish_run_dir(folder)
+
+
+def _record(result: BisectResult, comparison: Comparison) -> Comparison:
+    result.comparisons.append(comparison)
+    return comparison
+
+
+def _judge(commit: Commit, v, threshold_pct: float) -> Comparison:
+    """bad: the interval of the change lies wholly above the threshold; good: wholly below it; else skip."""
+    if v.baseline_failure:
+        raise UsageError(f"the script fails at the good commit: {v.baseline_failure}")
+    if not v.verdicts:
+        return Comparison(commit, "skip", v.stopped_because or "not measured", None, v.rounds)
+    verdict = v.verdicts[0]
+    if verdict.broke:
+        return Comparison(commit, "skip", f"the script fails there: {verdict.broke}", None, v.rounds)
+    s = verdict.speed
+    if s is None or math.isnan(s.low_ms) or not s.mean_a_ms:
+        return Comparison(commit, "skip", "too few steps for an interval", s, v.rounds)
+    low, high = 100.0 * s.low_ms / s.mean_a_ms, 100.0 * s.high_ms / s.mean_a_ms
+    change = f"{100.0 * s.delta_ms / s.mean_a_ms:+.1f} % [{low:+.1f}, {high:+.1f}]"
+    if low > threshold_pct:
+        return Comparison(commit, "bad", f"{change}: wholly above +{threshold_pct:g} %", s, v.rounds)
+    if high < threshold_pct:
+        return Comparison(commit, "good", f"{change}: wholly below +{threshold_pct:g} %", s, v.rounds)
+    return Comparison(commit, "skip", f"{change}: the interval holds +{threshold_pct:g} % ({v.stopped_because})",
+                      s, v.rounds)
+
+
+def _audit_pair(parent: Commit, culprit: Commit, place, trees: _Trees, args: list[str], options: RunOptions,
+                folder: str) -> Diff:
+    """The parent and the culprit audited (profiled runs), then compared; paths shown relative to the tree."""
+    dirs = []
+    for commit in (parent, culprit):
+        script, cwd = place(commit)
+        report = audit(script, args, replace(options, out_dir=os.path.join(folder, f"audit-{commit.short}"), cwd=cwd))
+        dirs.append(report.run_dir)
+    out = diff(dirs[0], dirs[1])
+    for change in out.findings:  # worktree paths (gone at the end) as paths in the repository
+        for tree in trees.paths.values():
+            if change.where and change.where.startswith(tree + os.sep):
+                change.where = change.where[len(tree) + 1:]
+    return out
