@@ -31,17 +31,20 @@ SOURCE = ROOT.parent / "shared" / "traces" / "hta" / "negative_queue_a100_rank0.
 SAMPLE = ROOT / "sample_scripts" / "sync_bad.py"
 
 
-def build_trace(src: Path, size_mb: float, out: Path) -> int:
-    """Write a trace of about size_mb by repeating src's events; returns the number of events."""
+def build_trace(src: Path, size_mb: float, out: Path, compact: bool = False) -> int:
+    """Write a trace of about size_mb by repeating src's events; returns the number of events. Compact:
+    no spaces and no line breaks (as `json.dump` writes by default), instead of one event per line."""
+    dumps = (lambda o: json.dumps(o, separators=(",", ":"))) if compact else json.dumps
+    newline = "" if compact else "\n"
     data = json.loads(gzip.open(src).read().decode("utf-8", "replace"))
     events = data.pop("traceEvents")
     timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
     span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000
-    encoded = [json.dumps(e) for e in events]
+    encoded = [dumps(e) for e in events]
     target = size_mb * 1e6
     written = count = 0
     with open(out, "w") as f:
-        f.write(json.dumps(data)[:-1] + ', "traceEvents": [\n')
+        f.write(dumps(data)[:-1] + ', "traceEvents": [' + newline)
         copy = 0
         while written < target:
             shift = copy * span
@@ -50,14 +53,14 @@ def build_trace(src: Path, size_mb: float, out: Path) -> int:
                     e2 = dict(e, ts=e["ts"] + shift)
                     if isinstance(e2.get("name"), str) and e2["name"].startswith("ProfilerStep#"):
                         e2["name"] = f"ProfilerStep#{copy * 1000 + int(e2['name'].split('#')[1])}"
-                    text = json.dumps(e2)
+                    text = dumps(e2)
                 elif copy:
                     continue
-                f.write(("," if count else "") + text + "\n")
-                written += len(text) + 2
+                f.write(("," if count else "") + text + newline)
+                written += len(text) + 1 + len(newline)
                 count += 1
             copy += 1
-        f.write("]}\n")
+        f.write("]}" + newline)
     return count
 
 
@@ -203,6 +206,11 @@ def main() -> None:
             print(f"trace: {size:.0f} MB, {events:,} events (steps of {SOURCE.name} replicated)")
             result = bench_analyze(big)
             zipped = bench_gzip(big)
+            big.unlink()
+            build_trace(SOURCE, args.size_mb, big, compact=True)
+            compact = {"json.load": measure(f"import json\nd = json.load(open({str(big)!r}))"),
+                       "perfaudit analyze": measure(f"from perfaudit.api import analyze\nr = analyze([{str(big)!r}])")}
+            compact_mb = big.stat().st_size / 1e6
         (jt, jr), (pt, pr) = result["json.load"], result["perfaudit analyze"]
         print(f"{'':24}{'seconds':>10}{'peak RSS MB':>14}{'MB/s':>10}")
         for name, (seconds, rss) in result.items():
@@ -210,6 +218,9 @@ def main() -> None:
         print(f"ratio perfaudit/json.load: time {pt / jt:.2f}x, peak RSS {pr / jr:.2f}x; "
               f"perfaudit peak RSS / file size {pr / size:.2f}; fast path vs general parser: "
               f"{result['parse, general'][0] / result['parse, fast path'][0]:.1f}x faster")
+        (cj, cjr), (cp, cpr) = compact["json.load"], compact["perfaudit analyze"]
+        print(f"the same events compact ({compact_mb:.0f} MB, no line breaks): json.load {cj:.2f} s, {cjr:.0f} MB; "
+              f"perfaudit analyze {cp:.2f} s, {cpr:.0f} MB; ratio time {cp / cj:.2f}x, peak RSS {cpr / cjr:.2f}x")
         for name, (seconds, rss) in zipped.items():
             print(f"{name:24}{seconds:>10.2f}{rss:>14.0f}{size / seconds:>10.0f}  (MB/s of the trace unzipped)")
     if not args.skip_ranks and RANKS.exists():

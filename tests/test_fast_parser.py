@@ -45,9 +45,6 @@ def test_the_report_is_the_same_with_either_parser(monkeypatch):
 def test_other_layouts_fall_back_and_errors_read_as_before(tmp_path):
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10 * i, "dur": 5, "pid": 1, "tid": 1,
                "args": {"Input Dims": [[2, 2], [2, 2]]}} for i in range(4)]
-    minified = tmp_path / "one_line.json"   # no line breaks at all: the general parser reads it
-    minified.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}, separators=(",", ":")))
-    assert len(load_trace(str(minified)).host) == 4
     truncated = tmp_path / "cut.json.gz"
     whole = gzip.decompress((TRACES / "hta" / "alexnet_a100.json.gz").read_bytes()) if TRACES.exists() else \
         json.dumps({"traceEvents": events}, indent=2).encode()
@@ -61,3 +58,28 @@ def test_ranks_analysed_in_parallel_processes_give_the_same_job_report():
     serial, parallel = to_dict(analyze([folder], jobs=1)), to_dict(analyze([folder], jobs=2))
     assert serial == parallel
     assert "RANK001" in {f["rule"] for f in serial["findings"]} and len(serial["run"]["traces"]) == 8
+
+
+def test_a_compact_trace_takes_the_fast_path_and_reads_the_same(tmp_path):
+    """Written as `json.dump` writes by default (no line breaks between events), a trace is read by the fast
+    path, event for event as the indented one, also when an event's args or name hold `},{` or `}]`."""
+    source = TRACES / "hta" / "alexnet_a100.json.gz"
+    data = json.loads(gzip.decompress(source.read_bytes())) if TRACES.exists() else {"traceEvents": []}
+    odd = {"ph": "X", "cat": "user_annotation", "name": 'phase {"a": 1},{"b": [2]}]', "ts": 1, "dur": 1,
+           "pid": 1, "tid": 1, "args": {"layers": [{"k": 1}, {"k": 2}], "last": [{"x": {}}]}}
+    end = max((e.get("ts", 0) + e.get("dur", 0) for e in data["traceEvents"]), default=0) + 1
+    data["traceEvents"] = [odd, *data["traceEvents"], dict(odd, ts=end)]
+    compact, indented = tmp_path / "compact.json.gz", tmp_path / "indented.json.gz"
+    compact.write_bytes(gzip.compress(json.dumps(data, separators=(",", ":")).encode()))
+    indented.write_bytes(gzip.compress(json.dumps(data, indent=1).encode()))
+    assert b"\n" not in gzip.decompress(compact.read_bytes())
+    fast = parser._parse_fast(str(compact))  # no fallback: the fast path itself reads it
+    _same(fast, parser._parse_fast(str(indented)))
+    assert [(e.name, e.ts) for e in fast.host if e.name.startswith("phase {")] == [(odd["name"], 1), (odd["name"], end)]
+    if TRACES.exists():  # the trace's own events as the general parser reads the original file
+        general = load_trace(str(source), fast_path=False)
+        def key(e):
+            return e.ts, e.pid, e.tid, e.name, e.dur
+        assert sorted((e for e in fast.host if not e.name.startswith("phase {")), key=key) == \
+            sorted(general.host, key=key)
+        assert sorted(fast.device, key=key) == sorted(general.device, key=key)

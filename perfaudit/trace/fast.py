@@ -1,5 +1,5 @@
 """The fast path for the layout torch.profiler and Kineto write: `traceEvents` a list of objects, one
-after another, each ending at a line break (Kineto's indented objects, or one object per line).
+after another (Kineto's indented objects, one object per line, or compact with no line breaks at all).
 
 The stream is read in bounded chunks; each chunk is cut after the last complete event and decoded
 at once by msgspec into a struct that holds only the fields the analysis reads (`args` is kept as
@@ -7,6 +7,7 @@ raw bytes and decoded only for the few events that need it). Anything that does 
 raises NotFastLayout, and the caller parses the file again with the general streaming parser."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -65,19 +66,31 @@ class RawEvent(msgspec.Struct):
 _DECODE = msgspec.json.Decoder(list[RawEvent]).decode
 
 
-def _cut(buf: bytes) -> int:
-    """The end of the last complete event in buf: just after a `}` (or `},`) that ends a line and is
-    followed by a line that opens the next event. 0 when there is none yet."""
-    end = len(buf)
+_SPACE = b" \t\r\n"
+RETRIES = 16      # earlier boundaries tried when a cut fell inside an event (a `},{` in its args or name)
+
+
+def _cut(buf: bytes, end: int | None = None) -> int:
+    """The end of the last event that looks complete before `end`: just after a `}` followed by `,` and
+    the `{` of the next event, with or without white space and line breaks between them (Kineto's
+    indented objects, one per line, or compact as `json.dump` writes). 0 when there is none. A `},{`
+    inside an event's args or a string also matches: the decoder then fails and the caller tries the
+    boundary before it."""
+    end = len(buf) if end is None else end
     while True:
-        nl = buf.rfind(b"\n", 0, end)
-        if nl <= 0:
+        brace = buf.rfind(b"{", 0, end)
+        if brace <= 0:
             return 0
-        after = buf[nl + 1:nl + 64].lstrip(b" \t,\r")
-        before = buf[max(nl - 4, 0):nl].rstrip(b" \t,\r")
-        if after[:1] == b"{" and before.endswith(b"}"):
-            return nl
-        end = nl
+        i = brace - 1
+        while i >= 0 and buf[i] in _SPACE:
+            i -= 1
+        if i > 0 and buf[i] == 0x2C:  # ,
+            i -= 1
+            while i >= 0 and buf[i] in _SPACE:
+                i -= 1
+            if i >= 0 and buf[i] == 0x7D:  # }
+                return i + 1
+        end = brace
 
 
 def _batch(piece: bytes) -> list[RawEvent]:
@@ -90,6 +103,20 @@ def _batch(piece: bytes) -> list[RawEvent]:
         raise NotFastLayout(str(exc)) from None
 
 
+def _decode_upto(buf: bytes) -> tuple[list[RawEvent], int]:
+    """The events of buf up to its last event boundary that decodes, and where that boundary is (0, when
+    none was found yet)."""
+    cut = _cut(buf)
+    for _ in range(RETRIES):
+        if not cut:
+            return [], 0
+        try:
+            return _batch(buf[:cut]), cut
+        except NotFastLayout:
+            cut = _cut(buf, cut - 1)
+    raise NotFastLayout("no event boundary that decodes")
+
+
 def batches(stream, first: bytes):
     """Yield lists of RawEvents from a stream positioned inside `traceEvents` (`first`: bytes already
     read after its `[`). Ends at the `]` that closes the list; what follows is not read."""
@@ -97,9 +124,9 @@ def batches(stream, first: bytes):
     while True:
         chunk = stream.read(CHUNK)
         buf += chunk
-        cut = _cut(buf)
+        events, cut = _decode_upto(buf)
         if cut:
-            yield _batch(buf[:cut])
+            yield events
             buf = buf[cut:]
         if not chunk:
             break
@@ -112,18 +139,18 @@ def batches(stream, first: bytes):
     yield _batch(buf[:end])
 
 
+_CLOSE = re.compile(rb"\}\s*\]")
+
+
 def _last_event_end(buf: bytes) -> int:
-    """The end of the last event: a line ending in `}` followed by the list's `]` (or `]` right
-    after `}`); 0 for an empty list; -1 when neither is found."""
-    if buf.lstrip()[:1] == b"]":
+    """The end of the last event: the first `}` followed by the `]` closing the list after which the
+    events decode (a `}]` inside the last event's args does not); 0 for an empty list; -1 when none."""
+    if buf.lstrip(_SPACE + b",")[:1] == b"]":
         return 0
-    pos = 0
-    while True:
-        nl = buf.find(b"\n", pos)
-        if nl < 0:
-            break
-        if buf[nl + 1:nl + 64].lstrip()[:1] == b"]" and buf[:nl].rstrip().endswith(b"}"):
-            return nl
-        pos = nl + 1
-    close = buf.find(b"}]")
-    return close + 1 if close >= 0 else -1
+    for m in _CLOSE.finditer(buf):
+        try:
+            _batch(buf[:m.start() + 1])
+        except NotFastLayout:
+            continue
+        return m.start() + 1
+    return -1
