@@ -23,7 +23,7 @@ _WHERE = {
     "analyze": "usecases.analysis", "evaluate_trace": "usecases.analysis",
     "expand_trace_paths": "usecases.analysis", "looks_like_trace": "usecases.analysis",
     "audit": "usecases.audit", "diff": "usecases.diff",
-    "bisect": "usecases.bisect", "fix": "usecases.fixes", "verify": "usecases.fixes",
+    "bisect": "usecases.bisect", "history": "usecases.history", "fix": "usecases.fixes", "verify": "usecases.fixes",
     "project_root": "usecases.fixes", "check_fixable": "usecases.fixes", "check_script": "collect.runner",
     "Rounds": "verify", "recorded_report": "usecases.fixes", "lint": "usecases.lint",
     "Settings": "usecases.settings", "prepare": "usecases.settings", "run_options": "usecases.settings",

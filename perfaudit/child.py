@@ -146,7 +146,8 @@ def main() -> None:
     sys.argv = [script, *args]
     # the script's folder first on sys.path, as `python SCRIPT` does (its ASCII alias, if it has one)
     aliases = config.get("path_aliases") or {}
-    sys.path[0] = next((a for a in aliases if os.path.isdir(a)), os.path.dirname(script_path))
+    sys.path[0] = config.get("import_dir") or next((a for a in aliases if os.path.isdir(a)),
+                                                   os.path.dirname(script_path))
     try:
         session = _session(config, script)
         session.install()

@@ -11,9 +11,9 @@ BASE = '''import torch
 from torch import nn
 
 torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-data, target = torch.randn(64, 32), torch.randn(64, 1)
+data, target = torch.randn(256, 256), torch.randn(256, 1)
 history = []
 for step in range(100_000):
     optimizer.zero_grad(set_to_none=True)
@@ -24,7 +24,7 @@ for step in range(100_000):
 '''
 # the regression: every step reads the loss and a weight's values one by one on the host
 SLOW = ('history.append(loss.item())\n'
-        '    weights = [float(w) for w in model[0].weight.detach().flatten()[:1500]]  # per-step statistics')
+        '    weights = [float(w) for w in model[0].weight.detach().flatten()[:3000]]  # per-step statistics')
 HARMLESS = [
     ("a comment on the data", lambda s: s.replace("data, target", "# a fixed batch\ndata, target", 1)),
     ("a named constant", lambda s: s.replace("range(100_000)", "range(STEPS)", 1)
@@ -34,9 +34,9 @@ HARMLESS = [
     ("a seed constant", lambda s: s.replace("manual_seed(0)", "manual_seed(SEED)", 1)
      .replace("torch.manual_seed", "SEED = 0\ntorch.manual_seed", 1)),
     ("a comment on the loop", lambda s: s.replace("for step in", "# the training loop\nfor step in", 1)),
-    ("a hidden size constant", lambda s: s.replace("nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)",
-                                                   "nn.Linear(32, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 1)", 1)
-     .replace("model =", "HIDDEN = 64\nmodel =", 1)),
+    ("a hidden size constant", lambda s: s.replace("nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 1)",
+                                                   "nn.Linear(256, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 1)", 1)
+     .replace("model =", "HIDDEN = 512\nmodel =", 1)),
     ("a comment on the optimizer", lambda s: s.replace("optimizer = ", "# plain SGD\noptimizer = ", 1)),
 ]
 

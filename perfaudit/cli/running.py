@@ -1,4 +1,4 @@
-"""The commands that run the script: `run`, `fix`, `verify`."""
+"""The commands that run the script: `run`, `fix`, `verify`, `bisect`, `history`."""
 from __future__ import annotations
 
 import sys
@@ -203,13 +203,19 @@ def bisect(
     good: Annotated[str, typer.Option("--good", help="A commit (or any git ref) whose step time is good.")] = ...,
     bad: Annotated[str, typer.Option("--bad", help="A later commit whose step time is worse.")] = "HEAD",
     threshold: Annotated[float, typer.Option(
-        min=0, help="A commit is bad when its step time is worse than the good one's by more than this %.")] = 5.0,
-    rounds: Annotated[int, typer.Option(min=1, help="Interleaved A/B rounds at least per comparison.")] = 2,
+        min=0, help="A commit is bad when its step time is worse than the good one's by more than this % (or "
+                    "than a quarter of the regression at --bad, when larger).")] = 5.0,
+    exact_threshold: Annotated[bool, typer.Option(
+        "--exact-threshold", help="Judge every commit against --threshold itself, not a share of the regression.")] = False,
+    rounds: Annotated[int, typer.Option(
+        min=1, help="Interleaved A/B rounds at least per comparison (fewer than 3 cannot see how runs differ).")] = 3,
     max_rounds: Annotated[int, typer.Option(min=1, help="Rounds at most, while a comparison is open.")] = 8,
     max_time: Annotated[float, typer.Option(
         min=0, help="Seconds a comparison may spend on rounds beyond --rounds.")] = 120.0,
     warmup: Annotated[int, typer.Option(min=0, help="Steps each timed run takes before measuring.")] = 3,
-    steps: Annotated[int, typer.Option(min=1, help="Steps each timed run measures.")] = 10,
+    steps: Annotated[int, typer.Option(min=1, help="Steps each timed run measures at least.")] = 10,
+    min_time: Annotated[float, typer.Option(
+        min=0, help="Seconds of steps each timed run measures at least (more steps when they are short).")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed for random, torch and numpy, the same in every run.")] = 0,
     timeout: Annotated[float, typer.Option(min=0, help="Stop any one run after this many seconds (0: never).")] = 600.0,
     out_dir: Annotated[Optional[str], typer.Option(help="Bisect folder (default ./.perfaudit/runs/<timestamp>).")] = None,
@@ -225,12 +231,64 @@ def bisect(
     api.check_script(script)
     audit_options = api.run_options(settings, timeout=timeout)
     timing_options = api.run_options(settings, warmup, steps, timeout=timeout, out_dir=out_dir, for_rules=False)
-    timing_options.seed = seed
+    timing_options.seed, timing_options.min_measure_s = seed, min_time
     plan = api.Rounds(min=rounds, max=max(max_rounds, rounds), max_time_s=max_time)
     with status(f"bisecting {script} …", quiet) as line:
         result = api.bisect(script, args or [], good, bad, timing_options, plan, threshold, audit_options,
-                            lambda text: line.update(f"bisecting {script}: {text}"))
+                            exact_threshold, lambda text: line.update(f"bisecting {script}: {text}"))
     render_console(result, out)
     if output:
         outputs.write_text(output, render_json(result))
     raise typer.Exit(EXIT_OK if result.culprit or result.conclusion.startswith("no regression") else EXIT_FINDINGS)
+
+
+def _percent(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text.strip().rstrip("%").strip())
+    except ValueError:
+        raise typer.BadParameter(f"expected a percentage such as 10% or 10, not '{text}'") from None
+    if value < 0:
+        raise typer.BadParameter("expected a percentage of at least 0")
+    return value
+
+
+@app.command()
+@handles_errors
+def history(
+    target: Annotated[str, typer.Argument(help="The script to audit now, or a run folder or trace already recorded.")],
+    args: ArgsArg = None,
+    file: Annotated[Optional[str], typer.Option(
+        "--file", help="The history (JSON Lines; default perfaudit-history.jsonl at the top of the git repository).")] = None,
+    window: Annotated[int, typer.Option(min=1, help="Compare with this many earlier entries at most.")] = 20,
+    fail_on_slowdown: Annotated[Optional[str], typer.Option(
+        "--fail-on-slowdown", help="Exit 1 when the step time is slower than the recent median beyond the noise "
+                                   "and by more than this (10%).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Judge the entry but do not append it.")] = False,
+    warmup: WarmupOpt = None,
+    steps: StepsOpt = None,
+    timeout: Annotated[float, typer.Option(min=0, help="Stop the script after this many seconds (0: never).")] = 600.0,
+    out_dir: OutDirOpt = None,
+    device: DeviceOpt = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the judgement as JSON to FILE.")] = None,
+    config: ConfigOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None, rules_dir: RulesDirOpt = None,
+    quiet: QuietOpt = False, debug: DebugOpt = False,
+):
+    """Record this commit's step time and findings in the project's history (for CI) and compare it with
+    the recent entries: slower beyond their noise, where the level shifted, which findings appeared."""
+    from ..report.history_report import render_console, render_json
+    limit = _percent(fail_on_slowdown)
+    outputs.check_writable([p for p in (output, file) if p], protected=(target,))
+    settings = api.prepare(config, rules_dir, select, ignore)
+    options = api.run_options(settings, warmup, steps, False, timeout, out_dir, device=device)
+    with status(f"measuring {target} …", quiet) as line:
+        report, judged, path, notes = api.history(target, args or [], options, file, window, limit, not dry_run,
+                                                  settings.rules, settings.gate, progress(line, target))
+    render_console(judged, path, not dry_run, notes, out)
+    if output:
+        outputs.write_text(output, render_json(judged, path, not dry_run, notes))
+    failed = exit_code_of_run(report)
+    if failed is not None:
+        raise typer.Exit(failed)
+    raise typer.Exit(EXIT_FINDINGS if judged.fails else EXIT_OK)

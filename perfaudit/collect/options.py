@@ -33,6 +33,8 @@ class RunOptions:
     threads: int | None = None             # intra-op threads for the script (verify: the same in every run)
     watch: dict[str, list[int]] | None = None  # verify's exercise run: lines to see run (path -> lines)
     cwd: str | None = None                 # the script's working directory (bisect: the same one in a commit's tree)
+    min_measure_s: float = 0.0             # timing: measure steps for at least this long (more than `steps`)
+    import_dir: str | None = None          # first on the script's sys.path instead of its folder (a notebook's)
 
 
 @dataclass

@@ -44,21 +44,40 @@ def check_script(script: str) -> str:
         raise UsageError(f"script not found: {script}")
     if os.path.isdir(script):
         raise UsageError(f"{script} is a directory; give the training script's path")
-    if script.endswith(".ipynb"):
-        raise UsageError(f"{script} is a notebook; export it as a script first "
-                         "(jupyter nbconvert --to script) and run that")
+    if script.endswith(".ipynb"):  # its code cells as one script (collect/notebook.py), checked as such
+        import shutil
+        import tempfile
+
+        from .notebook import write_script
+        folder = tempfile.mkdtemp(prefix="perfaudit-nb-")
+        try:
+            converted = write_script(script, folder)
+            _compiles(converted.path, lambda line: "{}:{}".format(*(converted.place(line) or (script, line))))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return os.path.abspath(script)
     try:
         with open(script, "rb") as f:
             source = f.read()
     except OSError as exc:
         raise UsageError(f"cannot read {script}: {exc.strerror}") from exc
+    _compile(source, script, lambda line: f"{script}:{line}")
+    return os.path.abspath(script)
+
+
+def _compiles(path: str, where) -> None:
+    with open(path, "rb") as f:
+        _compile(f.read(), path, where)
+
+
+def _compile(source: bytes, script: str, where) -> None:
+    from ..errors import UsageError
     try:
         compile(source, script, "exec")
     except SyntaxError as exc:
-        raise UsageError(f"syntax error in {script}:{exc.lineno}: {exc.msg}; fix it and run again") from exc
+        raise UsageError(f"syntax error in {where(exc.lineno or 0)}: {exc.msg}; fix it and run again") from exc
     except ValueError as exc:
         raise UsageError(f"cannot compile {script}: {exc}") from exc
-    return os.path.abspath(script)
 
 
 def _become_subreaper() -> bool:
@@ -186,7 +205,8 @@ def _run_once(script: str, args: list[str], options: RunOptions,
               "path_aliases": aliases, "mode": options.mode, "seed": options.seed, "patched": options.patched,
               "run_as": next((a for a, real in aliases.items() if real == script_path), None),
               "rule_ids": options.rule_ids, "rules_dirs": options.rules_dirs, "threads": options.threads,
-              "watch": options.watch, "device": options.device,
+              "watch": options.watch, "device": options.device, "min_measure_s": options.min_measure_s,
+              "import_dir": options.import_dir,
               "source_roots": [os.path.dirname(script_path), options.cwd or os.getcwd()]}
     log_path = os.path.join(run_dir, "script.log")
     progress_path = os.path.join(run_dir, "rank0.progress.jsonl" if options.launch else "progress.jsonl")

@@ -19,6 +19,8 @@ from .clock import run_queue_wait_s
 from .session import Session, WindowDone
 from .watch import LineWatcher
 
+MAX_TIMED_STEPS = 300  # min_measure_s never makes a run measure more steps than this
+
 
 class TimingSession(Session):
     profiling = False
@@ -74,10 +76,16 @@ class TimingSession(Session):
         self.ends.append(time.perf_counter())
         self.waits.append(run_queue_wait_s())
         self._say("step", step=len(self.ends), warmup=self.warmup, steps=self.steps)
-        if len(self.ends) > self.warmup + self.steps:
+        if len(self.ends) > self.warmup + self.steps and self._measured_enough():
             self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
             if raise_done and (not self.full or self.all_seen):
                 raise WindowDone()
+
+    def _measured_enough(self) -> bool:
+        """At least `min_measure_s` of steps (bisect): a run of a few short steps sees only one moment of a
+        busy machine, and runs then differ by more than the change looked for."""
+        return (len(self.ends) > self.warmup + MAX_TIMED_STEPS
+                or self.ends[-1] - self.ends[self.warmup] >= (self.config.get("min_measure_s") or 0.0))
 
     def _close_window(self, result: dict) -> None:
         if self.window_closed:

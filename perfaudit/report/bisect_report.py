@@ -22,7 +22,10 @@ def render_console(r: BisectResult, console: Console) -> None:
     console.print(f"[bold]perfaudit bisect[/] {len(r.commits)} commit(s) after good {r.good.short} up to bad "
                   f"{r.bad.short}; a commit is bad when its step time is worse by more than {r.threshold_pct:g} %",
                   highlight=False)
-    for c in r.comparisons:
+    for i, c in enumerate(r.comparisons):
+        if i == 1 and r.bar_pct > r.threshold_pct:
+            console.print(f"  from here a commit is bad above +{r.bar_pct:.3g} %: a quarter of the regression's "
+                          f"low end at {r.bad.short} (--exact-threshold keeps {r.threshold_pct:g} %)", highlight=False)
         console.print(f"  [{_STYLE[c.verdict]}]{c.verdict:<4}[/] {c.commit.short}  {escape(c.commit.subject[:50])}: "
                       f"{escape(c.why)}" + (f" ({c.rounds} pair(s))" if c.rounds else ""), highlight=False)
     console.print(f"timed pairs: {r.timed_pairs} in {len(r.comparisons)} comparison(s) (at most "
@@ -56,7 +59,7 @@ def to_dict(r: BisectResult) -> dict:
     return {
         "tool": {"name": "perfaudit", "version": __version__},
         "good": r.good.sha, "bad": r.bad.sha, "commits": [{"sha": c.sha, "subject": c.subject} for c in r.commits],
-        "threshold_pct": r.threshold_pct,
+        "threshold_pct": r.threshold_pct, "bar_pct": r.bar_pct,
         "comparisons": [{"sha": c.commit.sha, "verdict": c.verdict, "why": c.why, "pairs": c.rounds,
                          "speed": speed(c.speed)} for c in r.comparisons],
         "timed_pairs": r.timed_pairs, "most_comparisons": r.most_comparisons,

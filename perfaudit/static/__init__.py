@@ -38,9 +38,7 @@ def python_files(paths: list[str]) -> list[str]:
             if not found:
                 raise UsageError(f"no Python files in folder {path}")
             out += found
-        elif path.endswith(".ipynb"):
-            raise UsageError(f"{path} is a notebook; export it as a script first (jupyter nbconvert --to script)")
-        elif os.path.isfile(path):
+        elif os.path.isfile(path):  # a notebook too: its code cells (collect/notebook.py)
             out.append(path)
         else:
             raise UsageError(f"not found: {path}")
@@ -53,6 +51,9 @@ def lint(paths: list[str], rules: list, notes: list[str] | None = None, unread: 
     spec = {r.id: r for r in rules}
     findings = []
     for path in python_files(paths):
+        if path.endswith(".ipynb"):
+            findings += _lint_notebook(path, rules, notes, unread)
+            continue
         try:
             with open(path, encoding="utf-8-sig", errors="replace") as f:
                 text = f.read()
@@ -77,3 +78,23 @@ def lint(paths: list[str], rules: list, notes: list[str] | None = None, unread: 
                                     ("static: seen in the source; `perfaudit run` measures it",),
                                     evidence={"static": True}))
     return findings
+
+
+def _lint_notebook(path: str, rules: list, notes: list[str] | None, unread: list[str] | None) -> list[Finding]:
+    """A notebook's code cells read as the script `perfaudit run` would run, the findings put back at
+    their cells (`notebook.ipynb[cell N]:line`)."""
+    import shutil
+    import tempfile
+
+    from ..collect.notebook import relocate, write_script
+    folder = tempfile.mkdtemp(prefix="perfaudit-nb-")
+    try:
+        try:
+            converted = write_script(path, folder)
+        except UsageError as exc:
+            (notes if notes is not None else []).append(f"skipped {exc}")
+            (unread if unread is not None else []).append(path)
+            return []
+        return relocate(lint([converted.path], rules, notes, unread), converted)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 
 from .. import gate
-from ..collect.runner import RunOptions, RunResult, run_script
+from ..collect.notebook import relocate, write_script
+from ..collect.runner import RunOptions, RunResult, check_script, run_script
 from ..engine.loader import Rule, builtin_rules_dir, load_rules
 from ..errors import LaunchError, TraceError
 from ..facts import Context
@@ -27,10 +31,12 @@ _NOT_TRAINING = {"dataloader": "DataLoader batches", "inference": "calls of the 
 
 def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] | None = None,
           on_progress: Callable[[dict], None] | None = None, gate_options: GateOptions | None = None,
-          command: str | None = None) -> Report:
+          command: str | None = None, write: bool = True) -> Report:
     """Run a script for a bounded profiler window, evaluate every rule on what was recorded, and
     merge what the static pass sees in the script. The run folder gets the report as HTML."""
     rules = rules if rules is not None else load_rules()
+    if script.endswith(".ipynb"):
+        return _audit_notebook(script, args, options, rules, on_progress, gate_options, command)
     if options.launch:  # the ranks evaluate the same rules on their own traces
         options.rule_ids = [r.id for r in rules]
         folders = {os.path.dirname(os.path.realpath(r.path)) for r in rules}
@@ -58,6 +64,34 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
     report.notes.extend(run_notes(result, options, trace))
     gate.merge_static(report, lint_paths([script], rules))
     report = gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
+    if not write:
+        return report
+    write_run_reports(report, rules)
+    return report
+
+
+def _audit_notebook(notebook: str, args: list[str], options: RunOptions, rules: list[Rule],
+                    on_progress, gate_options: GateOptions | None, command: str | None) -> Report:
+    """A notebook: its code cells run in order as one script (collect/notebook.py) from the notebook's
+    folder, as its kernel would; the findings then point at the cells, and the script is kept in the
+    run folder (notebook.py)."""
+    check_script(notebook)  # a syntax error named by cell and line, before anything runs
+    folder = tempfile.mkdtemp(prefix="perfaudit-nb-")
+    try:
+        converted = write_script(notebook, folder)
+        home = os.path.dirname(converted.notebook)
+        options = replace(options, cwd=options.cwd or home, import_dir=home)
+        report = audit(converted.path, args, options, rules, on_progress, gate_options, command, write=False)
+        report.findings = relocate(report.findings, converted)
+        report.script = converted.notebook
+        report.source_roots = [home, *report.source_roots]
+        report.notes.append("a notebook: its code cells ran in order as one script, without a kernel (line "
+                            "magics and shell escapes skipped); the script is notebook.py in the run folder")
+        report.notes.extend(converted.skipped)
+        if report.run_dir and os.path.isdir(report.run_dir):
+            shutil.copyfile(converted.path, os.path.join(report.run_dir, "notebook.py"))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     write_run_reports(report, rules)
     return report
 

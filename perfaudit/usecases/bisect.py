@@ -1,9 +1,11 @@
 """`bisect`: the first commit between a good and a bad ref whose step time is worse than the good one's by
-more than a threshold. Each commit tested is checked out in a temporary worktree (the user's working tree
-is never touched) and timed against the good commit with verify's interleaved A/B rounds until the
-interval of the change lies wholly above or below the threshold; a comparison that stays inside the noise,
-or a commit where the script fails, is skipped (git bisect's "skip") and named, never guessed. The culprit
-and its parent are then audited and compared (`diff`): the findings the culprit introduced, at file:line."""
+more than a threshold (or than a quarter of the regression seen at the bad ref when that is larger, unless
+exact: the commit that brought a large share of the slowdown, not a noise-sized step on the way). Each
+commit tested is checked out in a temporary worktree (the user's working tree is never touched) and timed
+against the good commit with verify's interleaved A/B rounds until the interval of the change lies wholly
+above or below the threshold; a comparison that stays inside the noise, or a commit where the script fails,
+is skipped (git bisect's "skip") and named, never guessed. The culprit and its parent are then audited and
+compared (`diff`): the findings the culprit introduced, at file:line."""
 from __future__ import annotations
 
 import math
@@ -18,7 +20,7 @@ from ..collect.options import RunOptions
 from ..collect.rundir import finish_run_dir, make_run_dir
 from ..errors import UsageError
 from ..verify import Rounds, Variant, run_ab
-from ..verify.comparison import BisectResult, Commit, Comparison, Diff
+from ..verify.comparison import SHARE_OF_REGRESSION, BisectResult, Commit, Comparison, Diff
 from .audit import audit
 from .diff import diff
 
@@ -56,7 +58,7 @@ class _Trees:
 
 
 def bisect(script: str, args: list[str], good: str, bad: str, options: RunOptions, rounds: Rounds,
-           threshold_pct: float = 5.0, audit_options: RunOptions | None = None,
+           threshold_pct: float = 5.0, audit_options: RunOptions | None = None, exact: bool = False,
            on_progress: Callable[[str], None] | None = None) -> BisectResult:
     say = on_progress or (lambda text: None)
     script = os.path.abspath(script)
@@ -70,8 +72,7 @@ def bisect(script: str, args: list[str], good: str, bad: str, options: RunOption
     if not shas:
         raise UsageError(f"{bad} is not a descendant of {good}: nothing to bisect")
     commits = [Commit(s, _git(repo, "log", "-1", "--format=%s", s)) for s in shas]
-    result = BisectResult(good_c, bad_c, commits, threshold_pct)
-    rounds = replace(rounds, threshold_pct=threshold_pct)
+    result = BisectResult(good_c, bad_c, commits, threshold_pct, bar_pct=threshold_pct)
     folder = make_run_dir(options.out_dir, options.keep_runs)
     result.folder = folder
     trees = _Trees(repo)
@@ -86,8 +87,9 @@ def bisect(script: str, args: list[str], good: str, bad: str, options: RunOption
             variants = [Variant("A", None, a_script, a_cwd), Variant(commit.short, None, b_script, b_cwd)]
             if not os.path.isfile(b_script):
                 return _record(result, Comparison(commit, "skip", f"{rel_script} does not exist there", None, 0))
-            v = run_ab(a_script, args, variants, os.path.join(folder, commit.short), options, rounds, say)
-            return _record(result, _judge(commit, v, threshold_pct))
+            v = run_ab(a_script, args, variants, os.path.join(folder, commit.short), options,
+                       replace(rounds, threshold_pct=result.bar_pct), say)
+            return _record(result, _judge(commit, v, result.bar_pct))
 
         last = compare(commits[-1])
         if last.verdict != "bad":
@@ -95,10 +97,14 @@ def bisect(script: str, args: list[str], good: str, bad: str, options: RunOption
                                  f"{threshold_pct:g} % ({last.why})" if last.verdict == "good" else
                                  f"inconclusive: {bad_c.short} against {good_c.short}: {last.why}")
             return result
+        if not exact and last.speed is not None and last.speed.mean_a_ms:
+            # bad from a quarter of the regression's low end on: runs of a busy machine differ by several %,
+            # so a bar at 5 % would leave harmless commits undecided when the regression is +100 %
+            result.bar_pct = max(threshold_pct, SHARE_OF_REGRESSION * 100.0 * last.speed.low_ms / last.speed.mean_a_ms)
         lo, hi, skipped = -1, len(commits) - 1, set()
         while hi - lo > 1:
             open_ = [i for i in range(lo + 1, hi) if i not in skipped]
-            if not open_:
+            if not open_ or len(result.comparisons) >= result.most_comparisons:  # skips spent the budget
                 break
             mid = min(open_, key=lambda i: (abs(i - (lo + hi) / 2), i))
             verdict = compare(commits[mid]).verdict
@@ -111,13 +117,16 @@ def bisect(script: str, args: list[str], good: str, bad: str, options: RunOption
         left = [commits[i] for i in range(lo + 1, hi + 1)]
         if len(left) > 1:
             result.candidates = left
+            why = ("no more comparisons allowed: ceil(log2 N)+1" if len(result.comparisons) >= result.most_comparisons
+                   else "the commits between could not be decided")
             result.conclusion = (f"the regression is in one of {len(left)} commits: "
-                                 f"{', '.join(c.short for c in left)} (the others between could not be decided)")
+                                 f"{', '.join(c.short for c in left)} ({why}; run again on a quieter machine, "
+                                 f"or with --good/--bad around them)")
             return result
         result.culprit = commits[hi]
         result.parent = commits[hi - 1] if hi > 0 else good_c
         result.conclusion = f"{result.culprit.short} is the first commit slower than {good_c.short} by more than " \
-                            f"{threshold_pct:g} %"
+                            f"{result.bar_pct:.3g} %"
         say(f"auditing {result.culprit.short} and its parent …")
         result.diff = _audit_pair(result.parent, result.culprit, place, trees, args,
                                   audit_options or RunOptions(), folder)
@@ -167,4 +176,5 @@ def _audit_pair(parent: Commit, culprit: Commit, place, trees: _Trees, args: lis
         for tree in trees.paths.values():
             if change.where and change.where.startswith(tree + os.sep):
                 change.where = change.where[len(tree) + 1:]
+            change.message = change.message.replace(tree + os.sep, "")
     return out

@@ -29,8 +29,8 @@ NOISY_ENVIRONMENT = {"load_avg", "platform"}  # differ between any two runs; not
 def diff(a: str, b: str, rules: list[Rule] | None = None, source_roots: tuple[str, ...] = ()) -> Diff:
     """Analyse A and B (run folders, folders of rank traces, or trace files) and compare them."""
     rules = rules if rules is not None else load_rules()
-    report_a, report_b = _side(a, rules, source_roots), _side(b, rules, source_roots)
-    steps_a, steps_b = _step_times(report_a), _step_times(report_b)
+    report_a, report_b = read_side(a, rules, source_roots), read_side(b, rules, source_roots)
+    steps_a, steps_b = step_times(report_a), step_times(report_b)
     out = Diff(a, b, report_a, report_b, speed_change([steps_a], [steps_b], min_steps=MIN_STEPS))
     ta, tb = report_a.traces[0], report_b.traces[0]
     out.host = _parts(_mean_over(report_a, "breakdown"), _mean_over(report_b, "breakdown"),
@@ -47,7 +47,7 @@ def diff(a: str, b: str, rules: list[Rule] | None = None, source_roots: tuple[st
     return out
 
 
-def _side(path: str, rules: list[Rule], source_roots: tuple[str, ...]) -> Report:
+def read_side(path: str, rules: list[Rule], source_roots: tuple[str, ...]) -> Report:
     """One side analysed; a run folder's findings as its run reported them (report.json: placed by the run's
     probes and the static pass on the script as it was then, which may have been edited since)."""
     report = analyze([path], rules, source_roots, op_times=True)
@@ -59,13 +59,13 @@ def _side(path: str, rules: list[Rule], source_roots: tuple[str, ...]) -> Report
         except (OSError, ValueError):
             recorded = None
         if recorded is not None:
-            report.findings = recorded.findings
+            report.findings, report.script = recorded.findings, report.script or recorded.script
         else:
             report.notes.append(f"{saved} could not be read: the findings are the trace's alone")
     return report
 
 
-def _step_times(report: Report) -> list[float]:
+def step_times(report: Report) -> list[float]:
     """Every measured step's duration (s) over the traces of one side (the ranks of a job pooled)."""
     return [row["total"] / 1000.0 for t in report.traces for row in t.per_step if row.get("total")]
 

@@ -140,7 +140,7 @@ def _write_sources(plan: FixPlan, folder: str) -> dict[str, str]:
 def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, options: RunOptions,
            rounds: Rounds | int, on_progress: Callable[[str], None] | None = None,
            end_check_s: float = 0.0) -> Verification:
-    """A, then each B, round after round (A B A B …), until the verdicts are clear (Rounds)."""
+    """A and each B, round after round (A B, B A, A B, …), until the verdicts are clear (Rounds)."""
     say = on_progress or (lambda text: None)
     plan = rounds if isinstance(rounds, Rounds) else Rounds(min=rounds, max=rounds, max_time_s=0)
     served = {v.name: _write_sources(v.plan, os.path.join(folder, f"fixed-{v.name}")) if v.plan else {}
@@ -152,7 +152,9 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
     with _StopSignals() as signals:
         while stop is None:
             done += 1
-            for v in variants:
+            # A B in odd rounds, B A in even ones: whatever favours the first or second run of a round (a
+            # warm page cache, the clock ramping up) falls on both alike instead of biasing the change
+            for v in (variants if done % 2 else variants[::-1]):
                 if runs[v.name].failure or interrupted:
                     continue
                 say(f"round {done}{'' if done > plan.min else '/' + str(plan.min)}: "

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from ..findings import Report
 from .stats import SpeedChange
 
+SHARE_OF_REGRESSION = 0.25  # bisect: a commit is bad from this share of the regression at --bad (unless exact)
+
 
 @dataclass
 class FindingChange:
@@ -68,6 +70,7 @@ class BisectResult:
     bad: Commit
     commits: list[Commit]               # after good, up to bad, oldest first (first-parent history)
     threshold_pct: float
+    bar_pct: float = 0.0                # the threshold applied: --threshold, or a share of the regression seen
     comparisons: list[Comparison] = field(default_factory=list)
     culprit: Commit | None = None
     parent: Commit | None = None

@@ -1,0 +1,144 @@
+"""`perfaudit history`: a project's step time commit by commit, for CI. Audits the script (or reads a run
+folder or trace), appends one JSON line to the history file in the repository (the commit, the step time
+and each measured step, the findings, the device) and judges the entry against the recent ones
+(verify/history.py): slower beyond their noise, and where the level shifted."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+from collections.abc import Callable
+
+from .. import __version__
+from ..collect.options import RunOptions
+from ..engine.loader import Rule, load_rules
+from ..errors import UsageError
+from ..findings import Report
+from ..gate import GateOptions
+from ..verify.history import HistoryCheck, check
+from ..verify.stats import trimmed_mean
+from .analysis import analyze
+from .audit import audit
+from .diff import read_side, step_times
+
+DEFAULT_FILE = "perfaudit-history.jsonl"
+
+
+def _git(cwd: str, *args: str) -> str | None:
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def repository(path: str) -> str | None:
+    """The git repository holding `path` (a file or folder), if any."""
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    return _git(folder, "rev-parse", "--show-toplevel")
+
+
+def commit_of(repo: str | None) -> dict:
+    """The commit being measured: git's HEAD (and whether the tree has uncommitted changes), else what a
+    CI service says (GITHUB_SHA, CI_COMMIT_SHA)."""
+    if repo:
+        sha = _git(repo, "rev-parse", "HEAD")
+        if sha:
+            return {"commit": sha, "subject": _git(repo, "log", "-1", "--format=%s") or "",
+                    "branch": _git(repo, "rev-parse", "--abbrev-ref", "HEAD"),
+                    "dirty": bool(_git(repo, "status", "--porcelain", "--untracked-files=no"))}
+    sha = os.environ.get("GITHUB_SHA") or os.environ.get("CI_COMMIT_SHA")
+    return {"commit": sha, "subject": "", "branch": os.environ.get("GITHUB_REF_NAME"), "dirty": None}
+
+
+def read_history(path: str) -> tuple[list[dict], list[str]]:
+    """The entries of a history file, oldest first, and a note per line that could not be read (skipped)."""
+    entries, notes = [], []
+    if not os.path.exists(path):
+        return entries, notes
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the history: {exc.strerror}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = None
+        if isinstance(entry, dict):
+            entries.append(entry)
+        else:
+            notes.append(f"{path}:{number} is not a JSON object: skipped")
+    return entries, notes
+
+
+def append(path: str, entry: dict) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot append to the history: {exc.strerror}") from None
+
+
+def _relative(path: str | None, repo: str | None) -> str | None:
+    if not path:
+        return path
+    base = repo or os.getcwd()
+    full = os.path.abspath(path)
+    return os.path.relpath(full, base) if full.startswith(os.path.abspath(base) + os.sep) else path
+
+
+def entry_of(report: Report, script: str, repo: str | None) -> dict:
+    """One line of the history: what a CI job needs to see a regression and its cause later."""
+    steps = step_times(report)
+    trace = report.traces[0] if report.traces else None
+    env = (trace.environment if trace else None) or {}
+    findings = [{"rule": f.rule, "where": f"{_relative(loc.path, repo)}:{loc.line}" if loc else None,
+                 "code": (loc.code or "").strip() if loc else ""}
+                for f in report.findings for loc in [f.locations[0] if f.locations else None]]
+    return {
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **commit_of(repo),
+        "script": _relative(script, repo),
+        "device": trace.device if trace else None,
+        "torch": env.get("torch"),
+        "step_ms": round(trimmed_mean(steps) * 1000.0, 4) if steps else None,
+        "steps_ms": [round(s * 1000.0, 4) for s in steps],
+        "findings": findings,
+        "load_avg": env.get("load_avg"), "cpu_count": env.get("cpu_count"),
+        "run_dir": report.run_dir, "perfaudit": __version__,
+    }
+
+
+def history(target: str, args: list[str], options: RunOptions, path: str | None = None, window: int = 20,
+           fail_on_slowdown_pct: float | None = None, write: bool = True, rules: list[Rule] | None = None,
+           gate_options: GateOptions | None = None,
+           on_event: Callable[[dict], None] | None = None) -> tuple[Report, HistoryCheck, str, list[str]]:
+    """Measure `target` (a script, audited now; or a run folder or trace) and judge it against the history
+    file (default: perfaudit-history.jsonl at the top of the git repository, else here); append the entry
+    unless `write` is false. Returns the report, the judgement, the file and notes about the file."""
+    rules = rules if rules is not None else load_rules()
+    if target.endswith(".py") and os.path.isfile(target):
+        repo = repository(target)
+        report = audit(target, args, options, rules, on_event, gate_options)
+        script = target
+    elif os.path.exists(target):
+        repo = repository(target)
+        report = read_side(target, rules, ()) if os.path.isdir(target) else analyze([target], rules)
+        script = report.script or target
+        report.run_dir = report.run_dir or (os.path.abspath(target) if os.path.isdir(target) else None)
+    else:
+        raise UsageError(f"{target}: no such script, run folder or trace")
+    path = path or os.path.join(repo or os.getcwd(), DEFAULT_FILE)
+    entries, notes = read_history(path)
+    entry = entry_of(report, script, repo)
+    judged = check(entries, entry, window, fail_on_slowdown_pct)
+    if write:
+        append(path, entry)
+    return report, judged, path, notes

@@ -1,0 +1,154 @@
+"""The step-time history of a project (one JSON object per audited commit) judged: is the newest entry
+slower than the recent ones beyond their noise, and where in the recent history did the step time shift?
+Pure functions over the entries; reading and writing the file is the use case's (usecases/history.py)."""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+NOISE_FLOOR_PCT = 2.0     # and never less than this share of the step (runs differ by a few % anyway)
+SHIFT_MIN_PCT = 5.0       # a change point: the step time's level shifted by at least this much ...
+SHIFT_MIN_T = 5.0         # ... and by this many standard errors (the best of all splits: 0.4 % false alarms on ±8 % noise)
+MIN_EARLIER = 3           # earlier entries needed to know the noise between runs (before it: no verdict)
+MIN_LEVEL = 2             # entries on each side of a change point (one slow run is not yet a new level)
+MAD_TO_SIGMA = 1.4826     # the median absolute deviation of a normal sample, as its standard deviation
+
+
+@dataclass
+class ChangePoint:
+    index: int                 # the first entry of the new level (in the compared series)
+    entry: dict
+    before_ms: float           # the median step time before it and from it on
+    after_ms: float
+    entries_after: int         # entries at the new level, this one included
+
+    @property
+    def change_pct(self) -> float:
+        return 100.0 * (self.after_ms - self.before_ms) / self.before_ms
+
+
+@dataclass
+class HistoryCheck:
+    entry: dict                          # the newest entry
+    compared: list[dict]                 # the earlier entries it is judged against (same script and device)
+    baseline_ms: float | None = None     # their median step time
+    noise_pct: float | None = None       # the change the noise between runs alone may make (see _noise_pct)
+    noise_from: str = ""                 # what the noise was estimated from
+    change_pct: float | None = None      # the newest against the baseline
+    verdict: str = "first"               # first | too few | slower | faster | steady | unmeasured
+    change_point: ChangePoint | None = None
+    new_findings: list[str] = field(default_factory=list)   # "RULE path:line", against the previous entry
+    gone_findings: list[str] = field(default_factory=list)
+    fail_on_slowdown_pct: float | None = None
+
+    @property
+    def fails(self) -> bool:
+        """The gate: slower beyond the noise and by more than --fail-on-slowdown."""
+        return (self.fail_on_slowdown_pct is not None and self.verdict == "slower"
+                and self.change_pct is not None and self.change_pct > self.fail_on_slowdown_pct)
+
+
+def comparable(entries: list[dict], latest: dict) -> list[dict]:
+    """The earlier entries timed like the newest one: the same script on the same kind of device."""
+    return [e for e in entries if e.get("script") == latest.get("script") and e.get("device") == latest.get("device")
+            and isinstance(e.get("step_ms"), (int, float))]
+
+
+def check(entries: list[dict], latest: dict, window: int = 20, fail_on_slowdown_pct: float | None = None) -> HistoryCheck:
+    """Judge `latest` against the last `window` comparable entries of `entries` (oldest first)."""
+    earlier = comparable(entries, latest)[-window:] if window else []
+    out = HistoryCheck(latest, earlier, fail_on_slowdown_pct=fail_on_slowdown_pct)
+    previous = earlier[-1] if earlier else None
+    if previous is not None:
+        now, before = _findings(latest), _findings(previous)
+        out.new_findings = sorted(now[k] for k in now.keys() - before.keys())
+        out.gone_findings = sorted(before[k] for k in before.keys() - now.keys())
+    step = latest.get("step_ms")
+    if not isinstance(step, (int, float)):
+        out.verdict = "unmeasured"
+        return out
+    if not earlier:
+        return out
+    # the current level: the entries since the earlier ones' own change point (an accepted regression or
+    # a speed-up is the new normal), the spread between runs pooled over both levels
+    shift = change_point(earlier)
+    segments = [earlier[:shift.index], earlier[shift.index:]] if shift else [earlier]
+    level = [e["step_ms"] for e in segments[-1]]
+    out.baseline_ms = statistics.median(level)
+    out.change_pct = 100.0 * (step - out.baseline_ms) / out.baseline_ms
+    out.noise_pct, out.noise_from = _noise_pct([[e["step_ms"] for e in seg] for seg in segments], out.baseline_ms)
+    if shift:
+        out.noise_from += f"; the level since {str(shift.entry.get('commit'))[:10]} ({len(level)} entries)"
+    out.change_point = change_point(earlier + [latest])
+    if len(earlier) < MIN_EARLIER:  # how far apart two runs fall by chance is not known yet
+        out.verdict = "too few"
+    elif abs(out.change_pct) <= out.noise_pct:
+        out.verdict = "steady"
+    else:
+        out.verdict = "slower" if out.change_pct > 0 else "faster"
+    return out
+
+
+def _findings(entry: dict) -> dict:
+    """An entry's findings by what identifies one across commits (rule, file, code of the line: a line
+    that moved with an edit above it is the same finding), each shown as "RULE path:line"."""
+    out = {}
+    for f in entry.get("findings") or ():
+        if isinstance(f, dict) and f.get("rule"):
+            where = f.get("where") or ""
+            out[(f["rule"], where.rsplit(":", 1)[0], f.get("code") or "")] = f"{f['rule']} {where}".strip()
+    return out
+
+
+def _noise_pct(segments: list[list[float]], baseline: float) -> tuple[float, str]:
+    """How far the newest run may fall from the current level by chance: a 99.5 % one-sided prediction
+    bound from the spread between runs (Student's t on their standard deviation about their level's mean,
+    pooled over the levels; wide while the entries are few: 10 deviations from 3 entries, 3 from 11)."""
+    n = sum(len(seg) for seg in segments)
+    df = n - len(segments)
+    sse = sum((v - statistics.fmean(seg)) ** 2 for seg in segments for v in seg)
+    sigma = math.sqrt(sse / df) if df > 0 else 0.0
+    noise = max(_t995(df) * math.sqrt(1 + 1 / len(segments[-1])) * 100.0 * sigma / baseline, NOISE_FLOOR_PCT)
+    why = f"the spread of {n} earlier entries"
+    if noise == NOISE_FLOOR_PCT:
+        why += f"; the {NOISE_FLOOR_PCT:g} % floor"
+    return noise, why
+
+
+_T995 = {1: 63.657, 2: 9.925, 3: 5.841, 4: 4.604, 5: 4.032, 6: 3.707, 7: 3.499, 8: 3.355, 9: 3.250, 10: 3.169,
+         12: 3.055, 15: 2.947, 20: 2.845, 25: 2.787, 30: 2.750, 40: 2.704, 60: 2.660, 120: 2.617}
+
+
+def _t995(df: int) -> float:
+    """Student's t, 99.5 % quantile, for `df` degrees of freedom (interpolated in the table's gaps)."""
+    keys = sorted(_T995)
+    if df >= keys[-1]:
+        return 2.576
+    df = max(df, 1)
+    lo, hi = max(k for k in keys if k <= df), min(k for k in keys if k >= df)
+    return _T995[lo] if lo == hi else _T995[lo] + (_T995[hi] - _T995[lo]) * (df - lo) / (hi - lo)
+
+
+def change_point(entries: list[dict]) -> ChangePoint | None:
+    """The one split of the series into an earlier and a later level that best explains it (the largest
+    shift in standard errors), when the shift is both large (SHIFT_MIN_PCT) and clear (SHIFT_MIN_T), with
+    MIN_LEVEL entries at least on each side."""
+    values = [e["step_ms"] for e in entries]
+    n = len(values)
+    if n < 2 * MIN_LEVEL:
+        return None
+    best = None
+    for k in range(MIN_LEVEL, n - MIN_LEVEL + 1):
+        left, right = values[:k], values[k:]
+        ml, mr = statistics.fmean(left), statistics.fmean(right)
+        sse = sum((v - ml) ** 2 for v in left) + sum((v - mr) ** 2 for v in right)
+        sigma = max(math.sqrt(sse / (n - 2)) if n > 2 else 0.0, 0.01 * statistics.median(values))
+        t = abs(mr - ml) / (sigma * math.sqrt(1 / len(left) + 1 / len(right)))
+        if best is None or t > best[0]:
+            best = (t, k)
+    t, k = best
+    before, after = statistics.median(values[:k]), statistics.median(values[k:])
+    if t < SHIFT_MIN_T or abs(after - before) < SHIFT_MIN_PCT / 100.0 * before:
+        return None
+    return ChangePoint(k, entries[k], before, after, n - k)

@@ -1,0 +1,112 @@
+"""`perfaudit history`: each audited commit appends its step time and findings to a JSON Lines file in the
+repository; the newest entry is judged against the recent ones (beyond their noise between runs) and the
+gate fails on a slowdown over --fail-on-slowdown. The end-to-end test measures a tiny script at a good commit
+five times, then at a commit that adds a per-step host sync and host work (+60 % on a 6 ms step, far above
+both the 10 % limit and the noise, also on a busy machine); the series tests check the change-point and
+noise logic on recorded-looking histories."""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+
+import pytest
+
+from bisect_repo import make_history
+from conftest import needs_program, perfaudit
+from perfaudit.verify.history import check
+
+
+def _history(repo, *extra):
+    out = repo.parent / "judged.json"
+    proc = perfaudit("history", "train.py", "--warmup", "2", "--steps", "8", "-o", str(out), *extra, cwd=repo,
+                     timeout=300)
+    return proc, json.loads(out.read_text()) if out.exists() else None
+
+
+@pytest.mark.timing
+def test_history_records_each_commit_and_fails_the_gate_on_the_commit_that_slowed_the_step(tmp_path):
+    needs_program("git", why="history reads the commit from git")
+    repo = tmp_path / "repo"
+    history = make_history(repo, commits=1, culprit=0, seed=3)
+    subprocess.run(["git", "checkout", "-q", history["good"]], cwd=repo, check=True)
+    for n in range(5):
+        proc, judged = _history(repo, "--fail-on-slowdown", "10%")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert judged["verdict"] == {0: "first", 1: "too few", 2: "too few"}.get(n, "steady")
+    lines = (repo / "perfaudit-history.jsonl").read_text().splitlines()
+    assert len(lines) == 5 and all(json.loads(line)["commit"] == history["good"] for line in lines)
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == \
+        "?? perfaudit-history.jsonl\n"
+
+    subprocess.run(["git", "checkout", "-q", history["culprit"]], cwd=repo, check=True)
+    # --dry-run judges without appending; a limit above the slowdown passes the gate
+    proc, judged = _history(repo, "--dry-run", "--fail-on-slowdown", "1000")
+    assert proc.returncode == 0 and not judged["fails"] and judged["verdict"] == "slower", proc.stdout
+    assert len((repo / "perfaudit-history.jsonl").read_text().splitlines()) == 5
+    proc, judged = _history(repo, "--fail-on-slowdown", "10%")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert judged["verdict"] == "slower" and judged["fails"] and judged["change_pct"] > max(10, judged["noise_pct"])
+    assert judged["entry"]["commit"] == history["culprit"] and judged["compared"] == 5
+    assert any(f.startswith("SYNC001 train.py:") for f in judged["new_findings"]), judged["new_findings"]
+    assert "gate: FAIL" in proc.stdout and "slower" in proc.stdout
+    assert len((repo / "perfaudit-history.jsonl").read_text().splitlines()) == 6
+
+
+def _entries(values, device="cpu", start=0):
+    return [{"commit": f"{i:040x}", "subject": f"commit {i}", "script": "train.py", "device": device,
+             "step_ms": v, "steps_ms": [v] * 8, "findings": []} for i, v in enumerate(values, start)]
+
+
+def test_a_sustained_shift_is_a_change_point_at_its_first_commit_and_noise_is_not():
+    rng = random.Random(7)
+    before = [100 * (1 + rng.uniform(-0.08, 0.08)) for _ in range(12)]   # ±8 % between runs
+    after = [130 * (1 + rng.uniform(-0.08, 0.08)) for _ in range(4)]
+    # the first slow commit: slower than the recent runs beyond their noise, the gate fails
+    judged = check(_entries(before), _entries(after[:1], start=12)[0], fail_on_slowdown_pct=10)
+    assert judged.verdict == "slower" and judged.fails and 20 < judged.change_pct < 40
+    # three commits later the slow runs are the current level (the gate passes) and the change point names
+    # the commit that started it
+    *earlier, latest = _entries(before + after)
+    judged = check(earlier, latest, fail_on_slowdown_pct=10)
+    assert judged.change_point is not None and judged.change_point.entry["commit"] == f"{12:040x}"
+    assert judged.change_point.entries_after == 4 and 20 < judged.change_point.change_pct < 40
+    assert judged.verdict == "steady" and not judged.fails and judged.baseline_ms > 115
+
+    for seed in range(20):  # the same noise without a shift: never a change point, never a failed gate
+        rng = random.Random(seed)
+        *earlier, latest = _entries([100 * (1 + rng.uniform(-0.08, 0.08)) for _ in range(16)])
+        judged = check(earlier, latest, fail_on_slowdown_pct=10)
+        assert judged.change_point is None and not judged.fails, (seed, judged.change_pct, judged.noise_pct)
+
+
+def test_one_slow_run_is_no_change_point_and_other_devices_are_not_compared():
+    *earlier, latest = _entries([100, 101, 99, 100, 102, 98, 100, 100, 160])
+    judged = check(earlier, latest)
+    assert judged.verdict == "slower" and judged.change_point is None  # one run is not yet a new level
+    judged = check(_entries([50, 51, 49, 50], device="NVIDIA H100"), _entries([100])[0])
+    assert judged.verdict == "first" and not judged.compared
+
+
+def test_findings_are_matched_by_rule_file_and_code_so_a_moved_line_is_not_new():
+    a, b = _entries([100, 100])
+    a["findings"] = [{"rule": "SYNC001", "where": "train.py:18", "code": "running += loss.item()"}]
+    b["findings"] = [{"rule": "SYNC001", "where": "train.py:21", "code": "running += loss.item()"},
+                     {"rule": "DATA001", "where": "train.py:9", "code": "loader = DataLoader(ds)"}]
+    judged = check([a], b)
+    assert judged.new_findings == ["DATA001 train.py:9"] and judged.gone_findings == []
+
+
+def test_an_unreadable_history_line_is_skipped_and_named(tmp_path, run_dir):
+    from conftest import SAMPLES, _run_json
+    _run_json("run", str(SAMPLES / "sync_bad.py"), run_dir)  # the shared run of the sample script
+    folder = f"{run_dir}/sync_bad"
+    file = tmp_path / "h.jsonl"
+    file.write_text('{"truncated": \n' + json.dumps(_entries([1.0])[0]) + "\n")
+    proc = perfaudit("history", folder, "--file", str(file), "-o", str(tmp_path / "j.json"))
+    judged = json.loads((tmp_path / "j.json").read_text())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{file}:1 is not a JSON object: skipped" in judged["notes"]
+    assert judged["entry"]["run_dir"] == folder
+    assert any(f["rule"] == "SYNC001" for f in judged["entry"]["findings"])
+    assert len(file.read_text().splitlines()) == 3
