@@ -154,9 +154,11 @@ def test_long_modules_say_why():
 
 
 def test_the_cli_is_a_skin_over_the_api():
-    """Commands parse options, call one API function and render: the CLI imports the facade, the
-    reporters and the option types, never the use cases, the engine or the collection directly."""
-    allowed = ("perfaudit.api", "perfaudit.report", "perfaudit.errors", "perfaudit.cli")
-    direct = sorted(f"{m} imports {t}" for m, ts in imports().items() if m == "perfaudit.cli" or m.startswith("perfaudit.cli.")
-                    for t in ts if t != "perfaudit" and not any(t == a or t.startswith(a + ".") for a in allowed))
+    """Commands parse options, call one API function and render: the CLI (and the MCP server, the same skin
+    for agents, which `perfaudit mcp` starts) imports the facade, the reporters and the option types, never
+    the use cases, the engine or the collection directly."""
+    allowed = ("perfaudit.api", "perfaudit.report", "perfaudit.errors", "perfaudit.cli", "perfaudit.mcp")
+    skins = [m for m in imports() if m in ("perfaudit.cli", "perfaudit.mcp") or m.startswith("perfaudit.cli.")]
+    direct = sorted(f"{m} imports {t}" for m in skins for t in imports()[m]
+                    if t != "perfaudit" and not any(t == a or t.startswith(a + ".") for a in allowed))
     assert not direct, direct

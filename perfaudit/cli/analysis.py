@@ -1,5 +1,5 @@
 """The commands that read what is already there: `analyze` (traces), `lint` (sources), `explain` and
-`rules` (the catalogue)."""
+`rules` (the catalogue); and `mcp`, which serves the library to coding agents."""
 from __future__ import annotations
 
 import json
@@ -146,3 +146,12 @@ def diff(
             write_text(path, RENDERERS[name](result))
         else:
             sys.stdout.write(RENDERERS[name](result))
+
+
+@app.command()
+@handles_errors
+def mcp(debug: DebugOpt = False):
+    """Serve perfaudit to coding agents: a Model Context Protocol server on stdin/stdout with the tools
+    audit, analyze, explain, fix (a diff, nothing written) and verify. Needs `pip install 'perfaudit[mcp]'`."""
+    from ..mcp import serve
+    serve()

@@ -49,6 +49,22 @@ def read_cells(notebook: str) -> list[dict]:
     return cells
 
 
+def check_notebook(notebook: str, compile_or_fail) -> str:
+    """A notebook `perfaudit run` can run: readable, nbformat 4, and its code cells compile (a syntax
+    error named as notebook.ipynb[cell N]:line)."""
+    import shutil
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="perfaudit-nb-")
+    try:
+        converted = write_script(notebook, folder)
+        with open(converted.path, "rb") as f:
+            compile_or_fail(f.read(), converted.path,
+                            lambda line: "{}:{}".format(*(converted.place(line) or (notebook, line))))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return os.path.abspath(notebook)
+
+
 def _source(cell: dict) -> str:
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)

@@ -44,18 +44,9 @@ def check_script(script: str) -> str:
         raise UsageError(f"script not found: {script}")
     if os.path.isdir(script):
         raise UsageError(f"{script} is a directory; give the training script's path")
-    if script.endswith(".ipynb"):  # its code cells as one script (collect/notebook.py), checked as such
-        import shutil
-        import tempfile
-
-        from .notebook import write_script
-        folder = tempfile.mkdtemp(prefix="perfaudit-nb-")
-        try:
-            converted = write_script(script, folder)
-            _compiles(converted.path, lambda line: "{}:{}".format(*(converted.place(line) or (script, line))))
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-        return os.path.abspath(script)
+    if script.endswith(".ipynb"):  # its code cells as one script, checked as such
+        from .notebook import check_notebook
+        return check_notebook(script, _compile)
     try:
         with open(script, "rb") as f:
             source = f.read()
@@ -63,11 +54,6 @@ def check_script(script: str) -> str:
         raise UsageError(f"cannot read {script}: {exc.strerror}") from exc
     _compile(source, script, lambda line: f"{script}:{line}")
     return os.path.abspath(script)
-
-
-def _compiles(path: str, where) -> None:
-    with open(path, "rb") as f:
-        _compile(f.read(), path, where)
 
 
 def _compile(source: bytes, script: str, where) -> None:

@@ -156,10 +156,10 @@ def _judge(commit: Commit, v, threshold_pct: float) -> Comparison:
     low, high = 100.0 * s.low_ms / s.mean_a_ms, 100.0 * s.high_ms / s.mean_a_ms
     change = f"{100.0 * s.delta_ms / s.mean_a_ms:+.1f} % [{low:+.1f}, {high:+.1f}]"
     if low > threshold_pct:
-        return Comparison(commit, "bad", f"{change}: wholly above +{threshold_pct:g} %", s, v.rounds)
+        return Comparison(commit, "bad", f"{change}: wholly above +{threshold_pct:.3g} %", s, v.rounds)
     if high < threshold_pct:
-        return Comparison(commit, "good", f"{change}: wholly below +{threshold_pct:g} %", s, v.rounds)
-    return Comparison(commit, "skip", f"{change}: the interval holds +{threshold_pct:g} % ({v.stopped_because})",
+        return Comparison(commit, "good", f"{change}: wholly below +{threshold_pct:.3g} %", s, v.rounds)
+    return Comparison(commit, "skip", f"{change}: the interval holds +{threshold_pct:.3g} % ({v.stopped_because})",
                       s, v.rounds)
 
 

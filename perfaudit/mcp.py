@@ -1,0 +1,91 @@
+"""`perfaudit mcp`: a Model Context Protocol server on stdio, so that a coding agent can audit training
+scripts as a user does: `audit` (run a script), `analyze` (traces), `explain` (a rule), `fix` (the edits as
+a diff, never written) and `verify` (A/B runs of the fixes). Each returns the JSON a command writes with
+`--format json` (findings with file:line, cost per step, fix) and the report as Markdown, which agents
+read better than a console table. Thin over the library API, as the CLI is; the MCP SDK is an optional
+extra (`pip install 'perfaudit[mcp]'`)."""
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import UsageError
+
+INSTRUCTIONS = ("perfaudit audits PyTorch training performance. `audit` runs a training script for a short "
+                "profiled window (a few steps) and returns ranked findings: what is slow, where (file:line), "
+                "what it costs per step and the change to make. `fix` returns the mechanical edits as a unified "
+                "diff (nothing is written); `verify` measures them (step time and loss, A/B runs); `explain` "
+                "documents a rule; `analyze` reads torch.profiler traces recorded elsewhere.")
+
+
+def build_server():
+    try:
+        from mcp.server.fastmcp import FastMCP
+    except ImportError:
+        raise UsageError("perfaudit mcp needs the MCP SDK: pip install 'perfaudit[mcp]'") from None
+    from . import api
+    from .report.json_report import to_dict
+    from .report.markdown import render as markdown
+
+    server = FastMCP("perfaudit", instructions=INSTRUCTIONS)
+
+    def report_result(report) -> dict[str, Any]:
+        return {"report": to_dict(report), "markdown": markdown(report)}
+
+    @server.tool()
+    def audit(script: str, args: list[str] | None = None, warmup: int = 2, steps: int = 5,
+              device: str = "auto", timeout: float = 600.0) -> dict[str, Any]:
+        """Run a PyTorch training script (a .py file or a notebook) for `warmup` then `steps` training steps
+        under the profiler and return the ranked findings (JSON report and Markdown). `args` are the
+        script's own command-line arguments."""
+        settings = api.prepare()
+        api.check_script(script)
+        options = api.run_options(settings, warmup, steps, False, timeout, None, device=device)
+        return report_result(api.audit(script, args or [], options, settings.rules, None, settings.gate))
+
+    @server.tool()
+    def analyze(paths: list[str]) -> dict[str, Any]:
+        """Apply the rules to torch.profiler / Kineto traces (*.json or *.json.gz files, or folders of them,
+        e.g. one per rank of a distributed job)."""
+        settings = api.prepare()
+        return report_result(api.analyze(paths, settings.rules, (), settings.gate))
+
+    @server.tool()
+    def explain(rule: str) -> str:
+        """The documentation of a rule (SYNC001) or of the rules for a tip (T01), as Markdown: what, why,
+        an example, what to use instead, references."""
+        from .report.docs import rule_markdown
+        return "\n\n".join(rule_markdown(r) for r in api.rules_for(rule, None))
+
+    @server.tool()
+    def fix(script: str, args: list[str] | None = None, warmup: int = 2, steps: int = 5) -> dict[str, Any]:
+        """Audit the script and return the mechanical fixes for its findings as a unified diff. Nothing is
+        written: apply the diff yourself, then `verify`."""
+        settings = api.prepare()
+        api.check_fixable(script, None, False)
+        options = api.run_options(settings, warmup, steps)
+        report, plan = api.fix(script, args or [], options, settings.rules, {r.id for r in settings.rules})
+        return {"diff": plan.diff(), "files": [f.path for f in plan.files], **report_result(report)}
+
+    @server.tool()
+    def verify(script: str, args: list[str] | None = None, rounds: int = 3, max_rounds: int = 12,
+               max_time: float = 120.0, steps: int = 15) -> dict[str, Any]:
+        """Measure the fixes before trusting them: A/B runs of the script as it is and fixed (never written),
+        step time with a 95 % interval and the loss compared. Takes minutes."""
+        import json
+
+        from .report.verify_report import render_json
+        settings = api.prepare()
+        api.check_script(script)
+        audit_options = api.run_options(settings)
+        timing_options = api.run_options(settings, 3, steps, for_rules=False)
+        plan_rounds = api.Rounds(min=rounds, max=max(max_rounds, rounds), max_time_s=max_time)
+        report, _, result = api.verify(script, args or [], audit_options, timing_options, plan_rounds,
+                                       settings.rules, {r.id for r in settings.rules})
+        return {"verification": json.loads(render_json(result)), **report_result(report)}
+
+    return server
+
+
+def serve() -> None:
+    """Serve on stdin/stdout until the client closes them."""
+    build_server().run("stdio")

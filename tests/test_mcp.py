@@ -1,0 +1,54 @@
+"""`perfaudit mcp` driven by the MCP SDK's own stdio client, as an agent drives it: the tools are listed,
+`audit` on a sample script gives the findings `perfaudit run` gives at the same lines (JSON and Markdown),
+`explain` a rule's documentation, `fix` the diff without writing the script, and a missing script an
+error result with one clear line."""
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+
+import pytest
+
+from conftest import ROOT, SAMPLES
+
+mcp = pytest.importorskip("mcp", reason="the MCP SDK is installed with .[test] (or .[mcp])")
+from mcp import ClientSession, StdioServerParameters  # noqa: E402
+from mcp.client.stdio import stdio_client  # noqa: E402
+
+
+async def _session(work):
+    params = StdioServerParameters(command=sys.executable, args=["-m", "perfaudit", "mcp"], cwd=str(work),
+                                   env={"PYTHONPATH": str(ROOT)})
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        tools = {t.name for t in (await session.list_tools()).tools}
+        script = str(work / "sync_bad.py")
+        audited = await session.call_tool("audit", {"script": script, "warmup": 2, "steps": 3})
+        explained = await session.call_tool("explain", {"rule": "SYNC001"})
+        fixed = await session.call_tool("fix", {"script": script, "warmup": 2, "steps": 3})
+        missing = await session.call_tool("audit", {"script": str(work / "nope.py")})
+        return tools, audited, explained, fixed, missing
+
+
+def _json(result) -> dict:
+    assert not result.isError, result.content
+    return json.loads(result.content[0].text)
+
+
+def test_an_agent_audits_explains_and_fixes_through_the_mcp_server(tmp_path, sample_report):
+    shutil.copy(SAMPLES / "sync_bad.py", tmp_path / "sync_bad.py")
+    before = (tmp_path / "sync_bad.py").read_text()
+    tools, audited, explained, fixed, missing = asyncio.run(_session(tmp_path))
+    assert {"audit", "analyze", "explain", "fix", "verify"} <= tools
+    result = _json(audited)
+    cli = sample_report("sync_bad.py")  # `perfaudit run` on the same script
+    where = {(f["rule"], f["location"]["line"]) for f in result["report"]["findings"] if f.get("location")}
+    assert where == {(f["rule"], f["location"]["line"]) for f in cli["findings"] if f.get("location")}
+    assert ("SYNC001", 18) in where and "SYNC001" in result["markdown"]
+    assert "SYNC001" in explained.content[0].text and not explained.isError
+    diff = _json(fixed)["diff"]
+    assert diff.startswith("---") and "loss.item()" in diff
+    assert (tmp_path / "sync_bad.py").read_text() == before  # nothing written
+    assert missing.isError and "script not found" in missing.content[0].text
