@@ -12,6 +12,7 @@ SHIFT_MIN_PCT = 5.0       # a change point: the step time's level shifted by at 
 SHIFT_MIN_T = 5.0         # ... and by this many standard errors (the best of all splits: 0.4 % false alarms on ±8 % noise)
 MIN_EARLIER = 3           # earlier entries needed to know the noise between runs (before it: no verdict)
 MIN_LEVEL = 2             # entries on each side of a change point (one slow run is not yet a new level)
+OUTLIER_SIGMAS = 3.5       # a run this far off its level (robust deviations) is left out of the spread
 MAD_TO_SIGMA = 1.4826     # the median absolute deviation of a normal sample, as its standard deviation
 
 
@@ -104,16 +105,25 @@ def _findings(entry: dict) -> dict:
 def _noise_pct(segments: list[list[float]], baseline: float) -> tuple[float, str]:
     """How far the newest run may fall from the current level by chance: a 99.5 % one-sided prediction
     bound from the spread between runs (Student's t on their standard deviation about their level's mean,
-    pooled over the levels; wide while the entries are few: 10 deviations from 3 entries, 3 from 11)."""
-    n = sum(len(seg) for seg in segments)
-    df = n - len(segments)
-    sse = sum((v - statistics.fmean(seg)) ** 2 for seg in segments for v in seg)
+    pooled over the levels; wide while the entries are few: 10 deviations from 3 entries, 3 from 11). A run
+    far off its level (beyond OUTLIER_SIGMAS robust deviations: one that a busy machine slowed) is left
+    out of the spread, or one such run would widen the bound for the next `window` commits."""
+    kept = [_without_outliers(seg) for seg in segments]
+    n, dropped = sum(map(len, kept)), sum(map(len, segments)) - sum(map(len, kept))
+    df = n - len(kept)
+    sse = sum((v - statistics.fmean(seg)) ** 2 for seg in kept for v in seg)
     sigma = math.sqrt(sse / df) if df > 0 else 0.0
-    noise = max(_t995(df) * math.sqrt(1 + 1 / len(segments[-1])) * 100.0 * sigma / baseline, NOISE_FLOOR_PCT)
-    why = f"the spread of {n} earlier entries"
+    noise = max(_t995(df) * math.sqrt(1 + 1 / len(kept[-1])) * 100.0 * sigma / baseline, NOISE_FLOOR_PCT)
+    why = f"the spread of {n} earlier entries" + (f", {dropped} far-off run(s) left out" if dropped else "")
     if noise == NOISE_FLOOR_PCT:
         why += f"; the {NOISE_FLOOR_PCT:g} % floor"
     return noise, why
+
+
+def _without_outliers(values: list[float]) -> list[float]:
+    middle = statistics.median(values)
+    robust = max(MAD_TO_SIGMA * statistics.median(abs(v - middle) for v in values), 0.01 * middle)
+    return [v for v in values if abs(v - middle) <= OUTLIER_SIGMAS * robust]
 
 
 _T995 = {1: 63.657, 2: 9.925, 3: 5.841, 4: 4.604, 5: 4.032, 6: 3.707, 7: 3.499, 8: 3.355, 9: 3.250, 10: 3.169,
