@@ -24,7 +24,7 @@ for step in range(100_000):
 '''
 # the regression: every step reads the loss and a weight's values one by one on the host
 SLOW = ('history.append(loss.item())\n'
-        '    weights = [float(w) for w in model[0].weight.detach().flatten()[:3000]]  # per-step statistics')
+        '    weights = [float(w) for w in model[0].weight.detach().flatten()[:READS]]  # per-step statistics')
 HARMLESS = [
     ("a comment on the data", lambda s: s.replace("data, target", "# a fixed batch\ndata, target", 1)),
     ("a named constant", lambda s: s.replace("range(100_000)", "range(STEPS)", 1)
@@ -45,9 +45,10 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def make_history(repo: Path, commits: int, culprit: int | None, seed: int = 0) -> dict:
+def make_history(repo: Path, commits: int, culprit: int | None, seed: int = 0, reads: int = 3000) -> dict:
     """A repository whose first commit is good, then `commits` more; the one at index `culprit` (0-based
-    among them; None: none) adds the slow logging. Returns {"good", "bad", "culprit" (sha or None)}."""
+    among them; None: none) adds the slow logging (`reads` weight values read one by one per step).
+    Returns {"good", "bad", "culprit" (sha or None)}."""
     rng = random.Random(seed)
     repo.mkdir(parents=True, exist_ok=True)
     _git(repo, "init", "-q", "-b", "main")
@@ -61,7 +62,7 @@ def make_history(repo: Path, commits: int, culprit: int | None, seed: int = 0) -
     found = None
     for i in range(commits):
         if i == culprit:
-            text = text.replace("# LOG", SLOW, 1)
+            text = text.replace("# LOG", SLOW.replace("READS", str(reads)), 1)
             message = "log the loss and weight statistics every step"
         else:
             message, edit = HARMLESS[rng.randrange(len(HARMLESS))]

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..verify.history import HistoryCheck
 
 _STYLE = {"slower": "red", "faster": "green", "steady": "green", "first": "", "too few": "yellow",
-          "unmeasured": "yellow"}
+          "unmeasured": "yellow", "busy": "yellow"}
 
 
 def _commit(entry: dict) -> str:
@@ -41,6 +41,10 @@ def render_console(h: HistoryCheck, path: str, recorded: bool, notes: list[str],
         console.print("  the first entry for this script and device: nothing to compare with yet", highlight=False)
     elif h.verdict == "unmeasured":
         console.print(f"  [{style}]no step was measured[/]: the entry is recorded without a step time",
+                      highlight=False)
+    elif h.verdict == "busy":
+        console.print(f"  [{style}]not judged[/]: most measured steps waited for a CPU held by other processes, so "
+                      "the step time is the machine's (recorded for its findings, left out of later comparisons)",
                       highlight=False)
     elif h.verdict == "too few":
         console.print(f"  against the last {len(h.compared)}: median {_ms(h.baseline_ms)}, {h.change_pct:+.1f} %: "

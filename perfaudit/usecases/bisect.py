@@ -136,6 +136,9 @@ def bisect(script: str, args: list[str], good: str, bad: str, options: RunOption
         finish_run_dir(folder)
 
 
+BUSY_SHARE = 0.25  # more runs or steps than this waited for a CPU: the comparison is not trusted
+
+
 def _record(result: BisectResult, comparison: Comparison) -> Comparison:
     result.comparisons.append(comparison)
     return comparison
@@ -151,6 +154,9 @@ def _judge(commit: Commit, v, threshold_pct: float) -> Comparison:
     if verdict.broke:
         return Comparison(commit, "skip", f"the script fails there: {verdict.broke}", None, v.rounds)
     s = verdict.speed
+    if v.busy_share > BUSY_SHARE:  # the runs timed the machine's other work more than this commit
+        return Comparison(commit, "skip", f"the machine was too busy to time it: {100 * v.busy_share:.0f} % of the "
+                          "runs or steps waited for a CPU held by other processes", s, v.rounds)
     if s is None or math.isnan(s.low_ms) or not s.mean_a_ms:
         return Comparison(commit, "skip", "too few steps for an interval", s, v.rounds)
     low, high = 100.0 * s.low_ms / s.mean_a_ms, 100.0 * s.high_ms / s.mean_a_ms

@@ -95,6 +95,7 @@ class Verification:
     interrupted: int | None = None        # the signal that stopped verify
     tolerance_pct: float = 2.0
     flops: dict | None = None             # the audit's model FLOPs per step and the device's peak (facts.mfu)
+    busy_share: float = 0.0               # the larger share of runs, or of steps, that waited for a CPU
 
     @property
     def passed(self) -> bool:
@@ -206,10 +207,14 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
                 say(f"running {'the fixed script' if v.name == 'B' else v.name} past its window")
                 _exercise(script, args, v, served[v.name], folder, options, end_check_s, verdict)
     disturbed = sum(r.disturbed_runs for r in runs.values())
+    left_out = sum(r.left_out for r in runs.values())
+    counted = sum(len(t) for r in runs.values() for t in r.times)
+    attempted = disturbed + sum(len(r.times) for r in runs.values())
+    verification.busy_share = max(disturbed / attempted if attempted else 0.0,
+                                  left_out / (left_out + counted) if left_out + counted else 0.0)
     if disturbed:
         verification.notes.append(f"busy machine: {disturbed} run(s) whose steps mostly waited for a CPU held by "
                                   "other processes were not counted")
-    left_out = sum(r.left_out for r in runs.values())
     if left_out:
         verification.notes.append(f"busy machine: {left_out} step(s) that waited for a CPU held by other processes "
                                   "were left out of the step times (of A and B alike)")

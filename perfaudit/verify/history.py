@@ -37,7 +37,7 @@ class HistoryCheck:
     noise_pct: float | None = None       # the change the noise between runs alone may make (see _noise_pct)
     noise_from: str = ""                 # what the noise was estimated from
     change_pct: float | None = None      # the newest against the baseline
-    verdict: str = "first"               # first | too few | slower | faster | steady | unmeasured
+    verdict: str = "first"               # first | too few | slower | faster | steady | busy | unmeasured
     change_point: ChangePoint | None = None
     new_findings: list[str] = field(default_factory=list)   # "RULE path:line", against the previous entry
     gone_findings: list[str] = field(default_factory=list)
@@ -51,9 +51,10 @@ class HistoryCheck:
 
 
 def comparable(entries: list[dict], latest: dict) -> list[dict]:
-    """The earlier entries timed like the newest one: the same script on the same kind of device."""
+    """The earlier entries timed like the newest one: the same script on the same kind of device, on a
+    machine that was not too busy to time it."""
     return [e for e in entries if e.get("script") == latest.get("script") and e.get("device") == latest.get("device")
-            and isinstance(e.get("step_ms"), (int, float))]
+            and isinstance(e.get("step_ms"), (int, float)) and not e.get("busy")]
 
 
 def check(entries: list[dict], latest: dict, window: int = 20, fail_on_slowdown_pct: float | None = None) -> HistoryCheck:
@@ -68,6 +69,9 @@ def check(entries: list[dict], latest: dict, window: int = 20, fail_on_slowdown_
     step = latest.get("step_ms")
     if not isinstance(step, (int, float)):
         out.verdict = "unmeasured"
+        return out
+    if latest.get("busy"):  # recorded (for its findings), neither judged nor used as a baseline
+        out.verdict = "busy"
         return out
     if not earlier:
         return out
