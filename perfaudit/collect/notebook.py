@@ -52,17 +52,9 @@ def read_cells(notebook: str) -> list[dict]:
 def check_notebook(notebook: str, compile_or_fail) -> str:
     """A notebook `perfaudit run` can run: readable, nbformat 4, and its code cells compile (a syntax
     error named as notebook.ipynb[cell N]:line)."""
-    import shutil
-    import tempfile
-    folder = tempfile.mkdtemp(prefix="perfaudit-nb-")
-    try:
-        converted = write_script(notebook, folder)
-        with open(converted.path, "rb") as f:
-            compile_or_fail(f.read(), converted.path,
-                            lambda line: "{}:{}".format(*(converted.place(line) or (notebook, line))))
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    return os.path.abspath(notebook)
+    text, converted = convert(notebook, notebook)
+    compile_or_fail(text.encode(), notebook, lambda line: "{}:{}".format(*(converted.place(line) or (notebook, line))))
+    return converted.notebook
 
 
 def _source(cell: dict) -> str:
@@ -70,10 +62,9 @@ def _source(cell: dict) -> str:
     return "".join(source) if isinstance(source, list) else str(source)
 
 
-def write_script(notebook: str, folder: str) -> NotebookScript:
-    """Write the notebook's code cells to FOLDER/<name>.py and return the map back to the cells."""
-    notebook = os.path.abspath(notebook)
-    out = NotebookScript(notebook, os.path.join(folder, os.path.splitext(os.path.basename(notebook))[0] + ".py"))
+def convert(notebook: str, path: str) -> tuple[str, NotebookScript]:
+    """The notebook's code cells as the text of one script (to be written at `path`) and the map back."""
+    out = NotebookScript(os.path.abspath(notebook), path)
     text: list[str] = []
     for number, cell in enumerate(read_cells(notebook), 1):
         if cell.get("cell_type") != "code":
@@ -92,9 +83,16 @@ def write_script(notebook: str, folder: str) -> NotebookScript:
             out.lines.append((number, at))
         text.append("")  # cells stay apart, as nbconvert writes them
         out.lines.append((number, len(lines) + 1))
+    return "\n".join(text) + "\n", out
+
+
+def write_script(notebook: str, folder: str) -> NotebookScript:
+    """Write the notebook's code cells to FOLDER/<name>.py and return the map back to the cells."""
+    name = os.path.splitext(os.path.basename(notebook))[0] + ".py"
+    text, out = convert(notebook, os.path.join(folder, name))
     os.makedirs(folder, exist_ok=True)
     with open(out.path, "w", encoding="utf-8") as f:
-        f.write("\n".join(text) + "\n")
+        f.write(text)
     return out
 
 
