@@ -5,7 +5,7 @@ from ..calls import FOREACH_OPTIMIZERS, FUSABLE_OPTIMIZERS
 from ..static.cuda_path import CUDA_PATH
 from .registry import Context, Missing, fact
 from .sites import Site, site_from_probe
-from .steps import OPTIMIZER_STEP
+from .steps import OPTIMIZER_STEP, closure_end
 
 
 def _step_ops(ctx: Context) -> dict[str, dict]:
@@ -20,8 +20,10 @@ def _step_ops(ctx: Context) -> dict[str, dict]:
             continue  # overlapping the window counts: an LBFGS step can hold all of it
         cls = ann.name[len(OPTIMIZER_STEP):].split(".")[0]
         entry = out.setdefault(cls, {"ms": 0.0, "ops": 0, "fused": False, "foreach": False})
-        entry["ms"] += (min(ann.end, last) - max(ann.ts, first)) / 1000.0
-        for op in ctx.within(ops, max(ann.ts, first), min(ann.end, last)):
+        # a closure (Lightning, LBFGS) ran forward and backward in the range: the update is what follows it
+        start = max(ann.ts, first, closure_end(ctx, ann) or 0.0)
+        entry["ms"] += max(min(ann.end, last) - start, 0.0) / 1000.0
+        for op in ctx.within(ops, start, min(ann.end, last)):
             if op.end > ann.end:
                 continue
             entry["ops"] += 1

@@ -46,12 +46,53 @@ def phase_times(ctx: Context, steps=None) -> list[dict]:
                 continue
             phase = _phase(ev.name)
             if phase is not None:
-                times[phase] += min(ev.end, step.end) - ev.ts
+                end = min(ev.end, step.end)
+                if phase == "optimizer" and ev.name.startswith(OPTIMIZER_STEP):
+                    for name, us in _closure_split(ctx, ev, end).items():
+                        times[name] += us
+                else:
+                    times[phase] += end - ev.ts
                 covered_until = ev.end
         out.append(times)
     if steps is None:
         ctx.__dict__["_phase_times"] = out
     return out
+
+
+def _closure_parts(ctx: Context, step_range, end: float) -> tuple[float | None, float, float]:
+    """(end of the closure, µs of backward, µs of zero_grad) inside one Optimizer.step range; the end is
+    None when no backward ran inside it (a plain step, no closure)."""
+    backward = zero = 0.0
+    closure_end = None
+    covered = -1.0
+    for ev in ctx.within(ctx.trace.host, step_range.ts, end):
+        if ev is step_range or ev.ts < covered:
+            continue
+        if ev.name.startswith(BACKWARD_PREFIX):
+            backward += min(ev.end, end) - ev.ts
+            closure_end = max(closure_end or 0.0, min(ev.end, end))
+            covered = ev.end
+        elif ev.name.startswith(ZERO_GRAD):
+            zero += min(ev.end, end) - ev.ts
+            covered = ev.end
+    return closure_end, backward, zero
+
+
+def closure_end(ctx: Context, step_range, end: float | None = None) -> float | None:
+    """Where the closure run inside an Optimizer.step range ended (its last backward), else None."""
+    return _closure_parts(ctx, step_range, step_range.end if end is None else end)[0]
+
+
+def _closure_split(ctx: Context, step_range, end: float) -> dict:
+    """An optimizer step that ran its closure (Lightning's automatic optimization, LBFGS): the closure's
+    forward and backward ran inside the Optimizer.step range. Up to the end of its last backward the
+    range is the closure (backward ranges are backward, zero_grad is the optimizer's, the rest forward);
+    after it, the optimizer's own update."""
+    closure, backward, zero = _closure_parts(ctx, step_range, end)
+    if closure is None:
+        return {"optimizer": end - step_range.ts}
+    forward = max(closure - step_range.ts - backward - zero, 0.0)
+    return {"forward": forward, "backward": backward, "optimizer": zero + (end - closure)}
 
 
 def typical_phases(ctx: Context) -> dict:
