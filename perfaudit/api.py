@@ -28,6 +28,8 @@ _WHERE = {
     "Rounds": "verify", "recorded_report": "usecases.fixes", "lint": "usecases.lint",
     "Settings": "usecases.settings", "prepare": "usecases.settings", "run_options": "usecases.settings",
     "rules_catalogue": "usecases.settings", "rules_for": "usecases.settings",
+    "WindowAudit": "usecases.inprocess", "GateFailed": "usecases.inprocess", "metrics": "usecases.inprocess",
+    "audit_cell": "usecases.inprocess",
 }
 __all__ = sorted(_WHERE)
 

@@ -12,6 +12,9 @@ def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity)
 
 
+# the place a finding names when no frame located it (evaluate.py); the static pass may locate it later
+UNKNOWN_WHERE = "an unknown line (no recorded Python stack located it)"
+
 @dataclass(frozen=True)
 class Location:
     path: str

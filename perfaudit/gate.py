@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from . import baseline as baseline_file
 from . import suppress
 from .config import Config
-from .findings import Finding, Report, rank
+from .findings import UNKNOWN_WHERE, Finding, Report, rank
 
 
 @dataclass
@@ -52,10 +52,11 @@ def merge_static(report: Report, static: list[Finding]) -> None:
     def key(f, loc):
         return f.rule, os.path.realpath(loc.path), loc.line
     seen = {key(f, loc) for f in static for loc in f.locations}
-    measured = {key(f, loc) for f in report.findings for loc in f.locations}
+    findings = [_locate_statically(f, static) for f in report.findings]
+    measured = {key(f, loc) for f in findings for loc in f.locations}
     merged = []
-    for f in report.findings:
-        if any(key(f, loc) in seen for loc in f.locations):
+    for f, was in zip(findings, report.findings):
+        if f is was and any(key(f, loc) in seen for loc in f.locations):  # (a placed one says so already)
             f = replace(f, notes=f.notes + ("Confirmed by the static pass: the source and the run agree "
                                             "(high confidence).",),
                         evidence={**f.evidence, "confidence": "high", "origin": "both"})
@@ -65,6 +66,22 @@ def merge_static(report: Report, static: list[Finding]) -> None:
             merged.append(replace(f, severity="info", notes=(STATIC_ONLY_NOTE,),
                                   evidence={**f.evidence, "confidence": "low", "origin": "static"}))
     report.findings = merged
+
+
+def _locate_statically(f: Finding, static: list[Finding]) -> Finding:
+    """A measured finding no frame located (a DataLoader, layer or optimizer built before a callback's
+    session began) takes the places the static pass found for the same rule, when it found exactly as
+    many as the run measured."""
+    if f.locations:
+        return f
+    places = [loc for s in static if s.rule == f.rule for loc in s.locations]
+    measured = f.evidence.get("n_sites") or 1
+    if not places or len(places) != measured:
+        return f
+    where = ", ".join(f"{p.path}:{p.line}" for p in places[:3])
+    return replace(f, locations=tuple(places), message=f.message.replace(UNKNOWN_WHERE, where),
+                   notes=f.notes + ("Located by the static pass: the run measured it, the source shows the "
+                                    f"{'line' if measured == 1 else f'{measured} lines'} it comes from.",))
 
 
 def gate_fails(report: Report, level: str, needs_training: bool = False, allow_no_training: bool = False) -> bool:

@@ -23,6 +23,7 @@ import sys
 import time
 
 from .userframes import is_user_file
+from .wrap import on_undo, patch
 
 _BREAK_AT = re.compile(r"Graph break (?:\(.*?\) )?in user code at (.+):(\d+)")
 _BREAK_REASON = re.compile(r"Graph Break Reason: (.+)")
@@ -103,7 +104,7 @@ class CompileProbe:
                 pass
             return original(*args, **kwargs)
 
-        setattr(owner, name, wrapper)
+        patch(owner, name, wrapper)
 
     def activate(self) -> None:
         if self.active:
@@ -125,6 +126,10 @@ class CompileProbe:
         register[0](self._compile_started)
         register[1](self._compile_ended)
         self._callbacks = True
+        handler = getattr(callback, "callback_handler", None)
+        if handler is not None and hasattr(handler, "remove_start_callback"):
+            on_undo(lambda: (handler.remove_start_callback(self._compile_started),
+                             handler.remove_end_callback(self._compile_ended)))
 
     def _install_log_handlers(self) -> None:
         try:
@@ -135,16 +140,20 @@ class CompileProbe:
         for name in names:
             logger = logging.getLogger(name)
             handler = _BreakLog(self)
+            level, propagate = logger.level, logger.propagate
             logger.addHandler(handler)
             if logger.getEffectiveLevel() > logging.DEBUG:  # off (the default): on, for us only
                 logger.setLevel(logging.DEBUG)
                 logger.propagate = False
             self._handlers.append((logger, handler))
+            on_undo(lambda logger=logger, handler=handler, level=level, propagate=propagate: (
+                logger.removeHandler(handler), logger.setLevel(level), setattr(logger, "propagate", propagate)))
         for name in ("torch._dynamo.convert_frame", "torch._dynamo"):
             logger = logging.getLogger(name)
             handler = _LimitLog(self)
             logger.addHandler(handler)
             self._handlers.append((logger, handler))
+            on_undo(lambda logger=logger, handler=handler: logger.removeHandler(handler))
 
     # -- what dynamo tells -----------------------------------------------------------------------
     def _compile_started(self, *args) -> None:

@@ -6,7 +6,7 @@ import functools
 import weakref
 
 from .userframes import user_site
-from .wrap import wrap
+from .wrap import patch, wrap
 
 
 class DDPProbe:
@@ -42,7 +42,7 @@ class DDPProbe:
                 pass
             return original_forward(model, *args, **kwargs)
 
-        DDP.forward = forward
+        patch(DDP, "forward", forward)
 
     def snapshot(self) -> list[dict]:
         out = []

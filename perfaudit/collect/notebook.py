@@ -100,7 +100,8 @@ def _replace_paths(text: str, script: NotebookScript) -> str:
     def put(m: re.Match) -> str:
         place = script.place(int(m.group(1)))
         return f"{place[0]}:{place[1]}" if place else m.group(0)
-    return re.sub(re.escape(script.path) + r":(\d+)", put, text)
+    forms = {script.path, os.path.relpath(script.path)}  # messages may name it relative to the working folder
+    return re.sub("(?:" + "|".join(map(re.escape, sorted(forms, key=len, reverse=True))) + r"):(\d+)", put, text)
 
 
 def relocate(findings: list, script: NotebookScript) -> list:

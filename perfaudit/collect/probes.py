@@ -16,32 +16,13 @@ from .cuda_shim import gpu_present
 from .ddp_probe import DDPProbe
 from .environment import environment
 from .internal import record_internal_error
+from .loader_probe import LoaderProbes, loader_settings
 from .profilers import neutralise_profilers
 from .userframes import is_user_file, user_site
-from .wrap import wrap
+from .wrap import patch, wrap
 
 
-def _loader_settings(loader) -> dict:
-    return {"num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
-            "persistent_workers": loader.persistent_workers, "prefetch_factor": loader.prefetch_factor,
-            "batch_size": loader.batch_size, "_dataset": id(loader.dataset)}
-
-
-def _tensors_nbytes(obj, depth: int = 0) -> tuple[int, bool]:
-    """Bytes of the tensors in a batch and whether they are all pinned."""
-    if depth > 4:
-        return 0, True
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size(), bool(obj.is_pinned()) if obj.device.type == "cpu" else True
-    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
-    total, pinned = 0, True
-    for item in items:
-        n, p = _tensors_nbytes(item, depth + 1)
-        total, pinned = total + n, pinned and p
-    return total, pinned
-
-
-class Probes:
+class Probes(LoaderProbes):
     """Installs the probes and holds what they saw."""
 
     def __init__(self):
@@ -82,46 +63,7 @@ class Probes:
     # -- installation ------------------------------------------------------------------------
     def install(self) -> None:
         wrap(torch.optim.Optimizer, "__init__", self._optimizer_init)
-        dl = torch.utils.data.DataLoader
-        wrap(dl, "__init__", self._loader_init)
-        original_iter = dl.__iter__
-
-        def __iter__(loader):
-            iterator = original_iter(loader)
-            try:
-                iterator._perfaudit_loader = id(loader)
-                # the settings it iterates with: `iter(make_loader())` keeps only the iterator alive
-                self.loaders[id(loader)]["settings"] = _loader_settings(loader)
-                self.on_iter(id(loader))
-            except Exception as exc:
-                record_internal_error("DataLoader probe", exc)
-            return iterator
-
-        dl.__iter__ = __iter__
-        it = torch.utils.data.dataloader._BaseDataLoaderIter
-        original_next = it.__next__
-        probes = self
-
-        def __next__(self_it):
-            probes.before_batch()
-            placement = probes.placement
-            if placement is None:
-                batch = original_next(self_it)
-            else:  # a Dataset's __getitem__ runs in here: what it moves to the device, it moves per sample
-                placement.in_fetch = True
-                try:
-                    batch = original_next(self_it)
-                finally:
-                    placement.in_fetch = False
-            try:
-                if placement is not None:
-                    placement.loader_batch(batch)
-                probes._batch(self_it, batch)
-            except Exception as exc:
-                record_internal_error("DataLoader probe", exc)
-            return batch
-
-        it.__next__ = __next__
+        self._install_loader_probes()
         for owner, name in ((torch.nn.modules.conv._ConvNd, "__init__"), (torch.nn.Linear, "__init__")):
             self._track_layer_site(owner, name)
         self._debug(torch.autograd.set_detect_anomaly, "__init__", "set_detect_anomaly",
@@ -172,7 +114,7 @@ class Probes:
 
             watched = Watched.__new__(Watched)
             watched.__dict__.update(original.__dict__)
-            setattr(cls, name, watched)
+            patch(cls, name, watched)
 
     def _guard_spawn(self, module, name):
         """torch.multiprocessing.spawn starts fresh interpreters that perfaudit does not watch: say so at
@@ -184,7 +126,7 @@ class Probes:
             self.on_spawn(f"torch.multiprocessing.{name}")
             return original(*args, **kwargs)
 
-        setattr(module, name, wrapper)
+        patch(module, name, wrapper)
 
     def _track_layer_site(self, owner, name):
         def before(args, kwargs):
@@ -204,29 +146,17 @@ class Probes:
         wrap(module, name, before)
 
     # -- probe callbacks -----------------------------------------------------------------------
-    def _optimizer_init(self, args, kwargs):
+    def _optimizer_init(self, args, kwargs, site: dict | None | bool = False):
         opt = args[0]
         if id(opt) not in self.optimizers:
-            self.optimizers[id(opt)] = {"class": type(opt).__name__, "site": user_site(3), "_ref": opt}
+            site = user_site(3) if site is False else site
+            self.optimizers[id(opt)] = {"class": type(opt).__name__, "site": site, "_ref": opt}
             self.on_optimizer_built()
 
-    def _loader_init(self, args, kwargs):
-        self.loaders[id(args[0])] = {"site": user_site(3), "_ref": weakref.ref(args[0]),
-                                     "batches": 0, "window_batches": 0, "batch_bytes": 0, "pinned": True}
-
-    def _batch(self, iterator, batch):
-        info = self.loaders.get(getattr(iterator, "_perfaudit_loader", None))
-        if info is not None:
-            nbytes, pinned = _tensors_nbytes(batch)
-            info["batches"] += 1
-            step = self.window_step()
-            if step is not None:
-                info["window_batches"] += 1
-                by_step = info.setdefault("window_batches_by_step", {})
-                by_step[str(step)] = by_step.get(str(step), 0) + 1
-            info["batch_bytes"] = max(info["batch_bytes"], nbytes)
-            info["pinned"] = info["pinned"] and pinned
-        self.on_batch(getattr(iterator, "_perfaudit_loader", None))
+    def optimizer_stepping(self, opt) -> None:
+        """An optimizer steps: one built before the session (a callback's) is taken in, its site unknown."""
+        if id(opt) not in self.optimizers:
+            self._optimizer_init((opt,), {}, site=None)
 
     def _empty_cache(self, args, kwargs):
         site = user_site(3) or {}
@@ -344,7 +274,7 @@ class Probes:
         timed = worker_timing.read(self.worker_dir) if self.worker_dir else {}
         for info in self.loaders.values():
             loader = info["_ref"]()
-            settings = _loader_settings(loader) if loader is not None else info.get("settings")
+            settings = loader_settings(loader) if loader is not None else info.get("settings")
             if settings is None or not info["batches"]:
                 continue
             settings = dict(settings)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from .userframes import user_site
+from .wrap import patch
 
 
 def neutralise_profilers(probes) -> None:
@@ -30,9 +31,9 @@ def neutralise_profilers(probes) -> None:
                 note("torch.profiler.profile")
             return None
 
-        setattr(kineto, name, guarded)
-    kineto.key_averages = lambda prof, *a, **k: EventList([])
-    kineto.events = lambda prof: EventList([])
+        patch(kineto, name, guarded)
+    patch(kineto, "key_averages", lambda prof, *a, **k: EventList([]))
+    patch(kineto, "events", lambda prof: EventList([]))
     legacy = torch.autograd.profiler.profile
     legacy_enter, legacy_exit = legacy.__enter__, legacy.__exit__
 
@@ -46,8 +47,8 @@ def neutralise_profilers(probes) -> None:
         prof.function_events = EventList([])
         return prof
 
-    legacy.__enter__ = guarded_enter
-    legacy.__exit__ = lambda prof, *exc: legacy_exit(prof, *exc) if own(prof) else False
+    patch(legacy, "__enter__", guarded_enter)
+    patch(legacy, "__exit__", lambda prof, *exc: legacy_exit(prof, *exc) if own(prof) else False)
     nvtx = torch.autograd.profiler.emit_nvtx
 
     def nvtx_enter(ctx):
@@ -55,5 +56,5 @@ def neutralise_profilers(probes) -> None:
             note("emit_nvtx")
         return ctx
 
-    nvtx.__enter__ = nvtx_enter
-    nvtx.__exit__ = lambda ctx, *exc: False
+    patch(nvtx, "__enter__", nvtx_enter)
+    patch(nvtx, "__exit__", lambda ctx, *exc: False)

@@ -19,6 +19,7 @@ from .compile_probe import CompileProbe
 from .cuda_shim import gpu_present
 from .environment import fit_threads_to_free_cores
 from .export import export_trace, write_json
+from .frameworks import detect as detect_framework
 from .internal import internal_errors, record_internal_error
 from .probes import Probes
 from .sizing import Sizer, fit_budget
@@ -34,7 +35,14 @@ QUIET_STEPS_AFTER_COMPILE = 2
 MAX_COMPILE_WARMUP = 10
 
 
-__all__ = ["Interrupted", "Session", "Spawned", "WindowDone", "launched_rank"]
+__all__ = ["Interrupted", "Session", "Spawned", "WindowDone", "launched_rank", "running_session"]
+
+_INSTALLED: list = []  # the sessions whose hooks are in this process
+
+
+def running_session():
+    """The session recording this process (`perfaudit run`'s child, a callback's), if one is."""
+    return next((s for s in _INSTALLED if not s.finished), None)
 
 
 class Session(StepHooks):
@@ -78,11 +86,21 @@ class Session(StepHooks):
         self.compile_warmup = 0      # warm-up steps added because the step was still compiling
         self.sizing_retries = 0
         self.optimizer_counts: dict[str, int] = {}  # optimizer steps in the measured steps, per optimizer
+        self.framework: dict | None = None  # Lightning, Hugging Face's Trainer, Accelerate (frameworks.py)
         self.trace_path: str | None = None
-        self.rank = launched_rank()  # under torchrun: every rank writes rank<R>.* files in the run folder
+        self.rank = self._launched_rank()  # under torchrun: every rank writes rank<R>.* files in the run folder
         self.probes.worker_dir = self._path("workers")
         self._progress = open(self._path("progress.jsonl"), "a", buffering=1)
-        self.threads = _threads(torch, config, self.rank is None and self.profiling)
+        self.threads = _threads(torch, config, self.rank is None and self.profiling and self.fits_threads)
+
+    fits_threads = True  # on a busy machine, fit the intra-op threads to the free cores (not in-process)
+
+    def _launched_rank(self) -> int | None:
+        return launched_rank()
+
+    def install(self) -> None:
+        super().install()
+        _INSTALLED.append(self)
 
     def _path(self, name: str) -> str:
         return os.path.join(self.run_dir, name if self.rank is None else f"rank{self.rank}.{name}")
@@ -110,6 +128,10 @@ class Session(StepHooks):
         if gpu_present():
             activities.append(ProfilerActivity.CUDA)
         self.startup.stop()  # the first steps have ended: start-up is over in any case
+        try:
+            self.framework = detect_framework()
+        except Exception as exc:
+            record_internal_error("framework detection", exc)
         self._say("profiling", device="cuda" if gpu_present() else "cpu")
         self.prof = profile(activities=activities, with_stack=self.config["with_stack"],
                             record_shapes=self.config["record_shapes"])
@@ -283,7 +305,7 @@ class Session(StepHooks):
                 "step_source": self.detector.source, "restarts": self.restarts,
                 "budget_s": self.budget_s, "budget_hit": self.budget_hit, "trimmed": self.trimmed,
                 "compile_warmup": self.compile_warmup, "clock": self.clock.summary(),
-                "optimizer_steps": self.optimizer_counts, "threads": self.threads,
+                "optimizer_steps": self.optimizer_counts, "threads": self.threads, "framework": self.framework,
                 **self.marks.summary()}
 
     def _write_result(self, result: dict, trace_path: str | None, with_probes: bool = False) -> None:

@@ -10,6 +10,7 @@ import signal
 from ..outcome import Outcome
 from . import emulate
 from .internal import record_internal_error
+from .wrap import on_undo, patch
 
 
 # The profiler window's own exception: a BaseException so `except Exception` in user code lets it pass.
@@ -27,6 +28,9 @@ class Spawned(BaseException):
 
 class StepHooks:
     """Mixed into Session: the hooks, installed once the session exists."""
+
+    owns_signals = True  # a stop signal ends the script (the child's); in-process, the script keeps its own
+    samples_startup = True  # the script's start-up is sampled (START001); in-process it began before perfaudit
 
     # -- hooks ---------------------------------------------------------------------------------
     def install(self) -> None:
@@ -49,17 +53,18 @@ class StepHooks:
 
         def before_step(opt, args, kwargs):
             # torch passes (optimizer, *step args): LBFGS.step(closure) gives (optimizer, closure)
+            self.probes.optimizer_stepping(opt)
             closure = (kwargs or {}).get("closure") or next((a for a in args if a is not opt), None)
             if callable(closure):
                 self.detector.closure_step()
             self._training_activity()
 
-        register_optimizer_step_pre_hook(self._hook(before_step))
+        on_undo(register_optimizer_step_pre_hook(self._hook(before_step)).remove)
         def after_step(opt, args, kwargs):
             self._count_optimizer_step(opt)
             self.detector.optimizer_stepped(_role(opt))
 
-        register_optimizer_step_post_hook(self._hook(after_step))
+        on_undo(register_optimizer_step_post_hook(self._hook(after_step)).remove)
         original_zero_grad = torch.optim.Optimizer.zero_grad
         flush = self._hook(self.flush)
 
@@ -67,7 +72,7 @@ class StepHooks:
             flush()
             return original_zero_grad(opt, *args, **kwargs)
 
-        torch.optim.Optimizer.zero_grad = zero_grad
+        patch(torch.optim.Optimizer, "zero_grad", zero_grad)
         original_backward = torch.autograd.backward
         before_backward, after_backward = self._hook(self._before_backward), self._hook(self._after_backward)
 
@@ -77,7 +82,7 @@ class StepHooks:
             after_backward()
             return result
 
-        torch.autograd.backward = backward
+        patch(torch.autograd, "backward", backward)
         original_exit = os._exit
 
         def guarded_exit(code=0):
@@ -85,11 +90,13 @@ class StepHooks:
                 self.finish({"outcome": Outcome.OS_EXIT, "exit_code": code})
             original_exit(code)
 
-        os._exit = guarded_exit
-        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
-            signal.signal(sig, self._on_signal)
+        patch(os, "_exit", guarded_exit)
+        if self.owns_signals:
+            for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
+                signal.signal(sig, self._on_signal)
         self._start_inference_watch()
-        if self.profiling:
+        on_undo(self._stop_inference_watch)
+        if self.profiling and self.samples_startup:
             self.startup.start()
 
     def _hook(self, fn):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import time
 
+from .wrap import patch
+
 _SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
@@ -72,7 +74,7 @@ def install(folder: str) -> None:
 
     for cls in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher):
         if not hasattr(cls.fetch, "__wrapped__"):
-            cls.fetch = wrapped(cls.fetch)
+            patch(cls, "fetch", wrapped(cls.fetch))
 
 
 def read(folder: str) -> dict[int, dict]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..facts import Context, Missing, Site
-from ..findings import Cost, Finding, Location, Skipped
+from ..findings import UNKNOWN_WHERE, Cost, Finding, Location, Skipped
 from .loader import Rule
 from .ops import OPS as _OPS
 from .template import PLACEHOLDER, format_value
@@ -104,7 +104,7 @@ def _aggregate(ev: _Evaluation, sites: list[Site], n_steps: int, step_ms: float)
         share_pct=100.0 * ms / step_ms if step_ms else 0.0,
         n_sites=len(sites),
         details=", ".join(dict.fromkeys(s.detail for s in sites)),
-        where=", ".join(f"{s.path}:{s.line}" for s in located[:3]) or "an unknown line (the trace has no Python stacks)",
+        where=", ".join(f"{s.path}:{s.line}" for s in located[:3]) or UNKNOWN_WHERE,
         lines=", ".join(str(s.line) for s in located),
     )
 

@@ -9,9 +9,10 @@ from .sites import Site, site_from_probe
                                 "(seen by forward hooks over one step), at the line that built them.")
 def bias_before_norm(ctx: Context) -> list[Site]:
     sites: dict[tuple, Site] = {}
-    for entry in ctx.probe("bias_before_norm"):
+    for i, entry in enumerate(ctx.probe("bias_before_norm")):
         where = entry.get("site") or {}
-        key = (where.get("path"), where.get("line"), entry["layer"], entry["norm"])
+        # a layer built before the session has no site: each is its own (the static pass may place them)
+        key = (where.get("path"), where.get("line") if where.get("path") else i, entry["layer"], entry["norm"])
         if key not in sites:
             sites[key] = site_from_probe(ctx, where, f"{entry['layer']}(bias=True) -> {entry['norm']}",
                                          bias_params=0, layers=0)

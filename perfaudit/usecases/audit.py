@@ -46,6 +46,14 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
     result = run_script(script, args, options, on_progress)
     if options.launch:
         return _audit_job(script, result, rules, gate_options, command)
+    return report_for_run(result, script, options, rules, gate_options, command, write)
+
+
+def report_for_run(result: RunResult, script: str, options: RunOptions, rules: list[Rule],
+                   gate_options: GateOptions | None = None, command: str | None = None,
+                   write: bool = True) -> Report:
+    """The report on one recorded run (a child's, or a session inside the user's process): its trace
+    analysed, the static pass merged, the gate applied, the run folder given report.html and report.json."""
     trace = None
     notes = []
     if result.trace_path:
@@ -62,7 +70,8 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
                     stop_signal=result.stop_signal, command=command,
                     internal_errors=list(result.outcome.get("internal_errors") or []), source_roots=list(roots))
     report.notes.extend(run_notes(result, options, trace))
-    gate.merge_static(report, lint_paths([script], rules))
+    if os.path.isfile(script):  # an interactive session's steps have no script to read
+        gate.merge_static(report, lint_paths([script], rules))
     report = gate.finalize(report, gate_options or GateOptions(), extra_files=(script,), rules=rules)
     if not write:
         return report
@@ -145,6 +154,10 @@ def _what_a_step_is(outcome: dict, trace) -> str | None:
     probes = (trace.probes.get("probes") if trace is not None else None) or {}
     optimizers = probes.get("optimizers") or []
     classes = [o.get("class") for o in optimizers if isinstance(o, dict)]
+    window = (trace.probes.get("window") if trace is not None else None) or outcome.get("window") or {}
+    framework = framework_note(window, outcome.get("step_source"))
+    if framework:
+        return framework
     if outcome.get("step_source") == "closure":
         if "LBFGS" in classes:
             return ("LBFGS steps with a closure and calls it several times per optimizer.step(): one measured "
@@ -160,6 +173,25 @@ def _what_a_step_is(outcome: dict, trace) -> str | None:
         return (f"the optimizers step at different cadences: one measured step is one step of {first}; {others} "
                 "(figures per step include their share)")
     return None
+
+
+def framework_note(window: dict, step_source: str | None) -> str | None:
+    """What drove the steps, when a framework did (collect/frameworks.py), and what one step is."""
+    framework = window.get("framework") if isinstance(window, dict) else None
+    if not isinstance(framework, dict) or not framework.get("name"):
+        return None
+    named = f"{framework['name']} {framework.get('version') or ''}".strip()
+    loop = framework.get("loop") or "its loop"
+    if step_source in ("lightning", "transformers"):
+        return (f"{named} ({loop}) drives the training; the steps are its training batches, marked by "
+                "perfaudit's callback (validation steps left out)")
+    if step_source == "closure":
+        return (f"{named} ({loop}) drives the training: one measured step is one training step; its forward and "
+                "backward run inside optimizer.step(closure), and are counted as forward and backward")
+    if framework["name"] == "Accelerate":
+        return (f"{named}: the script trains through an Accelerator; a measured step is one step of the "
+                "optimizer it wraps")
+    return f"{named} ({loop}) drives the training: a measured step is one optimizer step"
 
 
 def _audit_job(script: str, result: RunResult, rules: list[Rule], gate_options: GateOptions | None,

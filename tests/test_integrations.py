@@ -1,0 +1,156 @@
+"""The integrations, as users run them: a Lightning script with perfaudit's callback (`python train.py`),
+a Hugging Face Trainer script with its callback, and a notebook's cells through IPython with
+`%load_ext perfaudit` and `%%perfaudit`. Each gives the findings `perfaudit run` gives on the same code,
+at the same lines (the cell's lines for the magic), on CPU with tiny models built from configs."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, perfaudit
+
+HERE = ROOT / "tests" / "integrations"
+# rules whose verdict depends on what the code does, not on how fast this machine ran it
+DETERMINISTIC = {"SYNC001", "BN001", "OPT001", "OPT002", "DEBUG001", "GRAD001", "CUDNN001"}
+
+
+def _python(script: Path, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(script), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _callback_report(folder: Path) -> dict:
+    runs = sorted((folder / ".perfaudit" / "runs").iterdir())
+    assert len(runs) == 1, runs
+    return json.loads((runs[0] / "report.json").read_text())
+
+
+def _placed(report: dict, label: str | None = None) -> set[tuple]:
+    """(rule, file, line) of every place of every finding of a deterministic rule."""
+    out = set()
+    for f in report["findings"]:
+        if f["rule"] in DETERMINISTIC:
+            for loc in f.get("locations") or [f["location"]]:
+                out.add((f["rule"], Path(loc["path"]).name if label is None else loc["path"], loc["line"]))
+    return out
+
+
+def _run(folder: Path, script: Path, *args: str) -> dict:
+    out = folder / "run.json"
+    proc = perfaudit("run", "--device", "cpu", "--out-dir", str(folder / "run"), "-f", f"json={out}",
+                     str(script), *args, cwd=folder)
+    assert proc.returncode == 0 and out.exists(), proc.stdout + proc.stderr
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def lightning_runs(tmp_path_factory):
+    pytest.importorskip("lightning", reason="Lightning is not installed (pip install -e '.[test]')")
+    folder = tmp_path_factory.mktemp("lightning")
+    script = HERE / "lightning_cnn.py"
+    proc = _python(script, cwd=folder)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    return folder, proc, _callback_report(folder), _run(folder, script)
+
+
+def test_the_lightning_callback_gives_perfaudit_runs_findings_at_the_same_lines(lightning_runs):
+    folder, proc, report, run = lightning_runs
+    placed = _placed(report)
+    assert {("SYNC001", "lightning_cnn.py", 48), ("BN001", "lightning_cnn.py", 36), ("BN001", "lightning_cnn.py", 37),
+            ("OPT001", "lightning_cnn.py", 58)} <= placed, placed
+    assert placed == _placed(run)
+    assert "finished after 32 steps" in proc.stdout  # the training went on to its end after the window
+    assert "stands aside" in (folder / "run" / "script.log").read_text()
+
+
+def test_the_lightning_callback_counts_steps_from_lightnings_hooks_and_logs_its_figures(lightning_runs):
+    folder, proc, report, _ = lightning_runs
+    run = report["run"]
+    assert run["steps"] == 3
+    assert any("eval mode" in s["why"] for s in run["excluded_steps"])  # the validation step left out
+    phases = run["breakdown_ms"]
+    assert phases["forward"] > 0 and phases["backward"] > 0  # run inside optimizer.step(closure)
+    assert phases["optimizer"] < phases["forward"] + phases["backward"]
+    assert any("Lightning" in n and "callback" in n for n in report["notes"])
+    rows = list(csv.DictReader((folder / "logs" / "lightning_logs" / "version_0" / "metrics.csv").open()))
+    logged = [r for r in rows if r.get("perfaudit/step_ms")]
+    assert len(logged) == 1 and float(logged[0]["perfaudit/SYNC001_ms_per_step"]) >= 0
+    assert "findings at or above 'warning'" in proc.stderr  # action="warn": a warning, the run goes on
+
+
+def test_the_lightning_callback_can_fail_the_run_and_gives_torch_back(tmp_path):
+    pytest.importorskip("lightning", reason="Lightning is not installed (pip install -e '.[test]')")
+    probe = tmp_path / "after.py"
+    probe.write_text(
+        "import runpy, sys, torch\n"
+        "before = (torch.optim.Optimizer.zero_grad, torch.utils.data.DataLoader.__iter__, torch.autograd.backward)\n"
+        f"sys.argv = ['lightning_cnn.py', '--fail']\n"
+        "try:\n"
+        f"    runpy.run_path({str(HERE / 'lightning_cnn.py')!r}, run_name='__main__')\n"
+        "except Exception as exc:\n"
+        "    print('raised', type(exc).__name__, exc)\n"
+        "after = (torch.optim.Optimizer.zero_grad, torch.utils.data.DataLoader.__iter__, torch.autograd.backward)\n"
+        "print('restored', all(a is b for a, b in zip(before, after)))\n")
+    proc = _python(probe, cwd=tmp_path)
+    assert "raised GateFailed perfaudit: findings at or above 'warning'" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "restored True" in proc.stdout
+    assert "finished after" not in proc.stdout
+
+
+def test_the_transformers_callback_gives_perfaudit_runs_findings_and_logs_through_the_trainer(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[test]')")
+    script = HERE / "hf_gpt2.py"
+    proc = _python(script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    report = _callback_report(tmp_path)
+    placed = _placed(report)
+    assert {("SYNC001", "hf_gpt2.py", 31), ("DEBUG001", "hf_gpt2.py", 42)} <= placed, placed
+    assert placed == _placed(_run(tmp_path, script))
+    assert report["run"]["steps"] == 3
+    assert any("Hugging Face" in n for n in report["notes"])
+    logged = [e for e in json.loads((tmp_path / "log_history.json").read_text()) if "perfaudit/step_ms" in e]
+    assert len(logged) == 1 and logged[0]["perfaudit/DEBUG001_ms_per_step"] > 0
+    assert "finished after 12 steps" in proc.stdout
+
+
+def test_the_notebook_magic_audits_the_training_cell_at_its_lines(tmp_path):
+    pytest.importorskip("IPython", reason="IPython is not installed (pip install -e '.[test]')")
+    driver = HERE / "notebook_cells.py"
+    proc = _python(driver, "notebook", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert said["error"] is None and 0 < said["steps_trained"] < 3 * 64  # the window ended the cell
+    assert "IPython.core.display.HTML" in proc.stdout  # the report shown inline
+    report = _callback_report(tmp_path)
+    label = f"Cell In[{said['cell']}]"
+    cell = _placed(report, label)
+    assert _python(driver, "script", cwd=tmp_path).returncode == 0
+    script = _placed(_run(tmp_path, tmp_path / "train.py"))
+    # the cell's line n is the script's line n - 1 (its %%perfaudit line) + the setup cell's lines
+    setup_lines = (tmp_path / "train.py").read_text().count("\n") - 9
+    assert {("SYNC001", label, 9), ("GRAD001", label, 5)} <= cell, cell
+    in_script = {(rule, line - 1 + setup_lines) for rule, _, line in cell}
+    assert in_script == {(rule, line) for rule, _, line in script if line > setup_lines}
+    assert f"{label}:9" in proc.stderr
+
+
+def test_the_notebook_magic_fails_the_cell_at_the_gate(tmp_path):
+    pytest.importorskip("IPython", reason="IPython is not installed (pip install -e '.[test]')")
+    proc = _python(HERE / "notebook_cells.py", "fail", cwd=tmp_path)
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert said["error"] == "GateFailed", proc.stdout + proc.stderr[-2000:]
+
+
+def test_perfaudit_run_names_accelerate_and_locates_the_loader_prepare_rebuilt_at_the_users_line(tmp_path):
+    pytest.importorskip("accelerate", reason="accelerate is not installed (pip install -e '.[test]')")
+    report = _run(tmp_path, HERE / "accelerate_mlp.py")
+    lines = {f["rule"]: f["location"]["line"] for f in report["findings"] if f["severity"] != "info"}
+    assert lines.get("OPT001") == 11, lines  # the optimizer prepare() wrapped, at the line that built it
+    data = [f for f in report["findings"] if f["rule"] == "DATA001"]
+    assert [f["location"]["line"] for f in data] == [13]  # the user's DataLoader(...), not prepare()'s copy
+    assert any(n.startswith("Accelerate ") for n in report["notes"])
