@@ -80,8 +80,15 @@ PROBE_FIELDS: dict[str, dict] = {
         "autocast": _list_of({"site": _SITE, "device_type": {"type": "string"}, "calls": _INT,
                               "window_calls": _INT}, {"enabled": {"type": "boolean"}}),
         "params_on_device": _INT}},
+    # FlopCounterMode over one step after the window (collect/flop_probe.py), or why it did not count
+    "flops": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["skipped"],
+                                           "properties": {"skipped": {"type": ["string", "null"]}}},
+                        {"type": "object", "required": ["flops", "forward_flops"], "properties": {
+                            "flops": _INT, "forward_flops": _INT, "backward": {"type": "boolean"},
+                            "model": {"type": "string"}, "compiled": {"type": "boolean"},
+                            "modules": _list_of({"name": {"type": "string"}, "flops": _INT})}}]},
 }
-OPTIONAL_FIELDS = {"cuda_emulation"}
+OPTIONAL_FIELDS = {"cuda_emulation", "flops"}
 SNAPSHOT_SCHEMA = {"type": "object", "required": [k for k in PROBE_FIELDS if k not in OPTIONAL_FIELDS],
                    "properties": PROBE_FIELDS}
 _VALIDATORS: dict = {}

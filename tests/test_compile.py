@@ -47,6 +47,12 @@ def test_clean_compiled_model_reports_neither_and_shows_compile_time_apart(sampl
     compiled = report["run"]["compile"]
     assert compiled["before_s"] > 0 and compiled["window_s"] == 0
     assert report["run"]["steps"] == 3
+    # its FLOPs counted live on the eager module it wraps: the MLP's three layers on a batch of 128, forward
+    # and backward (no gradient for the input: the first layer's input-gradient matmul is not run)
+    forward = 2 * 128 * (64 * 128 + 128 * 128 + 128 * 10)
+    expected = 3 * forward - 2 * 128 * 64 * 128
+    assert "compiled one wraps" in report["mfu"]["flops_source"]
+    assert abs(report["mfu"]["flops_per_step"] / expected - 1) < 0.05
     shown = perfaudit("analyze", f"{run_dir}/compile_good/trace.json.gz")
     assert "compiling before the window" in shown.stdout and "0.00 s inside it" in shown.stdout
 

@@ -33,10 +33,12 @@ def test_a_gpts_flops_per_step_match_its_closed_form_counted_live_and_from_the_t
                      "-f", f"json={report}")
     assert report.exists(), proc.stderr
     mfu = json.loads(report.read_text())["mfu"]
-    assert mfu["flops_source"] == "from the recorded op shapes"
+    # counted live (FlopCounterMode over one step after the window) and from the trace's op shapes
+    assert mfu["flops_source"] == "counted live (FlopCounterMode, one step of the eager model)"
     assert abs(mfu["flops_per_step"] / expected - 1) < 0.05
+    assert abs(mfu["flops_from_shapes"] / expected - 1) < 0.05
     assert mfu["mfu"] is None and "need a GPU run or trace" in mfu["why_no_mfu"] and mfu["achieved_tflops"] > 0
-    assert "GFLOP/step (from the recorded op shapes)" in proc.stdout and "no MFU: a CPU run" in proc.stdout
+    assert "GFLOP/step (counted live" in proc.stdout and "no MFU: a CPU run" in proc.stdout
     # per module: the blocks' forward FLOPs (the nn.Sequential holding them looked through) and the head's
     cfg = runpy.run_path(str(script), run_name="tiny_gpt")["CONFIG"]
     tokens, d = cfg["batch"] * cfg["block"], cfg["dim"]

@@ -49,6 +49,7 @@ class InProcessSession(Session):
     owns_signals = False
     fits_threads = False
     samples_startup = False
+    counts_flops = False  # the user's model goes on training: no extra step through it
 
     def __init__(self, options: RunOptions, script: str, source: str | None):
         """`source`: the framework whose hooks mark the steps ("lightning", "transformers"); None: the

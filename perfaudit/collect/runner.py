@@ -307,6 +307,9 @@ def _collect(script: str, run_dir: str, log_path: str, returncode: int, stop_sig
             outcome.update(outcome=Outcome.CRASHED, signal=signal.Signals(-returncode).name)
         else:
             outcome.update(outcome=Outcome.CRASHED, exit_code=returncode)
+    elif returncode and phase_reached(run_dir, "counting_flops") and not phase_reached(run_dir, "done"):
+        # the window was saved; the process died in the FLOP count after it (the report counts from shapes)
+        outcome["died_counting"] = signal.Signals(-returncode).name if returncode < 0 else f"exit code {returncode}"
     elif returncode and phase_reached(run_dir, "exporting") and not phase_reached(run_dir, "done"):
         # the window was recorded, then the process died writing it: the report must say so
         outcome["died_exporting"] = signal.Signals(-returncode).name if returncode < 0 else f"exit code {returncode}"

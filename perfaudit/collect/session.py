@@ -8,6 +8,7 @@ was recorded to the run folder: `trace.json.gz` (the Kineto trace with the probe
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -19,6 +20,7 @@ from .compile_probe import CompileProbe
 from .cuda_shim import gpu_present
 from .environment import fit_threads_to_free_cores
 from .export import export_trace, write_json
+from .flop_probe import FlopProbe
 from .frameworks import detect as detect_framework
 from .internal import internal_errors, record_internal_error
 from .probes import Probes
@@ -63,6 +65,8 @@ class Session(StepHooks):
         self.startup = StartupProbe()
         self.probes.add("compile", self.compile)
         self.probes.add("startup", self.startup)
+        self.flops = FlopProbe()
+        self.probes.add("flops", self.flops)
         self.marks = StepMarks(self)  # what makes a step unlike a training step (an evaluation pass …)
         self.detector = StepDetector(self._step_boundary, self._restart)
         self.prof = None
@@ -94,6 +98,7 @@ class Session(StepHooks):
         self.threads = _threads(torch, config, self.rank is None and self.profiling and self.fits_threads)
 
     fits_threads = True  # on a busy machine, fit the intra-op threads to the free cores (not in-process)
+    counts_flops = True  # FlopCounterMode over one step after the window (the script ends then; not in-process)
 
     def _launched_rank(self) -> int | None:
         return launched_rank()
@@ -150,6 +155,8 @@ class Session(StepHooks):
         if self.step_index == self._module_trace_step:
             if not self.compile.active:  # a global module hook would make compiled code recompile
                 self.probes.start_module_trace()
+            if self.counts_flops:
+                self.flops.start_compiled_capture() if self.compile.active else self.flops.start_capture()
             self.probes.start_line_trace()
         self.marks.step_opened(self.step_index)
         self.step_rf = self.torch.profiler.record_function(f"ProfilerStep#{self.step_index}")
@@ -203,6 +210,7 @@ class Session(StepHooks):
         self._close_step()
         if self.step_index == self._module_trace_step:
             self.probes.stop_module_trace()
+            self.flops.stop_capture()
         if self.marks.step_closed(self.step_index, self.step_index >= self.warmup):
             self.steps += 1  # not a training step: one more in its place, bounded
         self.step_index += 1
@@ -285,6 +293,21 @@ class Session(StepHooks):
         if self.stop_after_export and not self.finished:  # a signal came while the trace was written
             raise Interrupted(self.stop_after_export)
 
+    def _count_flops(self) -> None:
+        """The model's FLOPs, counted once the script has ended and the window is saved (no torch context
+        of the script is open any more, and a crash in torch here loses nothing): added to result.json,
+        from which the report takes them."""
+        self._say("counting_flops")
+        # no cycle collection from here to the process's exit: collecting the stopped window's leftovers (a
+        # RecordFunction of the step the window closed in, held by WindowDone's traceback) crashes torch
+        gc.disable()
+        self.flops.count()
+        path = self._path("result.json")
+        with open(path) as f:
+            recorded = json.load(f)
+        recorded["flops_counted"] = self.flops.snapshot()
+        write_json(path, recorded)
+
     def _meta(self, result: dict) -> dict:
         return {
             "version": 1,
@@ -347,6 +370,11 @@ class Session(StepHooks):
             previous["internal_errors"] = internal_errors()
             previous.update(self.result_extra(result))
             write_json(path, previous)
+        if self.counts_flops and self.trace_path and self.rank is None:
+            try:
+                self._count_flops()
+            except Exception as exc:  # the report counts from the op shapes instead
+                record_internal_error("FLOP count", exc)
         self._say("done")
 
 

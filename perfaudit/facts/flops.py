@@ -113,12 +113,30 @@ def flops_per_step(ctx: Context) -> dict:
     by_op: Counter = Counter()
     for op in ops:
         by_op[op.name] += op_flops(op)
-    total = sum(by_op.values()) / len(ctx.steps)
+    from_shapes = sum(by_op.values()) / len(ctx.steps)
+    live = _counted_live(ctx)
+    total = live["flops"] if live else from_shapes
     if not total:
         raise Missing("no matrix ops with recorded shapes in the measured steps")
-    return {"per_step": total, "source": "from the recorded op shapes", "modules": module_split(ctx, ops, op_flops),
-            "ops": [{"name": name, "flops": f / len(ctx.steps), "share_pct": 100.0 * f / len(ctx.steps) / total}
-                    for name, f in by_op.most_common(5)]}
+    source = "from the recorded op shapes"
+    if live:
+        source = ("counted live (FlopCounterMode, one step of the eager model"
+                  + (" the compiled one wraps" if live.get("compiled") else "") + ")")
+    return {"per_step": total, "source": source, "from_shapes": from_shapes,
+            "live_modules": (live or {}).get("modules") or [], "modules": module_split(ctx, ops, op_flops),
+            "ops": [{"name": name, "flops": f / len(ctx.steps), "share_pct": 100.0 * f / from_shapes / len(ctx.steps)}
+                    for name, f in by_op.most_common(5)] if from_shapes else []}
+
+
+def _counted_live(ctx: Context) -> dict | None:
+    """The live count of `perfaudit run` (collect/flop_probe.py) when it counted a step with a backward."""
+    try:
+        record = ctx.probe("flops")
+    except Missing:
+        return None
+    if isinstance(record, dict) and record.get("flops") and record.get("backward"):
+        return record
+    return None
 
 
 # -- the device's peak --------------------------------------------------------------------------------------------

@@ -74,7 +74,8 @@ def _ledger(ctx: Context, flops: float, tflops: dict) -> list[dict]:
 def model_flops_utilisation(ctx: Context) -> dict:
     counted = ctx.get("flops.per_step")
     flops, step_ms = counted["per_step"], ctx.step_ms
-    out = {"flops_per_step": flops, "flops_source": counted["source"], "step_ms": step_ms,
+    out = {"flops_per_step": flops, "flops_source": counted["source"], "flops_from_shapes": counted.get("from_shapes"),
+           "step_ms": step_ms,
            "achieved_tflops": flops / (step_ms / 1000.0) / 1e12 if step_ms else 0.0,
            "device": None, "precision": None, "peak_tflops": None, "peak_source": None, "mfu": None,
            "ledger": [], "modules": counted["modules"], "ops": counted["ops"], "worst_ops": [], "why_no_mfu": None}

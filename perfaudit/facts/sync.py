@@ -93,8 +93,9 @@ def _host_reads(ctx: Context):
     """On a CPU run `.cpu()`, `.numpy()` and `.tolist()` copy nothing, so no sync op shows; the Python
     tracer still records the calls. Each one is a device-to-host copy and sync on a GPU."""
     items = []
+    reads: dict[str, re.Match | None] = {}  # by name: a name repeats in every step
     for ev in ctx.trace.python:
-        m = _HOST_READ.match(ev.name)
+        m = reads[ev.name] if ev.name in reads else reads.setdefault(ev.name, _HOST_READ.match(ev.name))
         if m and ctx.step_of(ev.ts) is not None:
             # an anchor just inside the call, so the frame stack ends with the builtin itself
             anchor = Event("op", ev.name, ev.ts + min(ev.dur, 0.001) / 2, 0.0, ev.pid, ev.tid, {})

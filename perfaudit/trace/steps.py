@@ -13,7 +13,7 @@ _DATALOADER_NEXT = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 def _profiler_steps(trace: Trace) -> list[Step]:
     seen: dict[int, Step] = {}
     for ev in trace.host:
-        m = _PROFILER_STEP.match(ev.name)
+        m = _PROFILER_STEP.match(ev.name) if ev.name.startswith("ProfilerStep#") else None  # no regex per op
         if m and int(m.group(1)) not in seen:
             seen[int(m.group(1))] = Step(int(m.group(1)), ev.ts, ev.end)
     return sorted(seen.values(), key=lambda s: s.ts)

@@ -63,6 +63,9 @@ def report_for_run(result: RunResult, script: str, options: RunOptions, rules: l
             notes.append(f"the recorded trace could not be read: {exc}")
     roots = (os.path.dirname(result.script), os.getcwd())
     probes = None if trace is not None else result.probes
+    counted = result.outcome.get("flops_counted")
+    if trace is not None and counted and isinstance(trace.probes.get("probes"), dict):
+        trace.probes["probes"]["flops"] = counted  # counted after the trace was written
     ctx = Context(trace, probes, roots)
     findings, skipped = evaluate_rules(ctx, [r for r in rules if r.scope == "trace"])
     report = Report(findings, skipped, [summarize(trace, ctx)] if trace is not None else [], script=result.script,
@@ -139,6 +142,9 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
                      "(`--device cpu` skips the emulated run)")
     if outcome.get("retried"):
         notes.append(f"{outcome['retried']}, and the recorded window with it: the script was run again")
+    if outcome.get("died_counting"):
+        notes.append(f"the audited process died ({outcome['died_counting']}) inside torch while counting the model's "
+                     "FLOPs after the window; the window was saved, and the FLOPs come from the recorded op shapes")
     if outcome.get("died_exporting"):
         notes.append(f"the audited process died ({outcome['died_exporting']}) while torch stopped its profiler: "
                      "the recorded window was lost (a crash inside torch; script.log has its stack)")
