@@ -7,7 +7,9 @@
    (../shared/traces/hta/negative_queue_a100_rank0.json.gz), shifted in time.
 2. Analyses it with `perfaudit analyze` and loads it with plain `json.load`, each in a fresh process,
    and prints wall time and peak RSS of both and their ratios.
-3. Loads the original trace with HolisticTraceAnalysis' TraceAnalysis when HTA is installed.
+3. Loads the original trace and two real ones of a few MB with HolisticTraceAnalysis' TraceAnalysis and its
+   temporal breakdown when HTA is installed (`--hta-python` an interpreter of a venv with it), against
+   `perfaudit analyze` on each; prints the kernel-name classification cache's hit rate.
 4. Analyses 1, 16 and 64 rank traces (the shared dlrm ranks, repeated) serially and with --jobs 2,
    and prints wall time and peak RSS: memory per rank must stay flat as ranks grow.
 5. Times `perfaudit run` on a sample script against a plain torch.profiler run of the same script
@@ -129,12 +131,21 @@ def bench_ranks(counts=(1, 16, 64)) -> list[tuple]:
     return rows
 
 
-def bench_hta(src: Path, python: str) -> tuple | None:
+# the HTA comparison's traces: the shared A100 trace the large one is built from, and real ones of a few MB
+HTA_TRACES = [SOURCE, ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver_v100_rank1.json.gz",
+              ROOT.parent / "shared" / "traces" / "hta" / "nccl_data_a100_rank0.json.gz"]
+
+
+def hta_version(python: str) -> str | None:
+    proc = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def bench_hta(src: Path, python: str) -> tuple:
     """HTA's TraceAnalysis loading the trace and its temporal breakdown (its closest analysis to
     perfaudit's step breakdown), in `python` (an interpreter where HTA is installed); start-up
     included on both sides."""
-    if subprocess.run([python, "-c", "import hta"], capture_output=True).returncode != 0:
-        return None
     with tempfile.TemporaryDirectory() as tmp:  # best of 3 on both sides: this machine is shared
         os.symlink(src, Path(tmp) / "rank0.json.gz")
         hta_t = min(measure(f"from hta.trace_analysis import TraceAnalysis\n"
@@ -142,6 +153,16 @@ def bench_hta(src: Path, python: str) -> tuple | None:
                     for _ in range(3))
     ours = min(measure(f"from perfaudit.api import analyze\nr = analyze([{str(src)!r}])") for _ in range(3))
     return hta_t, ours
+
+
+def classification_hits(path: Path) -> str:
+    """The kernel-name classification cache over one analysis: lookups, distinct names classified, hit rate."""
+    code = (f"from perfaudit.api import analyze\nfrom perfaudit.facts import kernels\nr = analyze([{str(path)!r}])\n"
+            "s = kernels.stats\nprint(s['lookups'], s['misses'])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    lookups, misses = (int(x) for x in proc.stdout.split()[-2:])
+    rate = 100.0 * (lookups - misses) / lookups if lookups else 0.0
+    return f"{lookups:,} lookups, {misses:,} names classified (regex), hit rate {rate:.2f} %"
 
 
 PLAIN = """
@@ -221,20 +242,21 @@ def main() -> None:
         (cj, cjr), (cp, cpr) = compact["json.load"], compact["perfaudit analyze"]
         print(f"the same events compact ({compact_mb:.0f} MB, no line breaks): json.load {cj:.2f} s, {cjr:.0f} MB; "
               f"perfaudit analyze {cp:.2f} s, {cpr:.0f} MB; ratio time {cp / cj:.2f}x, peak RSS {cpr / cjr:.2f}x")
+        print(f"kernel-name classification on {SOURCE.name}: {classification_hits(SOURCE)}")
         for name, (seconds, rss) in zipped.items():
             print(f"{name:24}{seconds:>10.2f}{rss:>14.0f}{size / seconds:>10.0f}  (MB/s of the trace unzipped)")
     if not args.skip_ranks and RANKS.exists():
         print(f"{'ranks':>6}{'jobs':>6}{'seconds':>10}{'peak RSS MB':>14}")
         for n, jobs, seconds, rss in bench_ranks(tuple(int(n) for n in args.ranks.split(","))):
             print(f"{n:>6}{jobs:>6}{seconds:>10.2f}{rss:>14.0f}")
-    hta = bench_hta(SOURCE, args.hta_python)
-    if hta is None:
-        print("HTA: not installed (pip install HolisticTraceAnalysis to compare)")
-    else:
-        (ht, hr), (ot, orr) = hta
-        print(f"HTA TraceAnalysis + temporal breakdown on {SOURCE.name}: {ht:.2f} s, {hr:.0f} MB; "
-              f"perfaudit analyze {ot:.2f} s, {orr:.0f} MB; "
-              f"perfaudit is {ht / ot:.1f}x faster")
+    version = hta_version(args.hta_python)
+    if version is None:
+        print("HTA: not installed (pip install HolisticTraceAnalysis==0.5.0 in a venv, then --hta-python it)")
+    for src in HTA_TRACES if version else ():
+        (ht, hr), (ot, orr) = bench_hta(src, args.hta_python)
+        mb = len(gzip.open(src).read()) / 1e6
+        print(f"HTA {version} TraceAnalysis + temporal breakdown on {src.name} ({mb:.0f} MB unzipped): {ht:.2f} s, "
+              f"{hr:.0f} MB; perfaudit analyze {ot:.2f} s, {orr:.0f} MB; perfaudit is {ht / ot:.1f}x faster")
     if not args.skip_run:
         run = bench_run()
         plain, ours = run["plain torch.profiler"], run["perfaudit run"]

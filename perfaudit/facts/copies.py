@@ -42,8 +42,8 @@ def _gpu_pageable_sites(ctx: Context) -> list[Site]:
     runtime_by_corr = runtime_of_device(ctx)
     copies = [e for e in ctx.trace.device if e.kind == "memcpy" and "HtoD" in e.name and "Pageable" in e.name]
     launches = [runtime_by_corr.get(c.args.get("correlation")) for c in copies]
-    ops = [e for e in ctx.trace.host if e.kind == "op"]
-    owner = innermost(ops, [r for r in launches if r is not None])
+    ops = ctx.host_of("op")
+    owner = innermost(ops, [r for r in launches if r is not None], ctx.by_thread(ops))
     items = []
     for copy, launch in zip(copies, launches):
         anchor = owner.get(id(launch), launch) if launch is not None else copy
@@ -60,7 +60,7 @@ def _device_moves(ctx: Context):
     measured step (its aten::to op attributed to that function; the call found in its source)."""
     if not ctx.frames:
         raise Missing("the trace has no Python stacks to find the lines")
-    ops = [e for e in ctx.trace.host if e.kind == "op" and e.name == "aten::to"]
+    ops = [e for e in ctx.host_of("op") if e.name == "aten::to"]
     attributions = ctx.frames.attribute_all(ops)
     for op in ops:
         att, step = attributions.get(id(op)), ctx.step_of(op.ts)

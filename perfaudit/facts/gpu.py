@@ -9,7 +9,7 @@ from .registry import Context
 
 
 def runtime_calls(ctx: Context) -> list[Event]:
-    return [e for e in ctx.trace.host if e.kind == "runtime"]
+    return ctx.host_of("runtime")
 
 
 def device_by_correlation(ctx: Context) -> dict:
@@ -27,7 +27,7 @@ def device_by_correlation(ctx: Context) -> dict:
 def device_events_by_op(ctx: Context, ops: list[Event]) -> dict[int, list[Event]]:
     """id(op) -> device events launched by runtime calls made inside that op."""
     runtime = runtime_calls(ctx)
-    owner = innermost(ops, runtime)
+    owner = innermost(ops, runtime, ctx.by_thread(ops))
     by_corr = device_by_correlation(ctx)
     out: dict[int, list[Event]] = defaultdict(list)
     for rt in runtime:

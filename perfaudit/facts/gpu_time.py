@@ -31,8 +31,8 @@ def _gpu_per_step(ctx: Context) -> list[dict]:
         return cached
     _require_gpu(ctx)
     events = _device_events(ctx)
-    syncs = iv.union((e.ts, e.end) for e in ctx.trace.host if e.kind == "runtime" and e.name in SYNC_RUNTIME)
-    allocs = iv.union((e.ts, e.end) for e in ctx.trace.host if e.kind == "runtime" and is_allocator_call(e.name))
+    syncs = iv.union((e.ts, e.end) for e in ctx.host_of("runtime") if e.name in SYNC_RUNTIME)
+    allocs = iv.union((e.ts, e.end) for e in ctx.host_of("runtime") if is_allocator_call(e.name))
     data = iv.union((e.ts, e.end) for e in ctx.trace.host if e.name.startswith(DATALOADER_PREFIX))
     rows = []
     for step in ctx.steps:
@@ -93,7 +93,7 @@ def device_capability(ctx: Context) -> float:
     cap = (ctx.probes.get("environment") or {}).get("capability")
     if cap:
         return float(cap)
-    if any("hip" in e.name for e in ctx.trace.host if e.kind == "runtime"):
+    if any("hip" in e.name for e in ctx.host_of("runtime")):
         return 9.0  # ROCm: matrix cores on every data-centre part perfaudit meets
     # no deviceProperties (a re-saved or trimmed trace): the kernels' names say what they were built for
     arches = {architecture(name) for name in {e.name for e in _device_events(ctx) if e.kind == "kernel"}}
@@ -165,7 +165,7 @@ def is_allocator_call(name: str) -> bool:
                              "of the step (the caching allocator normally makes these rare after warm-up).")
 def allocator_churn(ctx: Context) -> dict:
     _require_gpu(ctx)
-    calls = [e for e in ctx.trace.host if e.kind == "runtime" and is_allocator_call(e.name) and ctx.step_of(e.ts) is not None]
+    calls = [e for e in ctx.host_of("runtime") if is_allocator_call(e.name) and ctx.step_of(e.ts) is not None]
     if not calls:
         return {"calls_per_step": 0.0, "ms_per_step": 0.0, "share_pct": 0.0, "frees_per_step": 0.0}
     n = len(ctx.steps)
@@ -181,9 +181,9 @@ def allocator_sites(ctx: Context) -> list:
     from ..trace.nesting import innermost
     from .sites import SiteCollector
     _require_gpu(ctx)
-    calls = [e for e in ctx.trace.host if e.kind == "runtime" and is_allocator_call(e.name)]
-    ops = [e for e in ctx.trace.host if e.kind == "op"]
-    owners = innermost(ops, calls)
+    calls = [e for e in ctx.host_of("runtime") if is_allocator_call(e.name)]
+    ops = ctx.host_of("op")
+    owners = innermost(ops, calls, ctx.by_thread(ops))
     items = []
     for rt in calls:
         op = owners.get(id(rt))

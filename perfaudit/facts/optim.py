@@ -13,7 +13,7 @@ def _step_ops(ctx: Context) -> dict[str, dict]:
     and which implementation the ops show."""
     trace = ctx.trace
     out: dict[str, dict] = {}
-    ops = [e for e in trace.host if e.kind == "op"]
+    ops = ctx.host_of("op")
     first, last = ctx.steps[0].ts, ctx.steps[-1].end
     for ann in (e for e in trace.host if e.name.startswith(OPTIMIZER_STEP)):
         if ann.end < first or ann.ts > last:

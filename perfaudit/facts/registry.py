@@ -17,6 +17,7 @@ from ..probe_schema import checked_probes
 from ..source import SourceIndex
 from ..trace.frames import FrameIndex
 from ..trace.model import Event, Step, Trace
+from ..trace.nesting import by_thread
 
 
 def quartile(values: list[float]) -> float:
@@ -150,6 +151,29 @@ class Context:
             index = cache[id(events)] = (events, [e.ts for e in events], max((e.dur for e in events), default=0.0))
         _, starts, longest = index
         return [e for e in events[bisect_left(starts, start - longest):bisect_left(starts, end)] if e.end > start]
+
+    def host_of(self, kind: str) -> list[Event]:
+        """The host events of one kind ("op", "runtime", "annotation" …), in trace order: split in one
+        pass over the host events, once, instead of a scan of all of them per fact."""
+        split = self.__dict__.get("_host_by_kind")
+        if split is None:
+            split = {}
+            for ev in self.trace.host:
+                bucket = split.get(ev.kind)
+                if bucket is None:
+                    bucket = split[ev.kind] = []
+                bucket.append(ev)
+            self.__dict__["_host_by_kind"] = split
+        return split.get(kind, [])
+
+    def by_thread(self, events: list[Event]) -> dict:
+        """Events grouped by thread for a nesting sweep (trace.nesting), kept for the next fact that
+        sweeps the same list (the host ops: every runtime call's owner is looked up in them)."""
+        cache = self.__dict__.setdefault("_by_thread", {})
+        hit = cache.get(id(events))
+        if hit is None or hit[0] is not events:
+            hit = cache[id(events)] = (events, by_thread(events))
+        return hit[1]
 
     def within(self, events: list[Event], start: float, end: float) -> list[Event]:
         """Events (sorted by ts) starting inside [start, end]."""

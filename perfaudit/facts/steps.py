@@ -19,7 +19,22 @@ def step_mean_ms(ctx: Context) -> float:
     return ctx.step_ms
 
 
+_PHASES: dict[str, str | None] = {}  # name -> phase: a name repeats in every step
+
+
 def _phase(name: str) -> str | None:
+    phase = _PHASES.get(name, _UNKNOWN)
+    if phase is _UNKNOWN:
+        phase = _phase_of(name)
+        if len(_PHASES) < 200_000:  # bounded: a trace of unique names (rare) is classified as it goes
+            _PHASES[name] = phase
+    return phase
+
+
+_UNKNOWN = object()
+
+
+def _phase_of(name: str) -> str | None:
     if name.startswith(DATALOADER_PREFIX):
         return "data"
     if name.startswith(BACKWARD_PREFIX):

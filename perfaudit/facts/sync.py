@@ -37,12 +37,11 @@ DETAIL = {"aten::_local_scalar_dense": "scalar read (.item(), float(), print or 
 
 def _sync_items(ctx: Context):
     """(anchor, counted, ms, detail) for every sync point in the measured steps."""
-    trace = ctx.trace
-    host_ops = [e for e in trace.host if e.kind == "op"]
+    host_ops = ctx.host_of("op")
     items = []
     if ctx.is_gpu:
-        runtime = [e for e in trace.host if e.kind == "runtime" and e.name in SYNC_RUNTIME]
-        owners = innermost(host_ops, runtime)
+        runtime = [e for e in ctx.host_of("runtime") if e.name in SYNC_RUNTIME]
+        owners = innermost(host_ops, runtime, ctx.by_thread(host_ops))
         exposed = _exposed_idle(ctx, runtime)
         for rt in runtime:
             op = owners.get(id(rt))

@@ -7,24 +7,28 @@ from collections.abc import Iterator
 from .model import Event
 
 
-def _thread(ev: Event) -> tuple:
-    return (ev.pid, ev.tid)
+def by_thread(events: list[Event]) -> dict[tuple, list[Event]]:
+    """The events grouped by (pid, tid), in their order: what a sweep walks. A caller that sweeps the
+    same containers again (facts.Context.by_thread) keeps it and passes it back."""
+    grouped: dict[tuple, list[Event]] = defaultdict(list)
+    for ev in events:
+        grouped[(ev.pid, ev.tid)].append(ev)
+    return grouped
 
 
-def enclosing(containers: list[Event], queries: list[Event]) -> Iterator[tuple[Event, list[Event]]]:
+def enclosing(containers: list[Event], queries: list[Event], grouped_containers: dict | None = None
+              ) -> Iterator[tuple[Event, list[Event]]]:
     """For each query, the containers on its thread that enclose its start, outermost first.
 
     `containers` must be sorted by (ts, -dur), as the parser leaves them; host events nest properly
     within a thread. The stack yielded is live: copy it to keep it.
     """
-    by_thread: dict[tuple, list[Event]] = defaultdict(list)
-    for ev in containers:
-        by_thread[_thread(ev)].append(ev)
+    threads = grouped_containers if grouped_containers is not None else by_thread(containers)
     grouped: dict[tuple, list[Event]] = defaultdict(list)
     for q in queries:
-        grouped[_thread(q)].append(q)
+        grouped[(q.pid, q.tid)].append(q)
     for key, qs in grouped.items():
-        outer = by_thread.get(key, [])
+        outer = threads.get(key, [])
         qs.sort(key=lambda e: e.ts)
         stack: list[Event] = []
         i = 0
@@ -40,12 +44,34 @@ def enclosing(containers: list[Event], queries: list[Event]) -> Iterator[tuple[E
             yield q, ([e for e in stack if e is not q] if any(e is q for e in stack) else stack)
 
 
-def innermost(containers: list[Event], queries: list[Event]) -> dict[int, Event]:
-    """id(query) -> the innermost container enclosing it (queries without one are left out)."""
+def innermost(containers: list[Event], queries: list[Event], grouped_containers: dict | None = None
+              ) -> dict[int, Event]:
+    """id(query) -> the innermost container enclosing it (queries without one are left out): the sweep
+    of `enclosing`, inlined (it runs over every runtime call of a trace)."""
     out = {}
-    for q, stack in enclosing(containers, queries):
-        for ev in reversed(stack):
-            if ev is not q and ev.end >= q.end:
-                out[id(q)] = ev
-                break
+    threads = grouped_containers if grouped_containers is not None else by_thread(containers)
+    grouped: dict[tuple, list[Event]] = defaultdict(list)
+    for q in queries:
+        grouped[(q.pid, q.tid)].append(q)
+    for key, qs in grouped.items():
+        outer = threads.get(key, ())
+        n = len(outer)
+        qs.sort(key=lambda e: e.ts)
+        stack: list[Event] = []
+        i = 0
+        for q in qs:
+            ts = q.ts
+            while i < n and outer[i].ts <= ts:
+                e = outer[i]
+                i += 1
+                while stack and stack[-1].end < e.ts:
+                    stack.pop()
+                stack.append(e)
+            while stack and stack[-1].end < ts:
+                stack.pop()
+            end = q.end
+            for ev in reversed(stack):
+                if ev is not q and ev.end >= end:
+                    out[id(q)] = ev
+                    break
     return out

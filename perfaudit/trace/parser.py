@@ -200,35 +200,51 @@ def _parse_general(path: str) -> Trace:
 
 
 def _fast_events(stream, trace: Trace) -> None:
-    """_complete's work inlined for the fast path (about a third of the parse time is this loop)."""
-    add = {"device": trace.device.append, "python": trace.python.append}
-    add_host = trace.host.append
-    numbers, no_args, names, runtime_kept, kinds = _NUMBERS, _NO_ARGS, _names, _runtime_kept, _kind
-    lists = (trace.host, trace.device, trace.python)
+    """_complete's work inlined for the fast path (the per-event loop is most of the parse time): what an
+    event's category and name decide (kept or not, its kind, the list it goes to, the args it keeps, one
+    string object for its name) is worked out once per distinct (category, name), not per event."""
+    lists = {"device": trace.device, "python": trace.python}
+    numbers, no_args, args_dict = _NUMBERS, _NO_ARGS, fast.args_dict
+    decided: dict = {}  # category -> name -> (kind, append, kept arg keys, name) or None (not kept)
+
+    def decide(cat, name):
+        kind = _kind(cat)
+        if kind is None or type(name) is not str or (kind == "runtime" and not _runtime_kept(name)):
+            verdict = None
+        else:
+            keys = KEPT_ARGS.get(kind, OP_ARGS.get(name, ()) if kind == "op" else ())
+            verdict = (kind, lists.get(_PLACE.get(kind), trace.host).append, keys, _names.setdefault(name, name))
+        try:
+            decided.setdefault(cat, {})[name] = verdict
+        except TypeError:  # an unhashable category or name: decided again each time
+            pass
+        return verdict
+
     for batch in fast.batches(stream, _after_bracket(stream)):
-        if trace.dropped_events or sum(map(len, lists)) >= MAX_EVENTS:
+        if trace.dropped_events or len(trace.host) + len(trace.device) + len(trace.python) >= MAX_EVENTS:
             trace.dropped_events += len(batch)  # memory stays bounded; the report says how many were not read
             continue
         for raw in batch:
             if raw.ph != "X":
                 if raw.ph == "i" and raw.name == "[memory]":
-                    _memory_event({"args": fast.args_dict(raw.args)}, trace)
+                    _memory_event({"args": args_dict(raw.args)}, trace)
                 continue
-            kind, name = kinds(raw.cat), raw.name
-            if kind is None or type(name) is not str or (kind == "runtime" and not runtime_kept(name)):
+            try:
+                verdict = decided[raw.cat][raw.name]
+            except (KeyError, TypeError):
+                verdict = decide(raw.cat, raw.name)
+            if verdict is None:
                 continue
+            kind, add, keys, name = verdict
             ts, dur = raw.ts, raw.dur
             if type(ts) not in numbers or type(dur) not in numbers or dur < 0:
                 trace.skipped_events += 1
                 continue
             kept, args = no_args, raw.args
-            if args:
-                keys = KEPT_ARGS.get(kind, OP_ARGS.get(name, ()) if kind == "op" else ())
-                if keys:
-                    found = fast.args_dict(args)
-                    kept = {key: found[key] for key in keys if key in found} or no_args
-            ev = Event(kind, names.setdefault(name, name), float(ts), float(dur), raw.pid, raw.tid, kept)
-            (add[_PLACE[kind]] if kind in _PLACE else add_host)(ev)
+            if keys and args:
+                found = args_dict(args)
+                kept = {key: found[key] for key in keys if key in found} or no_args
+            add(Event(kind, name, float(ts), float(dur), raw.pid, raw.tid, kept))
 
 
 _PLACE = {**{k: "device" for k in DEVICE_KINDS}, "python": "python"}
