@@ -7,7 +7,7 @@ from collections import Counter
 from . import intervals as iv
 from .kernels import architecture, is_small_elementwise, kernel_class
 from .registry import Context, Missing, fact
-from .steps import DATALOADER_PREFIX
+from .steps import data_ranges
 from .sync import SYNC_RUNTIME
 
 
@@ -18,10 +18,14 @@ def _require_gpu(ctx: Context) -> None:
 
 
 def _device_events(ctx: Context):
-    """Device events of the busiest device (one GPU per process is the norm)."""
-    devices = Counter(e.pid for e in ctx.trace.device if e.kind != "gpu_annotation")
-    main = devices.most_common(1)[0][0]
-    return [e for e in ctx.trace.device if e.pid == main and e.kind != "gpu_annotation"]
+    """Device events of the busiest device (one GPU per process is the norm); worked out once."""
+    cached = ctx.__dict__.get("_main_device_events")
+    if cached is None:
+        devices = Counter(e.pid for e in ctx.trace.device if e.kind != "gpu_annotation")
+        main = devices.most_common(1)[0][0]
+        cached = ctx.__dict__["_main_device_events"] = [e for e in ctx.trace.device
+                                                        if e.pid == main and e.kind != "gpu_annotation"]
+    return cached
 
 
 def _gpu_per_step(ctx: Context) -> list[dict]:
@@ -31,9 +35,9 @@ def _gpu_per_step(ctx: Context) -> list[dict]:
         return cached
     _require_gpu(ctx)
     events = _device_events(ctx)
-    syncs = iv.union((e.ts, e.end) for e in ctx.host_of("runtime") if e.name in SYNC_RUNTIME)
-    allocs = iv.union((e.ts, e.end) for e in ctx.host_of("runtime") if is_allocator_call(e.name))
-    data = iv.union((e.ts, e.end) for e in ctx.trace.host if e.name.startswith(DATALOADER_PREFIX))
+    syncs = iv.Merged(iv.union((e.ts, e.end) for e in ctx.host_of("runtime") if e.name in SYNC_RUNTIME))
+    allocs = iv.Merged(iv.union((e.ts, e.end) for e in ctx.host_of("runtime") if is_allocator_call(e.name)))
+    data = data_ranges(ctx)
     rows = []
     for step in ctx.steps:
         inside = ctx.overlapping(events, step.ts, step.end)
@@ -42,11 +46,11 @@ def _gpu_per_step(ctx: Context) -> list[dict]:
                                   step.ts, step.end))
         busy = iv.union(kernels + copies)
         idle = iv.complement(busy, step.ts, step.end)
-        sync_idle = iv.intersect(idle, iv.clip(syncs, step.ts, step.end))
+        sync_idle = iv.intersect(idle, syncs.clip(step.ts, step.end))
         rest = iv.intersect(idle, iv.complement(sync_idle, step.ts, step.end))
-        alloc_idle = iv.intersect(rest, iv.clip(allocs, step.ts, step.end))  # host in cudaMalloc/cudaFree
+        alloc_idle = iv.intersect(rest, allocs.clip(step.ts, step.end))  # host in cudaMalloc/cudaFree
         rest = iv.intersect(rest, iv.complement(alloc_idle, step.ts, step.end))
-        data_idle = iv.overlap(rest, iv.clip(data, step.ts, step.end))
+        data_idle = iv.overlap(rest, data.clip(step.ts, step.end))
         rows.append({"compute": iv.total(kernels), "copies": iv.total(busy) - iv.total(kernels),
                      "sync_wait": iv.total(sync_idle), "alloc_wait": iv.total(alloc_idle), "data_wait": data_idle,
                      "idle": iv.total(idle), "step": step.dur})

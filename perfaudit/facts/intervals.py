@@ -1,6 +1,8 @@
 """Interval arithmetic on (start, end) pairs in µs: unions and overlaps, for GPU busy/idle time."""
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+
 
 def union(intervals) -> list[tuple[float, float]]:
     merged: list[list[float]] = []
@@ -61,3 +63,18 @@ def intersect(a_merged, b_merged) -> list[tuple[float, float]]:
         else:
             j += 1
     return out
+
+
+class Merged:
+    """A merged (sorted, disjoint) interval list clipped to many windows: each window found by bisection,
+    not by a scan of the whole list (a step's syncs among a trace's)."""
+
+    def __init__(self, merged: list[tuple[float, float]]):
+        self.merged = merged
+        self.starts = [a for a, _ in merged]
+        self.ends = [b for _, b in merged]
+
+    def clip(self, start: float, end: float) -> list[tuple[float, float]]:
+        """What clip(merged, start, end) gives."""
+        i, j = bisect_right(self.ends, start), bisect_left(self.starts, end)
+        return [(max(a, start), min(b, end)) for a, b in self.merged[i:j]]

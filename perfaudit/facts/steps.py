@@ -1,12 +1,22 @@
 """Step-level facts: how many steps, how long, and where the time goes."""
 from __future__ import annotations
 
+from . import intervals as iv
 from .registry import Context, Missing, fact, quartile
 
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
 OPTIMIZER_STEP = "Optimizer.step#"
 ZERO_GRAD = "Optimizer.zero_grad#"
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"
+
+
+def data_ranges(ctx: Context) -> iv.Merged:
+    """The host's DataLoader ranges, merged: where the host waits for data; worked out once."""
+    cached = ctx.__dict__.get("_data_ranges")
+    if cached is None:
+        cached = ctx.__dict__["_data_ranges"] = iv.Merged(
+            iv.union((e.ts, e.end) for e in ctx.trace.host if e.name.startswith(DATALOADER_PREFIX)))
+    return cached
 
 
 @fact("step.count", "Number of measured (non-warm-up) steps in the trace.")

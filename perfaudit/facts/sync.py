@@ -12,7 +12,7 @@ from . import intervals as iv
 from .emulated import emulated, emulated_waits
 from .registry import Context, fact
 from .sites import SiteCollector
-from .steps import DATALOADER_PREFIX
+from .steps import data_ranges
 
 # Ops that read a device value back to the host: they block until the GPU has caught up.
 SCALAR_OPS = {"aten::_local_scalar_dense"}
@@ -108,7 +108,7 @@ def _exposed_idle(ctx: Context, syncs) -> dict[int, float]:
     was already idle for (nothing was queued, so nothing drained) causes none, nor does one at the end of
     a step (the idle after it is the step boundary's, the next step's data or Python), and idle while the
     host then waits for the DataLoader is the input pipeline's."""
-    data = iv.union((e.ts, e.end) for e in ctx.trace.host if e.name.startswith(DATALOADER_PREFIX))
+    data = data_ranges(ctx)
     device = [e for e in ctx.trace.device if e.kind != "gpu_annotation"]
     starts = sorted(e.ts for e in device)
     ends = sorted(e.end for e in device)
@@ -124,7 +124,7 @@ def _exposed_idle(ctx: Context, syncs) -> dict[int, float]:
         if step is None or next_start > ctx.steps[step].end:
             continue  # the next work is the next step's: what idles until then is not this sync's doing
         gap = (drained_at, max(next_start, drained_at))
-        idle = gap[1] - gap[0] - iv.overlap([gap], iv.clip(data, *gap))
+        idle = gap[1] - gap[0] - iv.overlap([gap], data.clip(*gap))
         out[id(rt)] = min(max(idle, 0.0), MAX_EXPOSED_US)
     return out
 

@@ -15,6 +15,7 @@ import ijson
 
 from ..errors import TraceError
 from . import fast
+from .gc_pause import collection_paused
 from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace, emulated_run, without_emulation_frames
 from .op_names import OP_ARGS
 from .steps import segment_steps
@@ -289,7 +290,8 @@ def load_trace(path: str, fast_path: bool = True) -> Trace:
     path = os.fspath(path)
     spooled = _spool(path)
     try:
-        trace = _load(spooled or path, fast_path)
+        with collection_paused():
+            trace = _load(spooled or path, fast_path)
     finally:
         if spooled:
             os.remove(spooled)

@@ -17,6 +17,7 @@ from ..facts.ranks import rank_stats
 from ..findings import Finding, Report, Skipped, TraceSummary
 from ..gate import GateOptions
 from ..trace import Trace, load_trace
+from ..trace.gc_pause import collection_paused
 
 _TRACE_PATTERNS = ("*.json", "*.json.gz")
 
@@ -188,7 +189,9 @@ def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job
         return TraceResult(path, error=exc)
     roots = source_roots + (os.path.dirname(os.path.abspath(path)), os.getcwd())
     ctx = Context(trace, None, roots)
-    findings, skipped = evaluate_rules(ctx, [r for r in rules if r.scope == "trace"])
+    with collection_paused():  # the facts walk the trace's events: no cycle collection over them meanwhile
+        findings, skipped = evaluate_rules(ctx, [r for r in rules if r.scope == "trace"])
+        summary = summarize(trace, ctx)
     notes = context_notes(ctx)
     if trace.skipped_events:
         notes.append(f"{path}: {trace.skipped_events} malformed events were ignored")
@@ -197,7 +200,6 @@ def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job
                      f"{trace.dropped_events:,} were not read, and the figures cover the steps before them "
                      "(PERFAUDIT_MAX_EVENTS raises the limit)")
     meta = {k: trace.probes.get(k) for k in ("script", "outcome")} if trace.probes else {}
-    summary = summarize(trace, ctx)
     if op_times:
         try:
             summary.op_times = ctx.get("ops.time_by_name")

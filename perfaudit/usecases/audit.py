@@ -23,6 +23,7 @@ from ..outcome import describe as describe_outcome
 from ..static import lint as lint_paths
 from ..static.cuda_path import has_cuda_path
 from ..trace import load_trace
+from ..trace.gc_pause import collection_paused
 from .analysis import combine, context_notes, evaluate_rules, summarize
 from .jobs import job_results
 
@@ -67,8 +68,10 @@ def report_for_run(result: RunResult, script: str, options: RunOptions, rules: l
     if trace is not None and counted and isinstance(trace.probes.get("probes"), dict):
         trace.probes["probes"]["flops"] = counted  # counted after the trace was written
     ctx = Context(trace, probes, roots)
-    findings, skipped = evaluate_rules(ctx, [r for r in rules if r.scope == "trace"])
-    report = Report(findings, skipped, [summarize(trace, ctx)] if trace is not None else [], script=result.script,
+    with collection_paused():
+        findings, skipped = evaluate_rules(ctx, [r for r in rules if r.scope == "trace"])
+        summaries = [summarize(trace, ctx)] if trace is not None else []
+    report = Report(findings, skipped, summaries, script=result.script,
                     outcome=result.outcome, run_dir=result.run_dir, notes=notes + context_notes(ctx),
                     stop_signal=result.stop_signal, command=command,
                     internal_errors=list(result.outcome.get("internal_errors") or []), source_roots=list(roots))
