@@ -20,11 +20,6 @@ import math
 import os
 from dataclasses import dataclass, field
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
 from .errors import UsageError
 from .findings import SEVERITIES
 
@@ -129,7 +124,20 @@ def _parse(table: dict, where: str) -> Config:
     return cfg
 
 
+def _mentions_perfaudit(path: str) -> bool:
+    """Whether a pyproject.toml can hold [tool.perfaudit]: most do not, and are then not parsed at all."""
+    try:
+        with open(path, "rb") as f:
+            return b"perfaudit" in f.read()
+    except OSError:
+        return True  # _read says why it cannot be read
+
+
 def _read(path: str) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
@@ -151,7 +159,7 @@ def load_config(explicit: str | None = None, cwd: str = ".") -> Config:
     if os.path.isfile(own):
         return _parse(_read(own), own)
     pyproject = os.path.join(cwd, "pyproject.toml")
-    if os.path.isfile(pyproject):
+    if os.path.isfile(pyproject) and _mentions_perfaudit(pyproject):
         table = _read(pyproject).get("tool", {}).get("perfaudit")
         if table is not None:
             return _parse(table, pyproject)

@@ -3,9 +3,9 @@ matrix, convolution and attention ops (forward and backward), with torch's own c
 FLOPs, a bias add and causal masking are not counted, attention's backward recomputes its scores."""
 from __future__ import annotations
 
+import os
 from collections import Counter
 from functools import cache
-from importlib import resources
 from math import prod
 
 import yaml
@@ -143,7 +143,8 @@ def _counted_live(ctx: Context) -> dict | None:
 @cache
 def peak_table() -> list[dict]:
     """The peak dense TFLOP/s per device and precision (peaks.yaml, one source per entry)."""
-    text = resources.files("perfaudit.facts").joinpath("peaks.yaml").read_text("utf-8")
+    with open(os.path.join(os.path.dirname(__file__), "peaks.yaml"), encoding="utf-8") as f:
+        text = f.read()
     return yaml.safe_load(text)["devices"]
 
 

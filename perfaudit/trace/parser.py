@@ -11,8 +11,6 @@ import json
 import os
 from operator import attrgetter
 
-import ijson
-
 from ..errors import TraceError
 from . import fast
 from .gc_pause import collection_paused
@@ -133,6 +131,7 @@ def _memory_event(raw: dict, trace: Trace) -> None:
 
 
 def _events(stream, prefix: str, trace: Trace):
+    import ijson
     host, device, python = trace.host.append, trace.device.append, trace.python.append
     to_event = _to_event
     lists = (trace.host, trace.device, trace.python)
@@ -179,6 +178,7 @@ def _try_fast(path: str) -> Trace | None:
 
 
 def _parse_general(path: str) -> Trace:
+    import ijson  # the general path only: a trace in Kineto's layout never needs it
     try:
         try:
             return _parse_once(path, repair=False)
