@@ -18,7 +18,6 @@ either warns (`action="warn"`) or stops the training with `GateFailed` when a fi
 from __future__ import annotations
 
 import sys
-import warnings
 
 try:
     from transformers import Trainer, TrainerCallback
@@ -26,8 +25,7 @@ except ImportError as exc:
     raise ImportError("perfaudit.integrations.transformers needs transformers: "
                       "pip install 'perfaudit[transformers]'") from exc
 
-from .. import api
-from ._common import show
+from ._common import AuditedTraining
 
 __all__ = ["PerfauditCallback"]
 
@@ -43,25 +41,18 @@ def _calling_trainer() -> Trainer | None:
     return None
 
 
-class PerfauditCallback(TrainerCallback):
+class PerfauditCallback(AuditedTraining, TrainerCallback):
     def __init__(self, steps: int | None = None, warmup: int | None = None, out_dir: str | None = None,
                  fail_on: str | None = None, action: str = "warn", config: str | None = None,
                  quiet: bool = False):
-        self.audit = api.WindowAudit("transformers", steps=steps, warmup=warmup, out_dir=out_dir,
-                                     fail_on=fail_on, action=action, config=config)
-        self.quiet = quiet
-        self.report = None  # the report, once the window closed
-        if not quiet:
-            self.audit.on_report = show
+        self._set_up("transformers", steps, warmup, out_dir, fail_on, action, config, quiet)
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if not state.is_world_process_zero:
-            return
-        if not self.audit.start() and not self.quiet:
-            print(f"perfaudit: the callback stands aside: {self.audit.standing_aside}", file=sys.stderr)
+        if state.is_world_process_zero:
+            self._start()
 
     def on_step_end(self, args, state, control, **kwargs):
-        self._done(self.audit.step_ended())
+        self._finish(self.audit.step_ended(), _log)
 
     def on_prediction_step(self, args, state, control, **kwargs):
         self.audit.evaluating()  # evaluation inside a training step: not measured like the others
@@ -70,22 +61,11 @@ class PerfauditCallback(TrainerCallback):
         self.audit.evaluating()
 
     def on_train_end(self, args, state, control, **kwargs):
-        self._done(self.audit.end())
+        self._finish(self.audit.end(), _log)
 
-    def _done(self, report) -> None:
-        if report is None:
-            return
-        self.report = report
-        if not self.quiet:
-            show(report)
-        trainer = _calling_trainer()
-        if trainer is not None:
-            try:
-                trainer.log(api.metrics(report))
-            except Exception as exc:  # a reporting integration that refuses a metric must not stop training
-                warnings.warn(f"perfaudit: could not log the figures: {exc}", stacklevel=2)
-        if self.audit.fails():
-            summary = f"perfaudit: findings at or above '{self.audit.fail_level}' (report: {report.run_dir})"
-            if self.audit.action == "fail":
-                raise api.GateFailed(summary)
-            warnings.warn(summary, stacklevel=2)
+
+def _log(figures: dict) -> None:
+    """Through Trainer.log, so that every `report_to` integration gets the figures."""
+    trainer = _calling_trainer()
+    if trainer is not None:
+        trainer.log(figures)
