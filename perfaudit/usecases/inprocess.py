@@ -77,7 +77,17 @@ class WindowAudit:
             self._uncaught = self._uncaught or value
             previous(kind, value, tb)
         sys.excepthook = excepthook
+        self._hooks = (excepthook, previous)
         return True
+
+    _hooks: tuple | None = None
+
+    def _unhook(self) -> None:
+        """The report is made: the exit and exception hooks go (a notebook audits many cells)."""
+        atexit.unregister(self._at_exit)
+        if self._hooks is not None and sys.excepthook is self._hooks[0]:
+            sys.excepthook = self._hooks[1]
+        self._hooks = None
 
     _uncaught: BaseException | None = None
 
@@ -118,6 +128,7 @@ class WindowAudit:
         return self._report(result or {"outcome": Outcome.COMPLETED})
 
     def _report(self, result: dict | None = None) -> Report:
+        self._unhook()
         self.session.end(result or {"outcome": Outcome.WINDOW_COMPLETE})
         run = recorded(self.session)
         script = run.script
