@@ -370,7 +370,9 @@ class Session(StepHooks):
             previous["internal_errors"] = internal_errors()
             previous.update(self.result_extra(result))
             write_json(path, previous)
-        if self.counts_flops and self.trace_path and self.rank is None:
+        # not after a stop (Ctrl-C, a timeout, a crash): the user waits for the report, not for one more step
+        ended_well = Outcome.of(result) in (Outcome.WINDOW_COMPLETE, Outcome.COMPLETED)
+        if self.counts_flops and self.trace_path and self.rank is None and ended_well:
             try:
                 self._count_flops()
             except Exception as exc:  # the report counts from the op shapes instead
