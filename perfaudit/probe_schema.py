@@ -85,7 +85,7 @@ PROBE_FIELDS: dict[str, dict] = {
                                            "properties": {"skipped": {"type": ["string", "null"]}}},
                         {"type": "object", "required": ["flops", "forward_flops"], "properties": {
                             "flops": _INT, "forward_flops": _INT, "backward": {"type": "boolean"},
-                            "model": {"type": "string"}, "compiled": {"type": "boolean"},
+                            "model": {"type": "string"}, "compiled": {"type": "boolean"}, "calls": _INT,
                             "modules": _list_of({"name": {"type": "string"}, "flops": _INT})}}]},
 }
 OPTIONAL_FIELDS = {"cuda_emulation", "flops"}

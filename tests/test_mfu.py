@@ -118,3 +118,13 @@ def test_device_names_find_their_peaks_and_every_entry_has_a_source():
     assert device_peak("AMD Instinct MI250X / MI250")["name"] == "MI250X"
     assert device_peak("NVIDIA A10G") is None and device_peak("NVIDIA GeForce RTX 2080 Ti") is None
     assert all(e["source"].startswith("https://") and e["tflops"] for e in peak_table())
+
+
+@pytest.mark.parametrize("name", ["gan.py", "vae.py", "transformer_mask.py", "compiled_trainer.py"])
+def test_the_live_count_covers_every_outermost_call_of_a_step(name, realistic_reports):
+    """A GAN's generator and critic (the critic also on the generator's output, its input's gradient
+    included), a loss module called on the logits, a compiled model: counted live, each call in turn,
+    they give what the recorded op shapes give, within 5 %."""
+    mfu = realistic_reports[name]["run"]["mfu"]
+    assert mfu["flops_source"].startswith("counted live"), mfu["flops_source"]
+    assert abs(mfu["flops_per_step"] / mfu["flops_from_shapes"] - 1) < 0.05

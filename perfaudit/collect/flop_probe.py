@@ -1,18 +1,20 @@
 """Model FLOPs counted in the live process (tip T31): torch's FlopCounterMode over one training step of the
 eager model, forward and backward, per module.
 
-The model and its inputs are noted over one warm-up step (the outermost module called with gradients
-on: for a torch.compile'd model, the module it compiled, whose eager forward is the same maths). The count
-itself runs once the window is written and the script is about to end (`perfaudit run` without --full),
-so it never slows a measured step and nothing the script does afterwards sees it: the parameters' .grad
-are put back as they were. A run that goes on after the window (--full, a callback, the magic) is not
-counted here; its FLOPs come from the recorded op shapes, as for a trace recorded elsewhere.
+The outermost module calls of one warm-up step are noted with their inputs (for a torch.compile'd model,
+the call of the compiled module, whose eager forward is the same maths; a GAN's generator and critic, a
+loss module called on the logits, each in turn). They are run again, counted, once the script has ended
+and its window is saved, so the count never slows a measured step and no later step sees it: the inputs
+are detached (nothing flows back into the step's graph) and the parameters' .grad are put back as they
+were. A session in the user's own process (a callback, the magic) does not count: training goes on there;
+its FLOPs come from the recorded op shapes, as for a trace recorded elsewhere.
 """
 from __future__ import annotations
 
 import torch
 
 _MAX_MODULES = 12  # the modules by FLOPs kept in the record
+MAX_CALLS = 16     # outermost module calls noted in the step (a GAN's generator and critic, a loss module …)
 
 
 def _cpu_attention_formulas() -> dict:
@@ -39,6 +41,8 @@ def _scalar(output):
     """A scalar to run backward from: the loss the model returned (a tensor, or `.loss` / ["loss"] of a
     model output), else the sum of every floating tensor in the output that needs a gradient."""
     if isinstance(output, torch.Tensor):
+        if not output.requires_grad:  # a loss module on detached inputs, a frozen model: no backward
+            return None
         return output if output.numel() == 1 else output.float().sum()
     loss = getattr(output, "loss", None)
     if loss is None and isinstance(output, dict):
@@ -52,9 +56,7 @@ def _scalar(output):
 
 class FlopProbe:
     def __init__(self):
-        self.root = None
-        self.args: tuple = ()
-        self.kwargs: dict = {}
+        self.calls: list[tuple] = []  # (module, args, kwargs) of each outermost call in the noted step
         self.record: dict | None = None
         self.skipped: str | None = None
         self._hooks: list = []  # what undoes the capture's hooks
@@ -64,8 +66,12 @@ class FlopProbe:
         pass
 
     # -- the model and its inputs, over one warm-up step --------------------------------------------
+    def _note(self, module, args, kwargs) -> None:
+        if torch.is_grad_enabled() and len(self.calls) < MAX_CALLS:
+            self.calls.append((module, args, dict(kwargs)))
+
     def start_capture(self) -> None:
-        if self.root is not None or self._hooks:
+        if self.calls or self._hooks:
             return
         modules = torch.nn.modules.module
 
@@ -74,8 +80,8 @@ class FlopProbe:
 
         def post(module, args, kwargs, output):  # the outermost call ends last: depth back to 0
             self._depth = max(self._depth - 1, 0)
-            if self._depth == 0 and self.root is None and torch.is_grad_enabled():
-                self.root, self.args, self.kwargs = module, args, dict(kwargs)
+            if self._depth == 0:
+                self._note(module, args, kwargs)
 
         # the pre-hook takes no kwargs when global: the call is noted when it returns
         self._hooks = [modules.register_module_forward_pre_hook(pre).remove,
@@ -84,7 +90,7 @@ class FlopProbe:
     def start_compiled_capture(self) -> None:
         """Under torch.compile a global module hook would make the compiled code recompile: the compiled
         model's own call (OptimizedModule.__call__, outside the compiled frame) is noted instead."""
-        if self.root is not None or self._hooks:
+        if self.calls or self._hooks:
             return
         try:
             from torch._dynamo.eval_frame import OptimizedModule
@@ -94,8 +100,7 @@ class FlopProbe:
         original = OptimizedModule.__call__
 
         def __call__(module, *args, **kwargs):
-            if self.root is None and torch.is_grad_enabled():
-                self.root, self.args, self.kwargs = module, args, dict(kwargs)
+            self._note(module, args, kwargs)
             return original(module, *args, **kwargs)
 
         OptimizedModule.__call__ = __call__
@@ -115,36 +120,52 @@ class FlopProbe:
 
     # -- the count, after the window -----------------------------------------------------------------
     def count(self) -> None:
-        """One forward and backward of the noted model on its noted inputs under FlopCounterMode."""
+        """Each outermost module call of the noted step again, under FlopCounterMode: its forward on the
+        same inputs (detached: nothing flows back into the step's own graph; an input that needed a
+        gradient still does), and its backward when its output needs a gradient."""
         self.stop_capture()
-        if self.root is None:
+        if not self.calls:
             self.skipped = "no module was called with gradients on in the warm-up step"
             return
-        model = _eager(self.root)
-        params = [p for p in model.parameters() if p.requires_grad]
+        models = [_eager(module) for module, _, _ in self.calls]
+        params = list({id(p): p for m in models for p in m.parameters() if p.requires_grad}.values())
         saved = [p.grad for p in params]
         try:
+            from torch.utils._pytree import tree_map
             from torch.utils.flop_counter import FlopCounterMode
             for p in params:
                 p.grad = None
-            with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas()) as counter:
-                output = model(*self.args, **self.kwargs)
-                forward = counter.get_total_flops()
-                loss = _scalar(output)
-                if loss is not None:
-                    loss.backward()
-            total = counter.get_total_flops()
-            by_module = counter.get_flop_counts()
-            self.record = {"flops": int(total), "forward_flops": int(forward), "backward": loss is not None,
-                           "model": type(model).__name__, "compiled": model is not self.root,
-                           "modules": _top_modules(by_module, type(model).__name__)}
+            # cut from the step's graph, but still needing a gradient where the input did (a critic on the
+            # generator's output computes its input's gradient in the real step too)
+            detach = (lambda x: x.detach().requires_grad_(x.requires_grad)  # noqa: E731
+                      if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()) else x)
+            total = forward = 0
+            backward = False
+            modules: dict[str, int] = {}
+            for (module, args, kwargs), model in zip(self.calls, models):
+                with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas()) as counter:
+                    output = model(*tree_map(detach, args), **tree_map(detach, kwargs))
+                    forward += counter.get_total_flops()
+                    loss = _scalar(output)
+                    if loss is not None:
+                        loss.backward()
+                        backward = True
+                total += counter.get_total_flops()
+                for entry in _top_modules(counter.get_flop_counts(), type(model).__name__):
+                    modules[entry["name"]] = modules.get(entry["name"], 0) + entry["flops"]
+            biggest = max(zip(self.calls, models), key=lambda cm: sum(p.numel() for p in cm[1].parameters()))
+            self.record = {"flops": int(total), "forward_flops": int(forward), "backward": backward,
+                           "model": type(biggest[1]).__name__, "calls": len(self.calls),
+                           "compiled": any(m is not c[0] for c, m in zip(self.calls, models)),
+                           "modules": [{"name": n, "flops": f} for n, f in
+                                       sorted(modules.items(), key=lambda kv: -kv[1])[:_MAX_MODULES]]}
         except Exception as exc:  # noqa: BLE001 - extra evidence (a model that needs more than its inputs,
             # out of memory): the report counts from the op shapes instead, and says why
             self.skipped = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         finally:
             for p, grad in zip(params, saved):
                 p.grad = grad
-            self.root, self.args, self.kwargs = None, (), {}
+            self.calls = []
 
     def snapshot(self) -> dict | None:
         if self.record is None:
