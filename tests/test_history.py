@@ -53,7 +53,11 @@ def test_history_records_each_commit_and_fails_the_gate_on_the_commit_that_slowe
         proc, judged = _history(repo, "--dry-run", "--fail-on-slowdown", "1000")
         if judged["verdict"] != "busy":
             break
-    assert proc.returncode == 0 and not judged["fails"] and judged["verdict"] in ("slower", "busy"), proc.stdout
+    # a busy machine can spread even its undisturbed runs by more than 2x: then history says the change is
+    # within that noise (steady, the gate passes), which is the honest answer for three such runs
+    noisy = judged["verdict"] == "steady" and judged["noise_pct"] > 100
+    assert proc.returncode == 0 and not judged["fails"] and (judged["verdict"] in ("slower", "busy") or noisy), \
+        proc.stdout
     assert len((repo / "perfaudit-history.jsonl").read_text().splitlines()) == runs
     for _ in range(3):
         proc, judged = _history(repo, "--fail-on-slowdown", "10%")
@@ -61,6 +65,9 @@ def test_history_records_each_commit_and_fails_the_gate_on_the_commit_that_slowe
             break
     else:  # every run waited for a CPU: not judged and the gate passes, rather than a verdict on the load
         assert proc.returncode == 0 and "not judged" in proc.stdout
+        return
+    if judged["verdict"] == "steady" and judged["noise_pct"] > 100:  # the good runs were too spread to judge
+        assert proc.returncode == 0 and "the noise allows" in proc.stdout
         return
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert judged["verdict"] == "slower" and judged["fails"] and judged["change_pct"] > max(10, judged["noise_pct"])
@@ -129,3 +136,13 @@ def test_an_unreadable_history_line_is_skipped_and_named(tmp_path, run_dir):
     assert judged["entry"]["run_dir"] == folder
     assert any(f["rule"] == "SYNC001" for f in judged["entry"]["findings"])
     assert len(file.read_text().splitlines()) == 3
+
+
+def test_a_far_off_run_among_three_stays_in_the_spread_rather_than_leave_two():
+    """Three earlier runs, one far off: leaving it out would bound the noise from two runs (Student's t with one
+    degree of freedom: 64 deviations; here ±124 %, and a commit 2.1x slower is 'steady'); kept, the bound is
+    ±99 % and the commit is slower."""
+    from perfaudit.verify.history import check
+    judged = check(_entries([3.05, 3.12, 3.55]), _entries([6.6], start=9)[0], fail_on_slowdown_pct=10)
+    assert "left out" not in judged.noise_from and judged.noise_pct < 100
+    assert judged.verdict == "slower" and judged.fails

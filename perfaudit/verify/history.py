@@ -111,8 +111,11 @@ def _noise_pct(segments: list[list[float]], baseline: float) -> tuple[float, str
     bound from the spread between runs (Student's t on their standard deviation about their level's mean,
     pooled over the levels; wide while the entries are few: 10 deviations from 3 entries, 3 from 11). A run
     far off its level (beyond OUTLIER_SIGMAS robust deviations: one that a busy machine slowed) is left
-    out of the spread, or one such run would widen the bound for the next `window` commits."""
+    out of the spread, or one such run would widen the bound for the next `window` commits; unless that
+    leaves fewer than MIN_EARLIER runs (the bound from 2 would be 64 deviations wide, from 3 with it 10)."""
     kept = [_without_outliers(seg) for seg in segments]
+    if sum(map(len, kept)) < MIN_EARLIER or not all(kept):  # too few left to know the spread: keep them all
+        kept = [list(seg) for seg in segments]
     n, dropped = sum(map(len, kept)), sum(map(len, segments)) - sum(map(len, kept))
     df = n - len(kept)
     sse = sum((v - statistics.fmean(seg)) ** 2 for seg in kept for v in seg)
