@@ -172,8 +172,11 @@ def test_steps_a_busy_cpu_delayed_still_show_their_shapes(tmp_path, sample_repor
     with gzip.open(busy, "wt") as f:
         json.dump(trace, f)
     finding = next(f for f in api.analyze([str(busy)]).findings if f.rule == "SHAPE001")
-    n = len(measured)  # each step padded to its own length: all but the first differ from it
-    assert f"in {100 * (n - 1) / n:.0f}% of the recorded steps ({n} distinct shape sets" in finding.message
+    # each step padded to its own length, cycling over 8 lengths: a window of n consecutive steps (more than 8
+    # when a busy machine made the run record extra steps) has min(n, 8) shape sets, the commonest ceil(n / 8) times
+    n = len(measured)
+    common = -(-n // 8)
+    assert f"in {100 * (n - common) / n:.0f}% of the recorded steps ({min(n, 8)} distinct shape sets" in finding.message
 
 
 # -- the trace budget ----------------------------------------------------------------------------------------
