@@ -18,18 +18,10 @@ import traceback
 
 from .collect.internal import record_internal_error
 from .collect.session import Interrupted, Session, Spawned, WindowDone
-from .collect.userframes import is_user_file
+from .collect.userframes import raised
 from .outcome import Outcome
 
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def _user_frame_of(tb) -> dict | None:
-    last = None
-    for frame, line in traceback.walk_tb(tb):
-        if is_user_file(frame.f_code.co_filename):
-            last = {"path": frame.f_code.co_filename, "line": line, "func": frame.f_code.co_name}
-    return last
 
 
 def _raised_by_perfaudit(tb) -> bool:
@@ -79,10 +71,7 @@ def _describe_exception(exc: BaseException) -> dict:
         return {"outcome": Outcome.INTERNAL_ERROR, "exception": type(exc).__name__,
                 "message": str(exc).splitlines()[0][:500] if str(exc) else "",
                 "traceback": "".join(traceback.format_exception(exc))[-4000:]}
-    return {"outcome": Outcome.RAISED, "exception": type(exc).__name__,
-            "message": str(exc).splitlines()[0][:500] if str(exc) else "",
-            "site": _user_frame_of(exc.__traceback__),
-            "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+    return raised(exc)
 
 
 def _exit_result(exc: SystemExit) -> dict:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
+
+from ..outcome import Outcome
 
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DIR = None
@@ -38,3 +41,21 @@ def user_site(depth: int = 2) -> dict | None:
             return {"path": code.co_filename, "line": line, "func": code.co_name}
         frame = frame.f_back
     return None
+
+
+def user_frame_of(tb) -> dict | None:
+    """The innermost frame of the user's code in a traceback: {path, line, func}."""
+    last = None
+    for frame, line in traceback.walk_tb(tb):
+        if is_user_file(frame.f_code.co_filename):
+            last = {"path": frame.f_code.co_filename, "line": line, "func": frame.f_code.co_name}
+    return last
+
+
+def raised(exc: BaseException) -> dict:
+    """What happened when the script (or a training in the user's process) raised `exc`, as outcome.py
+    records it: the exception, its first line, where in the user's code, the traceback's end."""
+    return {"outcome": Outcome.RAISED, "exception": type(exc).__name__,
+            "message": str(exc).splitlines()[0][:500] if str(exc) else "",
+            "site": user_frame_of(exc.__traceback__),
+            "traceback": "".join(traceback.format_exception(exc))[-4000:]}

@@ -86,7 +86,16 @@ def phase_times(ctx: Context, steps=None) -> list[dict]:
 
 def _closure_parts(ctx: Context, step_range, end: float) -> tuple[float | None, float, float]:
     """(end of the closure, µs of backward, µs of zero_grad) inside one Optimizer.step range; the end is
-    None when no backward ran inside it (a plain step, no closure)."""
+    None when no backward ran inside it (a plain step, no closure). Worked out once per range: the host
+    phases and the optimizer facts both ask."""
+    memo = ctx.__dict__.setdefault("_closure_parts", {})
+    key = (id(step_range), end)
+    if key not in memo:
+        memo[key] = _scan_closure(ctx, step_range, end)
+    return memo[key]
+
+
+def _scan_closure(ctx: Context, step_range, end: float) -> tuple[float | None, float, float]:
     backward = zero = 0.0
     closure_end = None
     covered = -1.0

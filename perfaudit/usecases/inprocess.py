@@ -15,13 +15,12 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-import traceback
 from dataclasses import replace
 
 from ..collect.inprocess import InProcessSession, active_session, recorded
 from ..collect.notebook import NotebookScript, relocate
 from ..collect.session import WindowDone
-from ..collect.userframes import is_user_file
+from ..collect.userframes import raised
 from ..errors import UsageError
 from ..findings import Report
 from ..gate import gate_fails
@@ -151,11 +150,7 @@ def describe_exception(exc: BaseException) -> dict:
     """A training that failed, as `perfaudit run` describes a script that failed (outcome.py)."""
     if isinstance(exc, KeyboardInterrupt):
         return {"outcome": Outcome.INTERRUPTED, "by": "SIGINT"}
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
-    site = {"path": frames[-1].filename, "line": frames[-1].lineno, "func": frames[-1].name} if frames else None
-    return {"outcome": Outcome.RAISED, "exception": type(exc).__name__,
-            "message": str(exc).splitlines()[0][:500] if str(exc) else "", "site": site,
-            "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+    return raised(exc)
 
 
 def metrics(report: Report) -> dict[str, float]:
