@@ -113,7 +113,7 @@ def test_the_transformers_callback_gives_perfaudit_runs_findings_and_logs_throug
     assert placed == _placed(_run(tmp_path, script))
     assert 1 <= report["run"]["steps"] <= 3
     assert any("Hugging Face" in n for n in report["notes"])
-    logged = [e for e in json.loads((tmp_path / "log_history.json").read_text()) if "perfaudit/step_ms" in e]
+    logged = [e for e in json.loads((tmp_path / "log_history.json").read_text()) if "perfaudit/findings" in e]
     assert len(logged) == 1 and logged[0]["perfaudit/DEBUG001_ms_per_step"] > 0
     assert "finished after 12 steps" in proc.stdout
 

@@ -159,12 +159,13 @@ def metrics(report: Report) -> dict[str, float]:
     out: dict[str, float] = {"perfaudit/findings": float(len(report.findings))}
     if report.traces:
         first = report.traces[0]
-        out["perfaudit/step_ms"] = round(first.step_ms, 4)
+        if isinstance(first.step_ms, (int, float)):  # None when no step could be timed (all disturbed)
+            out["perfaudit/step_ms"] = round(first.step_ms, 4)
         for phase, ms in (first.breakdown or {}).items():
             if isinstance(ms, (int, float)) and phase != "total":
                 out[f"perfaudit/host_{phase}_ms"] = round(ms, 4)
     for finding in report.findings:
-        saving = finding.saving_ms
+        saving = finding.saving_ms if isinstance(finding.saving_ms, (int, float)) else None
         key = f"perfaudit/{finding.rule}_ms_per_step"
         if saving is not None and key not in out:
             out[key] = round(saving, 4)
