@@ -83,3 +83,33 @@ def test_a_compact_trace_takes_the_fast_path_and_reads_the_same(tmp_path):
         assert sorted((e for e in fast.host if not e.name.startswith("phase {")), key=key) == \
             sorted(general.host, key=key)
         assert sorted(fast.device, key=key) == sorted(general.device, key=key)
+
+
+def test_every_arg_a_fact_reads_is_kept_by_the_fast_path_as_by_the_general_parser(tmp_path):
+    """A convolution's shapes and its stride/padding (Concrete Inputs), a kernel's and a runtime call's
+    correlation, a copy's bytes, the [memory] peaks: the fast path decodes args only for the events that
+    keep some, in one call per chunk; args that are not an object are ignored, as by the general parser."""
+    def x(cat, name, ts, args, **extra):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": 5, "pid": 1, "tid": 1, "args": args, **extra}
+    events = [x("cpu_op", "aten::convolution", 10, {"Input Dims": [[8, 3, 32, 32], [16, 3, 3, 3], [16]],
+                                                     "Concrete Inputs": ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]"],
+                                                     "External id": 7}),
+              x("cuda_runtime", "cudaLaunchKernel", 11, {"correlation": 42, "cbid": 211}),
+              x("kernel", "implicit_convolve_sgemm", 20, {"correlation": 42, "grid": [1, 2, 3]}, pid=0, tid=7),
+              x("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 30, {"correlation": 43, "bytes": 4096},
+                pid=0, tid=7),
+              x("cuda_runtime", "cudaMemcpyAsync", 29, 5),           # args not an object
+              x("cpu_op", "aten::mm", 40, None),                       # null args
+              {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 41, "pid": 1, "tid": 1,
+               "args": {"Device Type": 1, "Device Id": 0, "Total Allocated": 1 << 20, "Total Reserved": 2 << 20}}]
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"traceEvents": events}, indent=1))
+    fast = parser._parse_fast(str(path))  # the fast path itself, no fallback
+    general = load_trace(str(path), fast_path=False)
+    conv = next(e for e in fast.host if e.name == "aten::convolution")
+    assert conv.args == {"Input Dims": [[8, 3, 32, 32], [16, 3, 3, 3], [16]],
+                         "Concrete Inputs": ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]"]}
+    assert [e.args for e in fast.device] == [{"correlation": 42}, {"correlation": 43, "bytes": 4096}]
+    assert fast.memory == {"cuda:0": {"peak_allocated": 1 << 20, "peak_reserved": 2 << 20}}
+    assert sorted(map(repr, fast.host)) == sorted(map(repr, general.host))
+    assert fast.device == general.device and fast.memory == general.memory

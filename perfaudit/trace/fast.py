@@ -2,8 +2,8 @@
 after another (Kineto's indented objects, one object per line, or compact with no line breaks at all).
 
 The stream is read in bounded chunks; each chunk is cut after the last complete event and decoded
-at once by msgspec into a struct that holds only the fields the analysis reads (`args` is kept as
-raw bytes and decoded only for the few events that need it). Anything that does not fit this layout
+at once by msgspec into a struct of the fields the analysis reads, `args` kept as raw bytes; the args of
+the events a fact reads them from are decoded together, once per chunk. Anything that does not fit this layout
 raises NotFastLayout, and the caller parses the file again with the general streaming parser."""
 from __future__ import annotations
 
@@ -22,37 +22,27 @@ class NotFastLayout(Exception):
 _UNSET = msgspec.UNSET
 
 
-class RawArgs(msgspec.Struct):
+class RawArgs(msgspec.Struct, gc=False):
     """The args any fact reads; every other key is skipped by the decoder, unread."""
     correlation: Any = _UNSET
     bytes: Any = _UNSET
     input_dims: Any = msgspec.field(default=_UNSET, name="Input Dims")
+    concrete_inputs: Any = msgspec.field(default=_UNSET, name="Concrete Inputs")
     device_type: Any = msgspec.field(default=_UNSET, name="Device Type")
     device_id: Any = msgspec.field(default=_UNSET, name="Device Id")
     total_allocated: Any = msgspec.field(default=_UNSET, name="Total Allocated")
     total_reserved: Any = msgspec.field(default=_UNSET, name="Total Reserved")
 
 
-# the JSON key of each RawArgs field
-ARG_KEYS = {f: (msgspec.structs.fields(RawArgs)[i].encode_name) for i, f in enumerate(RawArgs.__struct_fields__)}
-
-
-_DECODE_ARGS = msgspec.json.Decoder(RawArgs).decode
-
-
-def args_dict(raw: msgspec.Raw) -> dict:
-    """The args an event holds that a fact reads, under their JSON keys (what the general parser's
-    dict would hold of them). Decoded here, for the few events that need them, not with every event."""
-    if not raw:
-        return {}
-    try:
-        args = _DECODE_ARGS(raw)
-    except msgspec.DecodeError:  # args that are not an object: ignored, as by the general parser
-        return {}
-    return {ARG_KEYS[f]: v for f in RawArgs.__struct_fields__ if (v := getattr(args, f)) is not _UNSET}
+# the RawArgs field of each JSON key
+FIELD_OF = {f.encode_name: f.name for f in msgspec.structs.fields(RawArgs)}
 
 
 class RawEvent(msgspec.Struct):
+    """An event as the trace holds it, fields the analysis reads only; `args` undecoded (most events need
+    none). Transient: the parser makes the model's Event of those it keeps, and a chunk's RawEvents are
+    freed together (decoding straight into kept events leaves them scattered among freed ones, and
+    allocation slows down: measured)."""
     ph: Any = None
     cat: Any = None
     name: Any = None
@@ -60,9 +50,51 @@ class RawEvent(msgspec.Struct):
     dur: Any = None
     pid: Any = None
     tid: Any = None
-    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # undecoded: most events need none
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
 
 
+def decode_args(raws: list[msgspec.Raw]) -> list[RawArgs | None]:
+    """The RawArgs of many events' undecoded args, in one call (a call per event costs more than the
+    decoding); None for args that are not an object (ignored, as by the general parser)."""
+    try:
+        return _DECODE_ARGS(b"[" + b",".join(raws) + b"]")
+    except msgspec.DecodeError:
+        return [_one_args(raw) for raw in raws]
+
+
+def _one_args(raw: msgspec.Raw) -> RawArgs | None:
+    try:
+        return _DECODE_ONE_ARGS(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def kept_args(args: RawArgs | None, keys: tuple[str, ...]) -> dict:
+    """The args among `keys` the event holds, under their JSON keys (what the general parser's dict holds
+    of them)."""
+    if args is None:
+        return {}
+    return {key: value for key in keys if (value := getattr(args, FIELD_OF[key])) is not _UNSET}
+
+
+def _correlation_only(args: RawArgs | None) -> dict:
+    corr = _UNSET if args is None else args.correlation
+    return {"correlation": corr} if corr is not _UNSET else {}
+
+
+def keeper(keys: tuple[str, ...]):
+    """A function from an event's RawArgs to the dict of those among `keys` it holds (runtime calls and
+    kernels keep only their correlation id: the commonest case, done without a loop)."""
+    if keys == ("correlation",):
+        return _correlation_only
+    unknown = [k for k in keys if k not in FIELD_OF]
+    if unknown:
+        raise KeyError(f"RawArgs does not decode {unknown}: add them to it")
+    return lambda args: kept_args(args, keys)
+
+
+_DECODE_ARGS = msgspec.json.Decoder(list[RawArgs]).decode
+_DECODE_ONE_ARGS = msgspec.json.Decoder(RawArgs).decode
 _DECODE = msgspec.json.Decoder(list[RawEvent]).decode
 
 
@@ -103,40 +135,43 @@ def _batch(piece: bytes) -> list[RawEvent]:
         raise NotFastLayout(str(exc)) from None
 
 
-def _decode_upto(buf: bytes) -> tuple[list[RawEvent], int]:
-    """The events of buf up to its last event boundary that decodes, and where that boundary is (0, when
-    none was found yet)."""
-    cut = _cut(buf)
+def _decode_to(rest: bytes, chunk: bytes) -> tuple[list[RawEvent], int]:
+    """The events of `rest` + `chunk` up to the last event boundary in chunk that decodes, and where in
+    chunk that boundary is (0: none in it). One copy: the decoder's input is joined from the two."""
+    skip = len(rest) - len(rest.lstrip(_SPACE + b","))   # the `,` after the event decoded before
+    head = memoryview(rest)[skip:]
+    cut = _cut(chunk)
     for _ in range(RETRIES):
         if not cut:
             return [], 0
         try:
-            return _batch(buf[:cut]), cut
-        except NotFastLayout:
-            cut = _cut(buf, cut - 1)
+            return _DECODE(b"".join((b"[", head, memoryview(chunk)[:cut], b"]"))), cut
+        except msgspec.DecodeError:
+            cut = _cut(chunk, cut - 1)
     raise NotFastLayout("no event boundary that decodes")
 
 
 def batches(stream, first: bytes):
     """Yield lists of RawEvents from a stream positioned inside `traceEvents` (`first`: bytes already
     read after its `[`). Ends at the `]` that closes the list; what follows is not read."""
-    buf = first
+    rest = first  # bytes read after the last event decoded
     while True:
         chunk = stream.read(CHUNK)
-        buf += chunk
-        events, cut = _decode_upto(buf)
-        if cut:
-            yield events
-            buf = buf[cut:]
         if not chunk:
             break
-        if not cut and len(buf) > 8 * CHUNK:
-            raise NotFastLayout("no event boundary found in the layout expected")
+        events, cut = _decode_to(rest, chunk)
+        if cut:
+            yield events
+            rest = chunk[cut:]
+        else:  # no boundary in this chunk (an event larger than a chunk): read on
+            rest += chunk
+            if len(rest) > 8 * CHUNK:
+                raise NotFastLayout("no event boundary found in the layout expected")
     # what is left: the last event, the `]` closing the list, and metadata written after it
-    end = _last_event_end(buf)
+    end = _last_event_end(rest)
     if end < 0:
         raise NotFastLayout("no end of traceEvents")
-    yield _batch(buf[:end])
+    yield _batch(rest[:end])
 
 
 _CLOSE = re.compile(rb"\}\s*\]")

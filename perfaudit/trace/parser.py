@@ -200,13 +200,14 @@ def _parse_general(path: str) -> Trace:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
 
 
-def _fast_events(stream, trace: Trace) -> None:
+def _fast_events(stream, first: bytes, trace: Trace) -> None:
     """_complete's work inlined for the fast path (the per-event loop is most of the parse time): what an
-    event's category and name decide (kept or not, its kind, the list it goes to, the args it keeps, one
-    string object for its name) is worked out once per distinct (category, name), not per event."""
+    event's category and name decide (kept or not, its
+    kind, the list it goes to, the args it keeps, one string object for its name) is worked out once per
+    distinct (category, name), not per event."""
     lists = {"device": trace.device, "python": trace.python}
-    numbers, no_args, args_dict = _NUMBERS, _NO_ARGS, fast.args_dict
-    decided: dict = {}  # category -> name -> (kind, append, kept arg keys, name) or None (not kept)
+    no_args, numbers, event = _NO_ARGS, _NUMBERS, Event
+    decided: dict = {}  # category -> name -> (kind, append, args keeper, name) or None (not kept)
 
     def decide(cat, name):
         kind = _kind(cat)
@@ -214,21 +215,23 @@ def _fast_events(stream, trace: Trace) -> None:
             verdict = None
         else:
             keys = KEPT_ARGS.get(kind, OP_ARGS.get(name, ()) if kind == "op" else ())
-            verdict = (kind, lists.get(_PLACE.get(kind), trace.host).append, keys, _names.setdefault(name, name))
+            verdict = (kind, lists.get(_PLACE.get(kind), trace.host).append, keys and fast.keeper(keys),
+                       _names.setdefault(name, name))
         try:
             decided.setdefault(cat, {})[name] = verdict
         except TypeError:  # an unhashable category or name: decided again each time
             pass
         return verdict
 
-    for batch in fast.batches(stream, _after_bracket(stream)):
+    for batch in fast.batches(stream, first):
         if trace.dropped_events or len(trace.host) + len(trace.device) + len(trace.python) >= MAX_EVENTS:
             trace.dropped_events += len(batch)  # memory stays bounded; the report says how many were not read
             continue
+        keeping, raws = [], []  # events whose args a fact reads, and those args undecoded
         for raw in batch:
             if raw.ph != "X":
                 if raw.ph == "i" and raw.name == "[memory]":
-                    _memory_event({"args": args_dict(raw.args)}, trace)
+                    _memory_event({"args": fast.kept_args(fast.decode_args([raw.args])[0], _MEMORY_ARGS)}, trace)
                 continue
             try:
                 verdict = decided[raw.cat][raw.name]
@@ -236,29 +239,29 @@ def _fast_events(stream, trace: Trace) -> None:
                 verdict = decide(raw.cat, raw.name)
             if verdict is None:
                 continue
-            kind, add, keys, name = verdict
+            kind, add, keep, name = verdict
             ts, dur = raw.ts, raw.dur
             if type(ts) not in numbers or type(dur) not in numbers or dur < 0:
                 trace.skipped_events += 1
                 continue
-            kept, args = no_args, raw.args
-            if keys and args:
-                found = args_dict(args)
-                kept = {key: found[key] for key in keys if key in found} or no_args
-            add(Event(kind, name, float(ts), float(dur), raw.pid, raw.tid, kept))
+            ev = event(kind, name, float(ts), float(dur), raw.pid, raw.tid, no_args)
+            if keep and raw.args:
+                keeping.append((ev, keep))
+                raws.append(raw.args)
+            add(ev)
+        if raws:
+            for (ev, keep), args in zip(keeping, fast.decode_args(raws)):
+                ev.args = keep(args) or no_args
 
 
+_MEMORY_ARGS = ("Device Type", "Device Id", "Total Allocated", "Total Reserved")
 _PLACE = {**{k: "device" for k in DEVICE_KINDS}, "python": "python"}
 
 
-def _after_bracket(stream) -> bytes:
-    """Read past the `[` that opens traceEvents (the stream stands just after the key)."""
-    buf = b""
+def _after_bracket(buf: bytes, stream) -> bytes:
+    """The bytes after the `[` that opens traceEvents (`buf`: the bytes read after its key; more are read
+    from the stream when needed)."""
     while True:
-        chunk = stream.read(1 << 12)
-        if not chunk:
-            raise fast.NotFastLayout("no traceEvents list")
-        buf += chunk
         stripped = buf.lstrip()
         if stripped[:1] == b":":
             rest = stripped[1:].lstrip()
@@ -268,6 +271,10 @@ def _after_bracket(stream) -> bytes:
                 raise fast.NotFastLayout("traceEvents is not a list")
         elif stripped:
             raise fast.NotFastLayout("unexpected bytes after traceEvents")
+        chunk = stream.read(1 << 12)
+        if not chunk:
+            raise fast.NotFastLayout("no traceEvents list")
+        buf += chunk
 
 
 def _parse_fast(path: str) -> Trace:
@@ -277,8 +284,7 @@ def _parse_fast(path: str) -> Trace:
             raise fast.NotFastLayout("not a traceEvents object")
         trace = Trace(path=path, meta=meta)
         key = head.find(b'"traceEvents"')
-        stream = io.BufferedReader(_Prepend(head[key + len(b'"traceEvents"'):], f), 1 << 20)
-        _fast_events(stream, trace)
+        _fast_events(f, _after_bracket(head[key + len(b'"traceEvents"'):], f), trace)
         _meta_after_events(f, meta)
     return trace
 

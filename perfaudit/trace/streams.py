@@ -4,6 +4,7 @@ invalid JSON, and the top-level metadata written after the events recovered from
 from __future__ import annotations
 
 import codecs
+import collections
 import gzip
 import io
 import json
@@ -94,7 +95,8 @@ class _Guard(io.RawIOBase):
 
     def __init__(self, raw, path: str):
         self._raw, self._path, self._since_quote = raw, path, 0
-        self.tail = bytearray()
+        self._recent: collections.deque[bytes] = collections.deque()  # the last reads, not copied
+        self._recent_size = 0
 
     def readable(self):
         return True
@@ -103,15 +105,21 @@ class _Guard(io.RawIOBase):
         data = self._raw.read(len(b))
         n = len(data)
         b[:n] = data
-        self.tail += data
-        if len(self.tail) > 2 * self.TAIL:
-            del self.tail[:len(self.tail) - self.TAIL]
+        self._recent.append(data)
+        self._recent_size += n
+        while self._recent_size - len(self._recent[0]) >= self.TAIL:
+            self._recent_size -= len(self._recent.popleft())
         last = data.rfind(b'"')
         self._since_quote = self._since_quote + n if last < 0 else n - last - 1
         if self._since_quote > MAX_RUN_WITHOUT_QUOTE:
             raise TraceError(f"{self._path}: not a profiler trace: {MAX_RUN_WITHOUT_QUOTE >> 20} MiB without a "
                              "single string (a giant value, or not JSON)")
         return n
+
+    @property
+    def tail(self) -> bytes:
+        """At least the last TAIL bytes read (all, when fewer were)."""
+        return b"".join(self._recent)
 
     def close(self):
         self._raw.close()
@@ -129,7 +137,7 @@ def _meta_after_events(f, meta: dict) -> None:
     while f.read(1 << 20):
         pass
     guard = f.raw if isinstance(f.raw, _Guard) else None
-    tail = bytes(guard.tail).decode("utf-8", "replace") if guard is not None else ""
+    tail = guard.tail.decode("utf-8", "replace") if guard is not None else ""
     # the events' closing bracket is the first `], "` whose members run to the end of the file; inside
     # the events a candidate fails at the end of its own object, so each try is short
     for candidate in _CLOSING.finditer(tail):
