@@ -3,8 +3,8 @@ kernel does, so the step waits for them instead of overlapping them with backwar
 from __future__ import annotations
 
 from . import intervals as iv
-from .gpu_time import _device_events, _require_gpu
-from .kernels import is_collective
+from .device_steps import per_step, traits
+from .gpu_time import _require_gpu
 from .registry import Context, Missing, fact
 
 
@@ -13,15 +13,17 @@ from .registry import Context, Missing, fact
                       "of collective time overlapped by compute (ms, %).")
 def comm_exposed(ctx: Context) -> dict:
     _require_gpu(ctx)
-    events = [e for e in _device_events(ctx) if e.kind == "kernel"]
+    collective = {name for name, t in traits(ctx).items() if t.collective}
+    if not collective:
+        raise Missing("no collective kernels in the measured steps")
     collective_total = exposed_total = step_total = 0.0
-    for step in ctx.steps:
-        inside = ctx.overlapping(events, step.ts, step.end)
-        comm = iv.union(iv.clip([(e.ts, e.end) for e in inside if is_collective(e.name)], step.ts, step.end))
+    for step, inside in zip(ctx.steps, per_step(ctx)):
+        comm = iv.union(iv.clip([(e.ts, e.ts + e.dur) for e in inside if e.name in collective and e.kind == "kernel"],
+                                step.ts, step.end))
         if not comm:
             continue
-        compute = iv.union(iv.clip([(e.ts, e.end) for e in inside if not is_collective(e.name)],
-                                   step.ts, step.end))
+        compute = iv.union(iv.clip([(e.ts, e.ts + e.dur) for e in inside
+                                    if e.kind == "kernel" and e.name not in collective], step.ts, step.end))
         collective_total += iv.total(comm)
         exposed_total += iv.total(comm) - iv.overlap(comm, compute)
         step_total += step.dur

@@ -40,9 +40,9 @@ def regions(ctx: Context) -> dict:
     if cached is not None:
         return cached
     trace = ctx.need_trace()
-    regs = [e for e in trace.host if e.name.startswith(REGION) and ctx.step_of(e.ts) is not None]
-    graph_calls = [e for e in trace.host if e.name.startswith(GRAPH_CALLS) and ctx.step_of(e.ts) is not None] \
-        if regs else []
+    regs = [e for e in trace.named(lambda name: name.startswith(REGION)) if ctx.step_of(e.ts) is not None]
+    graph_calls = [e for e in trace.named(lambda name: name.startswith(GRAPH_CALLS))
+                   if ctx.step_of(e.ts) is not None] if regs else []
     parent = innermost(regs, regs)  # a resumed frame's region sits inside the frame that broke
     own = {id(r): r.dur for r in regs}
     for r in regs:

@@ -60,7 +60,7 @@ def _device_moves(ctx: Context):
     measured step (its aten::to op attributed to that function; the call found in its source)."""
     if not ctx.frames:
         raise Missing("the trace has no Python stacks to find the lines")
-    ops = [e for e in ctx.host_of("op") if e.name == "aten::to"]
+    ops = ctx.trace.named("aten::to".__eq__, kind="op")
     attributions = ctx.frames.attribute_all(ops)
     for op in ops:
         att, step = attributions.get(id(op)), ctx.step_of(op.ts)

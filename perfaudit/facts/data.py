@@ -48,7 +48,7 @@ PIPELINE_BOUND = 0.8  # the pipeline delivers a batch no faster than this share 
 def data_loader(ctx: Context) -> dict:
     step_ms = ctx.step_ms
     wait = _wait_ms(ctx, step_ms)
-    iterators = {e.name for e in ctx.trace.host if e.name.startswith("enumerate(DataLoader)#")}
+    iterators = {name for name in ctx.trace.names() if name.startswith("enumerate(DataLoader)#")}
     loader = _loader(ctx)
     if not iterators and loader is None:
         raise Missing("no DataLoader activity in the trace")

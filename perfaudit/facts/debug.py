@@ -41,7 +41,7 @@ def debug_apis_on(ctx: Context) -> list[Site]:
 @fact("autograd.nodes_per_step", "Backward nodes evaluated per step (autograd::engine::evaluate_function).")
 def autograd_nodes(ctx: Context) -> float:
     trace = ctx.need_trace()
-    count = sum(1 for e in trace.host if e.name.startswith(BACKWARD_PREFIX) and ctx.step_of(e.ts) is not None)
+    count = sum(1 for e in trace.named(lambda name: name.startswith(BACKWARD_PREFIX)) if ctx.step_of(e.ts) is not None)
     return count / len(ctx.steps)
 
 

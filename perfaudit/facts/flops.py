@@ -93,7 +93,7 @@ def counted_ops(ctx: Context) -> list:
 
 def _counted_ops(ctx: Context) -> list:
     from ..trace.nesting import enclosing
-    ops = [e for e in ctx.host_of("op") if e.name in FLOP_OPS and ctx.step_of(e.ts) is not None]
+    ops = [e for e in ctx.trace.named(FLOP_OPS.__contains__, kind="op") if ctx.step_of(e.ts) is not None]
     if not ops:
         return []
     if not any("Input Dims" in e.args for e in ops):

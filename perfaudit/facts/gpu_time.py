@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 from . import intervals as iv
-from .kernels import architecture, is_small_elementwise, kernel_class
+from .device_steps import device_events, per_step, traits
+from .kernels import architecture
 from .registry import Context, Missing, fact
 from .steps import data_ranges
 from .sync import SYNC_RUNTIME
@@ -17,32 +18,19 @@ def _require_gpu(ctx: Context) -> None:
         raise Missing("no GPU activity in the trace (CPU-only run)")
 
 
-def _device_events(ctx: Context):
-    """Device events of the busiest device (one GPU per process is the norm); worked out once."""
-    cached = ctx.__dict__.get("_main_device_events")
-    if cached is None:
-        devices = Counter(e.pid for e in ctx.trace.device if e.kind != "gpu_annotation")
-        main = devices.most_common(1)[0][0]
-        cached = ctx.__dict__["_main_device_events"] = [e for e in ctx.trace.device
-                                                        if e.pid == main and e.kind != "gpu_annotation"]
-    return cached
-
-
 def _gpu_per_step(ctx: Context) -> list[dict]:
     """Per measured step, µs of kernel compute, copies not under compute, idle by cause; computed once."""
     cached = ctx.__dict__.get("_gpu_per_step")
     if cached is not None:
         return cached
     _require_gpu(ctx)
-    events = _device_events(ctx)
-    syncs = iv.Merged(iv.union((e.ts, e.end) for e in ctx.host_of("runtime") if e.name in SYNC_RUNTIME))
-    allocs = iv.Merged(iv.union((e.ts, e.end) for e in ctx.host_of("runtime") if is_allocator_call(e.name)))
+    syncs = iv.Merged(iv.union((e.ts, e.end) for e in ctx.trace.named(SYNC_RUNTIME.__contains__, kind="runtime")))
+    allocs = iv.Merged(iv.union((e.ts, e.end) for e in ctx.trace.named(is_allocator_call, kind="runtime")))
     data = data_ranges(ctx)
     rows = []
-    for step in ctx.steps:
-        inside = ctx.overlapping(events, step.ts, step.end)
-        kernels = iv.union(iv.clip([(e.ts, e.end) for e in inside if e.kind == "kernel"], step.ts, step.end))
-        copies = iv.union(iv.clip([(e.ts, e.end) for e in inside if e.kind in ("memcpy", "memset")],
+    for step, inside in zip(ctx.steps, per_step(ctx)):
+        kernels = iv.union(iv.clip([(e.ts, e.ts + e.dur) for e in inside if e.kind == "kernel"], step.ts, step.end))
+        copies = iv.union(iv.clip([(e.ts, e.ts + e.dur) for e in inside if e.kind in ("memcpy", "memset")],
                                   step.ts, step.end))
         busy = iv.union(kernels + copies)
         idle = iv.complement(busy, step.ts, step.end)
@@ -100,7 +88,7 @@ def device_capability(ctx: Context) -> float:
     if any("hip" in e.name for e in ctx.host_of("runtime")):
         return 9.0  # ROCm: matrix cores on every data-centre part perfaudit meets
     # no deviceProperties (a re-saved or trimmed trace): the kernels' names say what they were built for
-    arches = {architecture(name) for name in {e.name for e in _device_events(ctx) if e.kind == "kernel"}}
+    arches = {architecture(name) for name in traits(ctx)}
     arches.discard(None)
     if arches:
         return max(arches)
@@ -113,14 +101,16 @@ def device_capability(ctx: Context) -> float:
 def gpu_precision(ctx: Context) -> dict:
     _require_gpu(ctx)
     totals = Counter()
-    for e in _device_events(ctx):
-        if e.kind != "kernel" or ctx.step_of(e.ts) is None:
+    by_name, step_of = traits(ctx), ctx.step_of
+    bf16 = {name for name, t in by_name.items() if t.precision == "half" and "bf16" in name.lower()}
+    for e in device_events(ctx):
+        if e.kind != "kernel" or step_of(e.ts) is None:
             continue
         totals["kernels"] += e.dur
-        kind = kernel_class(e.name)
+        kind = by_name[e.name].precision
         if kind is not None:
             totals[kind] += e.dur
-            if kind == "half" and "bf16" in e.name.lower():
+            if e.name in bf16:
                 totals["bf16"] += e.dur
     n = len(ctx.steps)
     kernels = totals["kernels"] or 1.0
@@ -138,15 +128,16 @@ def gpu_precision(ctx: Context) -> dict:
                            "share of all kernels (%), and the host time spent launching them (ms).")
 def small_kernels(ctx: Context) -> dict:
     _require_gpu(ctx)
-    launches = {e.args.get("correlation"): e.dur for e in ctx.trace.host
-                if e.kind == "runtime" and "LaunchKernel" in e.name}
+    launches = {e.args.get("correlation"): e.dur
+                for e in ctx.trace.named(lambda name: "LaunchKernel" in name, kind="runtime")}
     count = small = 0
     launch_us = 0.0
-    for e in _device_events(ctx):
-        if e.kind != "kernel" or ctx.step_of(e.ts) is None:
+    by_name, step_of = traits(ctx), ctx.step_of
+    for e in device_events(ctx):
+        if e.kind != "kernel" or step_of(e.ts) is None:
             continue
         count += 1
-        if e.dur < 10 and is_small_elementwise(e.name):
+        if e.dur < 10 and by_name[e.name].small_elementwise:
             small += 1
             launch_us += launches.get(e.args.get("correlation"), 0.0)
     n = len(ctx.steps)
@@ -169,7 +160,7 @@ def is_allocator_call(name: str) -> bool:
                              "of the step (the caching allocator normally makes these rare after warm-up).")
 def allocator_churn(ctx: Context) -> dict:
     _require_gpu(ctx)
-    calls = [e for e in ctx.host_of("runtime") if is_allocator_call(e.name) and ctx.step_of(e.ts) is not None]
+    calls = [e for e in ctx.trace.named(is_allocator_call, kind="runtime") if ctx.step_of(e.ts) is not None]
     if not calls:
         return {"calls_per_step": 0.0, "ms_per_step": 0.0, "share_pct": 0.0, "frees_per_step": 0.0}
     n = len(ctx.steps)
@@ -185,7 +176,7 @@ def allocator_sites(ctx: Context) -> list:
     from ..trace.nesting import innermost
     from .sites import SiteCollector
     _require_gpu(ctx)
-    calls = [e for e in ctx.host_of("runtime") if is_allocator_call(e.name)]
+    calls = ctx.trace.named(is_allocator_call, kind="runtime")
     ops = ctx.host_of("op")
     owners = innermost(ops, calls, ctx.by_thread(ops))
     items = []

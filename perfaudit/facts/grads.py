@@ -14,8 +14,8 @@ def _zeroing_ops(ctx: Context):
     """Fill ops that zero gradients: inside Optimizer.zero_grad / Module.zero_grad, or a manual
     `p.grad.zero_()` in the user's code. Returns (op, anchor) pairs."""
     trace = ctx.trace
-    fills = [e for e in ctx.host_of("op") if e.name in FILL_OPS]
-    containers = [e for e in trace.host if e.name.startswith(ZERO_GRAD)]
+    fills = trace.named(FILL_OPS.__contains__, kind="op")
+    containers = trace.named(lambda name: name.startswith(ZERO_GRAD))
     pairs = []
     in_optimizer = set()
     for op, stack in enclosing(containers, fills):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from itertools import chain
 
 
 def union(intervals) -> list[tuple[float, float]]:
@@ -24,33 +25,23 @@ def clip(intervals, start: float, end: float) -> list[tuple[float, float]]:
 
 def complement(merged, start: float, end: float) -> list[tuple[float, float]]:
     """Gaps in [start, end] not covered by the merged (sorted, disjoint) intervals."""
-    gaps, cursor = [], start
-    for a, b in merged:
-        if a > cursor:
-            gaps.append((cursor, min(a, end)))
-        cursor = max(cursor, b)
-    if cursor < end:
-        gaps.append((cursor, end))
-    return [(a, b) for a, b in gaps if b > a]
+    inside = clip(merged, start, end) if merged and (merged[0][0] < start or merged[-1][1] > end) else merged
+    bounds = [start, *chain.from_iterable(inside), end]  # start, a0, b0, a1, b1, …, end: the gaps pair up
+    return [(a, b) for a, b in zip(bounds[0::2], bounds[1::2]) if b > a]
 
 
 def overlap(a_merged, b_merged) -> float:
     """Length of the intersection of two merged interval lists."""
-    i = j = 0
-    out = 0.0
-    while i < len(a_merged) and j < len(b_merged):
-        lo = max(a_merged[i][0], b_merged[j][0])
-        hi = min(a_merged[i][1], b_merged[j][1])
-        if hi > lo:
-            out += hi - lo
-        if a_merged[i][1] < b_merged[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
+    return total(intersect(a_merged, b_merged))
 
 
 def intersect(a_merged, b_merged) -> list[tuple[float, float]]:
+    """The intersection of two merged (sorted, disjoint) interval lists, merged. When one is much shorter
+    (a step's few sync calls against its thousand idle gaps), each of its intervals is found in the other
+    by bisection instead of walking both."""
+    few, many = (a_merged, b_merged) if len(a_merged) <= len(b_merged) else (b_merged, a_merged)
+    if len(few) * 8 < len(many):
+        return _intersect_few(few, many)
     i = j = 0
     out = []
     while i < len(a_merged) and j < len(b_merged):
@@ -62,6 +53,20 @@ def intersect(a_merged, b_merged) -> list[tuple[float, float]]:
             i += 1
         else:
             j += 1
+    return out
+
+
+def _intersect_few(few, many) -> list[tuple[float, float]]:
+    starts, ends = [a for a, _ in many], [b for _, b in many]
+    out: list[tuple[float, float]] = []
+    for lo, hi in few:
+        first = bisect_right(ends, lo)          # the first interval ending after lo
+        last = bisect_left(starts, hi, first)   # the first starting at or after hi
+        if first < last:
+            seg = many[first:last]
+            seg[0] = (max(seg[0][0], lo), seg[0][1])
+            seg[-1] = (seg[-1][0], min(seg[-1][1], hi))
+            out += [(a, b) for a, b in seg if b > a]
     return out
 
 

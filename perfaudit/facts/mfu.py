@@ -4,10 +4,9 @@ another rule measures, and a residual "kernel efficiency" (the matrix kernels sl
 from __future__ import annotations
 
 from . import intervals as iv
+from .device_steps import per_step, traits
 from .flop_split import worst_ops
 from .flops import counted_ops, device_name, device_peak, op_flops
-from .gpu_time import _device_events
-from .kernels import is_small_elementwise
 from .registry import Context, Missing, fact
 
 # ledger bar -> the rule that measures (and fixes) that part of the step
@@ -27,10 +26,10 @@ def _precision(ctx: Context) -> str:
 
 
 def _small_kernel_ms(ctx: Context) -> float:
-    busy, events = [], _device_events(ctx)  # one list: ctx.overlapping indexes it once
-    for step in ctx.steps:
-        small = [(e.ts, e.end) for e in ctx.overlapping(events, step.ts, step.end)
-                 if e.kind == "kernel" and e.dur < 10 and is_small_elementwise(e.name)]
+    busy = []
+    small_names = {name for name, t in traits(ctx).items() if t.small_elementwise}
+    for step, inside in zip(ctx.steps, per_step(ctx)):
+        small = [(e.ts, e.ts + e.dur) for e in inside if e.dur < 10 and e.name in small_names and e.kind == "kernel"]
         busy.append(iv.total(iv.union(iv.clip(small, step.ts, step.end))))
     return sum(busy) / len(busy) / 1000.0
 

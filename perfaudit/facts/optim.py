@@ -15,7 +15,7 @@ def _step_ops(ctx: Context) -> dict[str, dict]:
     out: dict[str, dict] = {}
     ops = ctx.host_of("op")
     first, last = ctx.steps[0].ts, ctx.steps[-1].end
-    for ann in (e for e in trace.host if e.name.startswith(OPTIMIZER_STEP)):
+    for ann in trace.named(lambda name: name.startswith(OPTIMIZER_STEP)):
         if ann.end < first or ann.ts > last:
             continue  # overlapping the window counts: an LBFGS step can hold all of it
         cls = ann.name[len(OPTIMIZER_STEP):].split(".")[0]

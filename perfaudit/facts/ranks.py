@@ -39,8 +39,7 @@ def _host_rank_stats(rank_ctx: Context) -> dict:
     """A CPU job (gloo): collectives run on the host, in gloo's threads (`gloo:all_reduce`); a rank
     waiting for a slower one spends that wait inside them. Compute is the rest of the step."""
     trace = rank_ctx.trace
-    is_collective = _collective_names(trace.host)
-    calls = [e for e in trace.host if is_collective[e.name]]
+    calls = trace.named(is_collective)
     collective = step_total = 0.0
     for step, inside in zip(rank_ctx.steps, _per_step(rank_ctx, calls)):
         collective += iv.total(iv.union(iv.clip([(e.ts, e.end) for e in inside], step.ts, step.end)))

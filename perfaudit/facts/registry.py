@@ -178,9 +178,10 @@ class Context:
     def within(self, events: list[Event], start: float, end: float) -> list[Event]:
         """Events (sorted by ts) starting inside [start, end]."""
         cache = self.__dict__.setdefault("_ts_cache", {})
-        starts = cache.get(id(events))
-        if starts is None:
-            starts = cache[id(events)] = [e.ts for e in events]
+        hit = cache.get(id(events))
+        if hit is None or hit[0] is not events:  # the list itself is kept: its id stays its own
+            hit = cache[id(events)] = (events, [e.ts for e in events])
+        starts = hit[1]
         return events[bisect_left(starts, start):bisect_right(starts, end)]
 
     @property

@@ -15,7 +15,7 @@ def _signature(ctx: Context, names: set[str]) -> list[tuple]:
     """Per step, the tuple of first-input shapes of the named ops, in order: over every recorded step but
     warm-up and steps unlike the others (an evaluation pass), a step delayed by a busy CPU included
     (its shapes are the script's, however long it took)."""
-    ops = [e for e in ctx.host_of("op") if e.name in names]
+    ops = ctx.trace.named(names.__contains__, kind="op")
     if ops and not any("Input Dims" in e.args for e in ops):
         raise Missing("the trace has no input shapes (record with record_shapes=True)")
     steps = ctx.load_independent_steps

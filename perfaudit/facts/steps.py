@@ -15,7 +15,7 @@ def data_ranges(ctx: Context) -> iv.Merged:
     cached = ctx.__dict__.get("_data_ranges")
     if cached is None:
         cached = ctx.__dict__["_data_ranges"] = iv.Merged(
-            iv.union((e.ts, e.end) for e in ctx.trace.host if e.name.startswith(DATALOADER_PREFIX)))
+            iv.union((e.ts, e.end) for e in ctx.trace.named(lambda name: name.startswith(DATALOADER_PREFIX))))
     return cached
 
 
@@ -66,18 +66,19 @@ def phase_times(ctx: Context, steps=None) -> list[dict]:
     for step in steps if steps is not None else ctx.steps:
         times = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
         covered_until = -1.0  # end of the phase range being counted; nested events are inside it
-        for ev in ctx.within(ctx.trace.host, step.ts, step.end):
+        step_end = step.end
+        for ev in ctx.within(ctx.trace.host, step.ts, step_end):
             if ev.ts < covered_until:
                 continue
             phase = _phase(ev.name)
             if phase is not None:
-                end = min(ev.end, step.end)
+                covered_until = ev.ts + ev.dur
+                end = covered_until if covered_until < step_end else step_end
                 if phase == "optimizer" and ev.name.startswith(OPTIMIZER_STEP):
                     for name, us in _closure_split(ctx, ev, end).items():
                         times[name] += us
                 else:
                     times[phase] += end - ev.ts
-                covered_until = ev.end
         out.append(times)
     if steps is None:
         ctx.__dict__["_phase_times"] = out
@@ -184,7 +185,7 @@ _TRAINING_MARKS = (BACKWARD_PREFIX, OPTIMIZER_STEP, ZERO_GRAD, "autograd::engine
                       "trace has neither, and gets no training advice).")
 def run_training(ctx: Context) -> bool:
     trace = ctx.need_trace()
-    if any(e.name.startswith(_TRAINING_MARKS) for e in trace.host):
+    if any(name.startswith(_TRAINING_MARKS) for name in trace.names()):
         return True
     source = (ctx.meta.get("window") or {}).get("step_source") if isinstance(ctx.meta.get("window"), dict) else None
     return source in ("optimizer", "closure", "backward")

@@ -40,7 +40,7 @@ def _sync_items(ctx: Context):
     host_ops = ctx.host_of("op")
     items = []
     if ctx.is_gpu:
-        runtime = [e for e in ctx.host_of("runtime") if e.name in SYNC_RUNTIME]
+        runtime = ctx.trace.named(SYNC_RUNTIME.__contains__, kind="runtime")
         owners = innermost(host_ops, runtime, ctx.by_thread(host_ops))
         exposed = _exposed_idle(ctx, runtime)
         for rt in runtime:

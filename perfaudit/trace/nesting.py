@@ -1,8 +1,10 @@
 """Which events enclose which: one sorted sweep per thread with a stack of open intervals."""
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterator
+from operator import attrgetter
 
 from .model import Event
 
@@ -47,8 +49,11 @@ def enclosing(containers: list[Event], queries: list[Event], grouped_containers:
 def innermost(containers: list[Event], queries: list[Event], grouped_containers: dict | None = None
               ) -> dict[int, Event]:
     """id(query) -> the innermost container enclosing it (queries without one are left out): the sweep
-    of `enclosing`, inlined (it runs over every runtime call of a trace)."""
-    out = {}
+    of `enclosing`, inlined (it runs over every runtime call of a trace). With far fewer containers than
+    queries (the launches inside a few hundred ops), only the queries inside one are swept."""
+    out: dict[int, Event] = {}
+    if not containers or not queries:
+        return out
     threads = grouped_containers if grouped_containers is not None else by_thread(containers)
     grouped: dict[tuple, list[Event]] = defaultdict(list)
     for q in queries:
@@ -56,7 +61,11 @@ def innermost(containers: list[Event], queries: list[Event], grouped_containers:
     for key, qs in grouped.items():
         outer = threads.get(key, ())
         n = len(outer)
-        qs.sort(key=lambda e: e.ts)
+        if not n:
+            continue
+        qs.sort(key=_START)
+        if n * 4 < len(qs):
+            qs = _inside_any(outer, qs)
         stack: list[Event] = []
         i = 0
         for q in qs:
@@ -64,14 +73,36 @@ def innermost(containers: list[Event], queries: list[Event], grouped_containers:
             while i < n and outer[i].ts <= ts:
                 e = outer[i]
                 i += 1
-                while stack and stack[-1].end < e.ts:
+                start = e.ts
+                while stack and stack[-1].ts + stack[-1].dur < start:
                     stack.pop()
                 stack.append(e)
-            while stack and stack[-1].end < ts:
+            while stack and stack[-1].ts + stack[-1].dur < ts:
                 stack.pop()
-            end = q.end
+            end = ts + q.dur
             for ev in reversed(stack):
-                if ev is not q and ev.end >= end:
+                if ev is not q and ev.ts + ev.dur >= end:
                     out[id(q)] = ev
                     break
     return out
+
+
+_START = attrgetter("ts")
+
+
+def _inside_any(containers: list[Event], queries: list[Event]) -> list[Event]:
+    """The queries (sorted by start) that start inside at least one of the containers."""
+    starts = [q.ts for q in queries]
+    picked: list[Event] = []
+    done = 0
+    spans = sorted((c.ts, c.ts + c.dur) for c in containers)
+    lo, hi = spans[0]
+    for start, end in [*spans[1:], (float("inf"), float("inf"))]:
+        if start <= hi:
+            hi = max(hi, end)
+            continue
+        first = bisect_left(starts, lo, done)
+        done = bisect_right(starts, hi, first)
+        picked += queries[first:done]
+        lo, hi = start, end
+    return picked

@@ -9,12 +9,11 @@ from __future__ import annotations
 import io
 import json
 import os
-from operator import attrgetter
 
 from ..errors import TraceError
 from . import fast
 from .gc_pause import collection_paused
-from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace, emulated_run, without_emulation_frames
+from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace, emulated_run, sort_by_start, without_emulation_frames
 from .op_names import OP_ARGS
 from .steps import segment_steps
 from .streams import _GZIP_ERRORS, MAX_EVENTS, _meta_after_events, _open, _Prepend, _Repair, _spool
@@ -312,9 +311,8 @@ def _load(path: str, fast_path: bool) -> Trace:
         trace = _parse_general(path)
     if not (trace.host or trace.device or trace.python):
         raise TraceError(f"{path}: the trace holds no profiler events")
-    for events in (trace.host, trace.device, trace.python):  # by start, enclosing events first
-        events.sort(key=attrgetter("dur"), reverse=True)
-        events.sort(key=attrgetter("ts"))
+    for events in (trace.host, trace.device, trace.python):
+        sort_by_start(events)
     if emulated_run(trace):
         trace.python = without_emulation_frames(trace.python)
     segment_steps(trace)

@@ -12,9 +12,9 @@ _DATALOADER_NEXT = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 
 def _profiler_steps(trace: Trace) -> list[Step]:
     seen: dict[int, Step] = {}
-    for ev in trace.host:
-        m = _PROFILER_STEP.match(ev.name) if ev.name.startswith("ProfilerStep#") else None  # no regex per op
-        if m and int(m.group(1)) not in seen:
+    for ev in trace.named(_PROFILER_STEP.match):
+        m = _PROFILER_STEP.match(ev.name)
+        if int(m.group(1)) not in seen:
             seen[int(m.group(1))] = Step(int(m.group(1)), ev.ts, ev.end)
     return sorted(seen.values(), key=lambda s: s.ts)
 
@@ -38,9 +38,9 @@ _BACKWARD = "autograd::engine::evaluate_function"
 BACKWARD_GAP_US = 5000.0  # backward ops closer than this belong to one backward pass
 
 
-def _backward_ends(host) -> list[float]:
+def _backward_ends(trace: Trace) -> list[float]:
     """The end of each backward pass: autograd's engine ops merged into passes."""
-    spans = sorted((e.ts, e.end) for e in host if e.name.startswith(_BACKWARD))
+    spans = sorted((e.ts, e.end) for e in trace.named(lambda name: name.startswith(_BACKWARD)))
     ends: list[float] = []
     current = None
     for ts, end in spans:
@@ -71,21 +71,21 @@ def _iterations(steps: list[Step]) -> list[Step]:
 
 def segment_steps(trace: Trace) -> None:
     host = trace.host
-    first = min((e.ts for e in host), default=0.0)
-    last = max((e.end for e in host), default=0.0)
+    first = host[0].ts if host else 0.0   # sorted by start
+    last = max((e.ts + e.dur for e in host), default=0.0)
     steps = _profiler_steps(trace)
     source = "ProfilerStep"
     if not steps:
-        ends = sorted({e.end for e in host if e.name.startswith(_OPTIMIZER_STEP)})
+        ends = sorted({e.end for e in trace.named(lambda name: name.startswith(_OPTIMIZER_STEP))})
         if len(ends) >= 2:
             steps, source = _boundaries_to_steps(ends, first, last, close_at_end=True), "optimizer"
     if not steps:
-        starts = sorted({e.ts for e in host if _DATALOADER_NEXT.match(e.name)})
+        starts = sorted({e.ts for e in trace.named(_DATALOADER_NEXT.match)})
         if len(starts) >= 2:
             steps, source = _boundaries_to_steps(starts, first, last, close_at_end=False), "dataloader"
             steps = steps[:-1] if len(steps) >= 3 else steps  # the last runs to the trace's end: partial
     if not steps:
-        ends = _backward_ends(host)
+        ends = _backward_ends(trace)
         if len(ends) >= 2:
             steps, source = _boundaries_to_steps(ends, first, last, close_at_end=True), "backward"
     iterated = source != "ProfilerStep" and bool(steps)

@@ -83,7 +83,8 @@ def _device_label(trace: Trace, env: dict) -> str:
     name = str(props.get("name") or "").strip()
     if trace.has_gpu:
         return name or "GPU (unnamed in the trace)"
-    gpu_runtime = any(e.kind == "runtime" and e.name.startswith(("cuda", "hip")) for e in trace.host[:200000])
+    gpu_runtime = any(e.kind == "runtime" for name, events in trace.names().items()
+                      if name.startswith(("cuda", "hip")) for e in events)
     if props or gpu_runtime:
         return f"{name or 'GPU'} (no GPU kernels or copies recorded)"
     if env.get("emulated_cuda"):
