@@ -257,3 +257,25 @@ def test_fix_leaves_a_determinism_block_the_run_did_not_take(realistic_reports):
     lines = diff.splitlines()
     added = next(i for i, line in enumerate(lines) if line.startswith("+    torch.backends"))
     assert lines[added + 1].strip().startswith("if args.seed is not None:")  # before the block: it still wins
+
+
+def test_the_start_up_is_weighed_against_undisturbed_steps_only():
+    """On a loaded machine most steps of a tiny model waited for a CPU and were measured at 40 times their
+    CPU time (intra-op threads spinning): the start-up is compared with the undisturbed steps' CPU time,
+    so START001's 'as many as N steps' does not depend on how busy the machine was."""
+    from perfaudit.facts import Context
+    from perfaudit.trace.model import Event, Trace
+    from perfaudit.trace.steps import segment_steps
+
+    busy = {str(n): "it waited 32 ms of its 31.6 ms for a CPU held by other processes (busy machine)"
+            for n in range(2, 19)}
+    window = {"warmup": 2, "excluded_steps": busy, "step_cpu_s": [0.03] * 19 + [0.0008] * 3}
+    startup = {"seconds": 5.0, "cpu_seconds": 4.7, "samples": 470, "model_samples": 0, "import_samples": 78,
+               "ended_by": "training started", "lines": [{"path": "/x/train.py", "line": 11, "func": "<module>",
+                                                          "samples": 391}]}
+    trace = Trace(path="t.json", meta={"perfaudit": {"window": window, "probes": {"startup": startup}}})
+    trace.host = [Event("annotation", f"ProfilerStep#{n}", 1000.0 * n, 900.0, 1, 1, {}) for n in range(22)]
+    segment_steps(trace)
+    summary = Context(trace).get("start.summary")
+    assert summary["step_cpu_ms"] == pytest.approx(0.8)
+    assert summary["steps_equivalent"] == pytest.approx(391 * 0.01 / 0.0008, rel=0.01)
