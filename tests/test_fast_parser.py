@@ -101,7 +101,8 @@ def test_every_arg_a_fact_reads_is_kept_by_the_fast_path_as_by_the_general_parse
               x("cuda_runtime", "cudaMemcpyAsync", 29, 5),           # args not an object
               x("cpu_op", "aten::mm", 40, None),                       # null args
               {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 41, "pid": 1, "tid": 1,
-               "args": {"Device Type": 1, "Device Id": 0, "Total Allocated": 1 << 20, "Total Reserved": 2 << 20}}]
+               "args": {"Device Type": 1, "Device Id": 0, "Total Allocated": 1 << 20, "Total Reserved": 2 << 20}},
+              {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 42, "pid": 1, "tid": 1}]  # no args
     path = tmp_path / "args.json"
     path.write_text(json.dumps({"traceEvents": events}, indent=1))
     fast = parser._parse_fast(str(path))  # the fast path itself, no fallback

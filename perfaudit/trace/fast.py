@@ -59,12 +59,13 @@ def decode_args(raws: list[msgspec.Raw]) -> list[RawArgs | None]:
     try:
         return _DECODE_ARGS(b"[" + b",".join(raws) + b"]")
     except msgspec.DecodeError:
-        return [_one_args(raw) for raw in raws]
+        return [one_args(raw) for raw in raws]
 
 
-def _one_args(raw: msgspec.Raw) -> RawArgs | None:
+def one_args(raw: msgspec.Raw) -> RawArgs | None:
+    """The RawArgs of one event's undecoded args; None when it has none, or they are not an object."""
     try:
-        return _DECODE_ONE_ARGS(raw)
+        return _DECODE_ONE_ARGS(raw) if raw else None
     except msgspec.DecodeError:
         return None
 

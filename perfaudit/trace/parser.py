@@ -230,7 +230,7 @@ def _fast_events(stream, first: bytes, trace: Trace) -> None:
         for raw in batch:
             if raw.ph != "X":
                 if raw.ph == "i" and raw.name == "[memory]":
-                    _memory_event({"args": fast.kept_args(fast.decode_args([raw.args])[0], _MEMORY_ARGS)}, trace)
+                    _memory_event({"args": fast.kept_args(fast.one_args(raw.args), _MEMORY_ARGS)}, trace)
                 continue
             try:
                 verdict = decided[raw.cat][raw.name]
