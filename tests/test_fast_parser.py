@@ -114,3 +114,20 @@ def test_every_arg_a_fact_reads_is_kept_by_the_fast_path_as_by_the_general_parse
     assert fast.memory == {"cuda:0": {"peak_allocated": 1 << 20, "peak_reserved": 2 << 20}}
     assert sorted(map(repr, fast.host)) == sorted(map(repr, general.host))
     assert fast.device == general.device and fast.memory == general.memory
+
+
+def test_keys_after_the_events_are_read_and_the_events_are_not_read_twice(tmp_path):
+    """A small trace (smaller than the tail the stream keeps) with a list before its events
+    (deviceProperties) and a key after them (traceName, as Kineto re-saves): both parsers read the key
+    after, and neither takes the events list itself into the metadata (`], "traceEvents": [...]` runs to
+    the end of the file too)."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10 * i, "dur": 5, "pid": 1, "tid": 1}
+              for i in range(3)]
+    text = json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "computeMajor": 9}],
+                       "traceEvents": events, "traceName": "worker0.pt.trace.json"}, indent=1)
+    path = tmp_path / "small.json"
+    path.write_text(text)
+    for trace in (parser._parse_fast(str(path)), load_trace(str(path), fast_path=False)):
+        assert trace.meta["traceName"] == "worker0.pt.trace.json"
+        assert "traceEvents" not in trace.meta
+        assert trace.device_properties["computeMajor"] == 9 and len(trace.host) == 3

@@ -152,9 +152,10 @@ def _decode_to(rest: bytes, chunk: bytes) -> tuple[list[RawEvent], int]:
     raise NotFastLayout("no event boundary that decodes")
 
 
-def batches(stream, first: bytes):
+def batches(stream, first: bytes, after: list[bytes]):
     """Yield lists of RawEvents from a stream positioned inside `traceEvents` (`first`: bytes already
-    read after its `[`). Ends at the `]` that closes the list; what follows is not read."""
+    read after its `[`), to its end; `after` gets the bytes that follow the `]` closing the list (the
+    top-level keys a re-saved trace writes after its events)."""
     rest = first  # bytes read after the last event decoded
     while True:
         chunk = stream.read(CHUNK)
@@ -168,25 +169,28 @@ def batches(stream, first: bytes):
             rest += chunk
             if len(rest) > 8 * CHUNK:
                 raise NotFastLayout("no event boundary found in the layout expected")
-    # what is left: the last event, the `]` closing the list, and metadata written after it
-    end = _last_event_end(rest)
+    # what is left: the last event, the `]` closing the list, and what follows it
+    end, close = _last_event_end(rest)
     if end < 0:
         raise NotFastLayout("no end of traceEvents")
     yield _batch(rest[:end])
+    after.append(rest[close:])
 
 
 _CLOSE = re.compile(rb"\}\s*\]")
 
 
-def _last_event_end(buf: bytes) -> int:
-    """The end of the last event: the first `}` followed by the `]` closing the list after which the
-    events decode (a `}]` inside the last event's args does not); 0 for an empty list; -1 when none."""
-    if buf.lstrip(_SPACE + b",")[:1] == b"]":
-        return 0
+def _last_event_end(buf: bytes) -> tuple[int, int]:
+    """The end of the last event, the first `}` followed by the `]` closing the list after which the
+    events decode (a `}]` inside the last event's args does not), and the end of that `]`; (0, …) for an
+    empty list; (-1, -1) when there is none."""
+    stripped = buf.lstrip(_SPACE + b",")
+    if stripped[:1] == b"]":
+        return 0, len(buf) - len(stripped) + 1
     for m in _CLOSE.finditer(buf):
         try:
             _batch(buf[:m.start() + 1])
         except NotFastLayout:
             continue
-        return m.start() + 1
-    return -1
+        return m.start() + 1, m.end()
+    return -1, -1

@@ -16,7 +16,7 @@ from .gc_pause import collection_paused
 from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace, emulated_run, sort_by_start, without_emulation_frames
 from .op_names import OP_ARGS
 from .steps import segment_steps
-from .streams import _GZIP_ERRORS, MAX_EVENTS, _meta_after_events, _open, _Prepend, _Repair, _spool
+from .streams import _GZIP_ERRORS, MAX_EVENTS, _meta_after_events, _open, _Prepend, _Repair, _spool, meta_after_list
 
 # Memory grows with what is kept, not with the trace: only the args the facts read are kept, and
 # of the runtime calls only those that launch, copy, synchronise or allocate.
@@ -199,7 +199,7 @@ def _parse_general(path: str) -> Trace:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
 
 
-def _fast_events(stream, first: bytes, trace: Trace) -> None:
+def _fast_events(stream, first: bytes, trace: Trace, after: list[bytes]) -> None:
     """_complete's work inlined for the fast path (the per-event loop is most of the parse time): what an
     event's category and name decide (kept or not, its
     kind, the list it goes to, the args it keeps, one string object for its name) is worked out once per
@@ -222,7 +222,7 @@ def _fast_events(stream, first: bytes, trace: Trace) -> None:
             pass
         return verdict
 
-    for batch in fast.batches(stream, first):
+    for batch in fast.batches(stream, first, after):
         if trace.dropped_events or len(trace.host) + len(trace.device) + len(trace.python) >= MAX_EVENTS:
             trace.dropped_events += len(batch)  # memory stays bounded; the report says how many were not read
             continue
@@ -283,8 +283,9 @@ def _parse_fast(path: str) -> Trace:
             raise fast.NotFastLayout("not a traceEvents object")
         trace = Trace(path=path, meta=meta)
         key = head.find(b'"traceEvents"')
-        _fast_events(f, _after_bracket(head[key + len(b'"traceEvents"'):], f), trace)
-        _meta_after_events(f, meta)
+        after: list[bytes] = []
+        _fast_events(f, _after_bracket(head[key + len(b'"traceEvents"'):], f), trace, after)
+        meta_after_list(after[0], meta)
     return trace
 
 

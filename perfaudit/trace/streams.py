@@ -139,13 +139,26 @@ def _meta_after_events(f, meta: dict) -> None:
     guard = f.raw if isinstance(f.raw, _Guard) else None
     tail = guard.tail.decode("utf-8", "replace") if guard is not None else ""
     # the events' closing bracket is the first `], "` whose members run to the end of the file; inside
-    # the events a candidate fails at the end of its own object, so each try is short
+    # the events a candidate fails at the end of its own object, so each try is short. A trace smaller
+    # than the tail holds its head too: a list before the events (deviceProperties) closes with
+    # `], "traceEvents"`, and its members run to the end as well: not the one sought
     for candidate in _CLOSING.finditer(tail):
         found = _members_to_end(tail, candidate.end() - 1)
-        if found is not None:
+        if found is not None and "traceEvents" not in found:
             for key, value in found.items():
                 meta.setdefault(key, value)
             return
+
+
+def meta_after_list(after: bytes, meta: dict) -> None:
+    """Top-level keys written after the events, from the bytes that follow the `]` closing traceEvents
+    (`, "key": value, … }`: where the fast path found that bracket). Keys from before the events win."""
+    text = after.decode("utf-8", "replace")
+    at = _SPACE.match(text).end()
+    if text[at:at + 1] == ",":
+        found = _members_to_end(text, _SPACE.match(text, at + 1).end())
+        for key, value in (found or {}).items():
+            meta.setdefault(key, value)
 
 
 _CLOSING = re.compile(r'\]\s*,\s*"')
