@@ -201,9 +201,9 @@ def _parse_general(path: str) -> Trace:
 
 def _fast_events(stream, first: bytes, trace: Trace, after: list[bytes]) -> None:
     """_complete's work inlined for the fast path (the per-event loop is most of the parse time): what an
-    event's category and name decide (kept or not, its
-    kind, the list it goes to, the args it keeps, one string object for its name) is worked out once per
-    distinct (category, name), not per event."""
+    event's category and name decide (kept or not, its kind, the list it goes to, the args it keeps, one
+    string object for its name) is worked out once per distinct (category, name), not per event; the args
+    of a chunk's kept events are decoded together. `after` gets the bytes after the events' list."""
     lists = {"device": trace.device, "python": trace.python}
     no_args, numbers, event = _NO_ARGS, _NUMBERS, Event
     decided: dict = {}  # category -> name -> (kind, append, args keeper, name) or None (not kept)
