@@ -18,7 +18,7 @@ def _list_of(required: dict, optional: dict | None = None) -> dict:
 
 PROBE_FIELDS: dict[str, dict] = {
     "optimizers": _list_of({"class": {"type": "string"}, "site": _SITE},
-                           {"options": {"type": "object"}, "param_tensors": _INT,
+                           {"options": {"type": "object"}, "param_tensors": _INT, "param_numel": _INT,
                             "on_emulated_device": {"type": "boolean"}}),
     "dataloaders": _list_of({"site": _SITE, "num_workers": _INT, "pin_memory": {"type": "boolean"},
                              "batches_seen": _INT},
@@ -71,7 +71,7 @@ PROBE_FIELDS: dict[str, dict] = {
         "max_memory_allocated": _INT, "max_memory_reserved": _INT, "emulated_cuda": {"type": "boolean"}}},
     # the emulated CUDA device's records (collect/placement.py), only when the run emulated one
     "cuda_emulation": {"type": "object", "required": ["copies", "reads", "calls", "autocast"], "properties": {
-        "copies": _list_of({"site": _SITE, "origin": {"enum": ["loader", "sample", "made", "host", "data"]},
+        "copies": _list_of({"site": _SITE, "origin": {"enum": ["loader", "sample", "made", "host", "data", "thread"]},
                             "calls": _INT, "window_calls": _INT, "bytes": _INT},
                            {"by_step": {"type": "object"}, "window_bytes": _INT, "pinned": {"type": "boolean"},
                             "non_blocking": {"type": "boolean"}, "api": {"type": "string"}, "made_at": _SITE}),
@@ -79,7 +79,7 @@ PROBE_FIELDS: dict[str, dict] = {
         "calls": _list_of({"site": _SITE, "api": {"type": "string"}, "calls": _INT, "window_calls": _INT}),
         "autocast": _list_of({"site": _SITE, "device_type": {"type": "string"}, "calls": _INT,
                               "window_calls": _INT}, {"enabled": {"type": "boolean"}}),
-        "params_on_device": _INT}},
+        "params_on_device": _INT, "placements": _INT, "device_ops": _INT}},
     # FlopCounterMode over one step after the window (collect/flop_probe.py), or why it did not count
     "flops": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["skipped"],
                                            "properties": {"skipped": {"type": ["string", "null"]}}},

@@ -104,10 +104,10 @@ def _legacy_type(name: str, dtype: torch.dtype):
         made = torch.empty(*args, dtype=dtype) if sizes or not args else torch.as_tensor(data, dtype=dtype).clone()
         return _recorder.place(made, copied_from_host=data is not None)
 
-    return Meta(name, (), {"__new__": __new__, "dtype": dtype})
+    return Meta(name, (), {"__new__": __new__, "dtype": dtype, "is_emulated_cuda_type": True})
 
 
-_LEGACY = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
+LEGACY_TYPES = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
            "BFloat16Tensor": torch.bfloat16, "LongTensor": torch.int64, "IntTensor": torch.int32,
            "ShortTensor": torch.int16, "CharTensor": torch.int8, "ByteTensor": torch.uint8,
            "BoolTensor": torch.bool}
@@ -136,6 +136,63 @@ def _own(value, name: str):
 class _NoRecorder:
     def cuda_call(self, api: str) -> None: pass
     def place(self, t, copied_from_host: bool = False): return t
+    def device_bytes(self) -> int: return 0
+
+
+SEGMENT = 2 << 20  # the caching allocator's small-pool segment: what it reserves at least
+
+
+class _Memory:
+    """The memory queries a script makes (logging, a guard before growing a batch), answered from the
+    bytes of the tensors it holds on the emulated device: a GPU would never answer 0, and a script that
+    divides by the reserved bytes must not fail for a reason a GPU run would not have."""
+
+    def __init__(self):
+        self.peak = 0
+        self.peak_reserved = 0
+
+    def allocated(self, device=None) -> int:
+        now = _recorder.device_bytes()
+        self.peak = max(self.peak, now)
+        return now
+
+    def reserved(self, device=None) -> int:
+        now = -(-max(self.allocated(), 1) // SEGMENT) * SEGMENT
+        self.peak_reserved = max(self.peak_reserved, now)
+        return now
+
+    def max_allocated(self, device=None) -> int:
+        self.allocated()
+        return self.peak
+
+    def max_reserved(self, device=None) -> int:
+        self.reserved()
+        return self.peak_reserved
+
+    def reset_peak(self, device=None) -> None:
+        self.peak, self.peak_reserved = 0, 0
+        self.reserved()
+
+    def stats(self, device=None) -> dict:
+        allocated, reserved = self.allocated(), self.reserved()
+        out = {"num_alloc_retries": 0, "num_ooms": 0, "num_device_alloc": 0, "num_device_free": 0}
+        for key, now, peak in (("allocated_bytes", allocated, self.peak), ("reserved_bytes", reserved, self.peak_reserved),
+                               ("active_bytes", allocated, self.peak), ("requested_bytes", allocated, self.peak)):
+            for pool in ("all", "small_pool", "large_pool"):
+                share = 1 if pool != "small_pool" else 0
+                for stat, value in (("current", now), ("peak", peak), ("allocated", peak), ("freed", 0)):
+                    out[f"{key}.{pool}.{stat}"] = value * share
+        return out
+
+    def summary(self, device=None, abbreviated: bool = False) -> str:
+        return (f"CUDA memory (emulated on the CPU by perfaudit): {self.allocated() / 2**20:.1f} MiB allocated, "
+                f"{self.reserved() / 2**20:.1f} MiB reserved, peak {self.peak / 2**20:.1f} MiB")
+
+    def free_and_total(self, device=None) -> tuple[int, int]:
+        return TOTAL_MEMORY - self.reserved(), TOTAL_MEMORY
+
+
+CUDNN_VERSION = 91002  # what a current CUDA 12 build of torch reports
 
 
 _recorder = _NoRecorder()
@@ -148,6 +205,7 @@ def install(recorder) -> None:
     global _recorder
     _recorder = recorder
     cuda = torch.cuda
+    memory = _Memory()
 
     def synchronize(device=None):
         recorder.cuda_call("torch.cuda.synchronize")
@@ -161,12 +219,12 @@ def install(recorder) -> None:
         "current_stream": lambda device=None: _Stream(), "default_stream": lambda device=None: _Stream(),
         "stream": lambda stream=None: contextlib.nullcontext(), "device": _DeviceContext,
         "device_of": _DeviceContext,
-        "memory_allocated": zero, "max_memory_allocated": zero, "memory_reserved": zero,
-        "max_memory_reserved": zero, "memory_cached": zero, "max_memory_cached": zero,
-        "reset_peak_memory_stats": nothing, "reset_max_memory_allocated": nothing,
-        "reset_accumulated_memory_stats": nothing, "memory_stats": lambda device=None: {},
-        "memory_summary": lambda *a, **k: "(CUDA emulated on the CPU: no device memory)",
-        "mem_get_info": lambda device=None: (TOTAL_MEMORY, TOTAL_MEMORY), "empty_cache": nothing,
+        "memory_allocated": memory.allocated, "max_memory_allocated": memory.max_allocated,
+        "memory_reserved": memory.reserved, "max_memory_reserved": memory.max_reserved,
+        "memory_cached": memory.reserved, "max_memory_cached": memory.max_reserved,
+        "reset_peak_memory_stats": memory.reset_peak, "reset_max_memory_allocated": memory.reset_peak,
+        "reset_accumulated_memory_stats": nothing, "memory_stats": memory.stats,
+        "memory_summary": memory.summary, "mem_get_info": memory.free_and_total, "empty_cache": nothing,
         "set_sync_debug_mode": nothing, "get_sync_debug_mode": zero, "ipc_collect": nothing,
         "set_per_process_memory_fraction": nothing, "get_arch_list": lambda: ["sm_80"],
         "is_current_stream_capturing": lambda: False, "set_stream": nothing,
@@ -178,9 +236,13 @@ def install(recorder) -> None:
     }
     for name, value in served.items():
         setattr(cuda, name, _own(value, name))
-    for name, dtype in _LEGACY.items():
+    for name, dtype in LEGACY_TYPES.items():
         setattr(cuda, name, _legacy_type(name, dtype))
-    torch.backends.cudnn.is_available = lambda: True
+    cudnn = torch.backends.cudnn
+    cudnn.is_available = lambda: True
+    cudnn.version = lambda: CUDNN_VERSION
+    # no cuDNN kernel runs here: an RNN's flatten_parameters() and forward take the native path
+    cudnn.is_acceptable = lambda tensor: False
 
     acc = getattr(torch, "accelerator", None)  # torch 2.6 and newer
     for name, value in {} if acc is None else {
@@ -191,8 +253,9 @@ def install(recorder) -> None:
         "synchronize": lambda device=None: recorder.cuda_call("torch.accelerator.synchronize"),
         "device_index": _DeviceContext, "empty_cache": nothing,
         "current_stream": lambda device=None: _Stream(), "set_stream": nothing,
-        "memory_allocated": zero, "max_memory_allocated": zero, "memory_reserved": zero,
-        "max_memory_reserved": zero, "reset_peak_memory_stats": nothing, "memory_stats": lambda *a: {},
+        "memory_allocated": memory.allocated, "max_memory_allocated": memory.max_allocated,
+        "memory_reserved": memory.reserved, "max_memory_reserved": memory.max_reserved,
+        "reset_peak_memory_stats": memory.reset_peak, "memory_stats": memory.stats,
     }.items():
         if hasattr(acc, name):
             setattr(acc, name, _own(value, name))

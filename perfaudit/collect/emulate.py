@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 
 import torch
 
 from . import cuda_shim
 from .internal import record_internal_error
 from .placement import Placement
-from .wrap import wrap
+from .wrap import patch, wrap
 
 
 def wanted(config: dict) -> bool:
@@ -34,6 +35,9 @@ def install(probes, steps_ended) -> Placement:
     _pinning(mode)
     _autocast(mode)
     _compiled_code_without_the_mode(mode)
+    _host_fetches_without_the_mode(mode)
+    _threads_follow(mode)
+    _data_parallel(mode)
     _distributed()
     probes.add("cuda_emulation", mode)
     probes.placement = mode
@@ -124,6 +128,75 @@ def _compiled_code_without_the_mode(mode: Placement) -> None:
         return original_compile(*args, **kwargs)
 
     torch.compile = compile
+
+
+def _names_cuda(exc: BaseException) -> bool:
+    """Whether an exception is torch refusing a CUDA call (this build has no CUDA)."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(k in text for k in ("cuda", "nvidia", "cudnn", "nccl"))
+
+
+def _host_fetches_without_the_mode(mode: Placement) -> None:
+    """A Dataset's per-sample work (decoding, transforms, collate) in the main process is host work on
+    host tensors: once a loader's first fetches showed it never touches the device, its fetches run with
+    the mode set aside, at native speed (Placement.fetch_begins). A map-style fetch that reaches for the
+    device after all is run again, same indices, under the mode."""
+    from torch.utils.data._utils import fetch as fetchers
+
+    def aside(original, retry: bool):
+        @functools.wraps(original)
+        def fetch(self, index):
+            if not mode.fetch_aside or not _on_top(mode):
+                return original(self, index)
+            try:
+                with torch.overrides._pop_mode_temporarily():
+                    return original(self, index)
+            except Exception as exc:
+                if not _names_cuda(exc):
+                    raise
+                mode.fetch_touched_device()
+                if not retry:
+                    raise
+            mode.fetch_aside = False
+            return original(self, index)
+        return fetch
+
+    for cls, retry in ((fetchers._MapDatasetFetcher, True), (fetchers._IterableDatasetFetcher, False)):
+        patch(cls, "fetch", aside(cls.fetch, retry))
+
+
+def _threads_follow(mode: Placement) -> None:
+    """The mode is per thread: a thread the script starts (a prefetcher copying the next batch to the
+    device on a side stream, a pool of loaders) sees the device the main thread sees."""
+    original = getattr(threading.Thread, "_bootstrap_inner", None)
+    if original is None:  # an interpreter without it: threads run without the mode
+        return
+
+    def _bootstrap_inner(self):
+        try:
+            torch._C._push_on_torch_function_stack(mode)
+        except Exception as exc:  # noqa: BLE001
+            record_internal_error("CUDA emulation", exc)
+        return original(self)
+
+    patch(threading.Thread, "_bootstrap_inner", _bootstrap_inner)
+
+
+def _data_parallel(mode: Placement) -> None:
+    """nn.DataParallel over the one emulated device: torch runs the module itself after scattering the
+    inputs to device 0, a copy of every host tensor among them (the scatter's C++ has no CPU path)."""
+    from torch.nn.parallel import DataParallel
+    from torch.utils._pytree import tree_map
+
+    def scatter(self, inputs, kwargs, device_ids):
+        def to_device(t):
+            return t.to(self.src_device_obj) if isinstance(t, torch.Tensor) and not mode.on_device.has(t) else t
+        if len(device_ids) != 1:
+            return original(self, inputs, kwargs, device_ids)
+        return (tree_map(to_device, tuple(inputs)),), (tree_map(to_device, dict(kwargs or {})),)
+
+    original = DataParallel.scatter
+    patch(DataParallel, "scatter", scatter)
 
 
 def _distributed() -> None:

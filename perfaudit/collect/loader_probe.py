@@ -67,11 +67,11 @@ class LoaderProbes:
             if placement is None:
                 batch = original_next(self_it)
             else:  # a Dataset's __getitem__ runs in here: what it moves to the device, it moves per sample
-                placement.in_fetch = True
+                begun = placement.fetch_begins(getattr(self_it, "_perfaudit_loader", None))
                 try:
                     batch = original_next(self_it)
                 finally:
-                    placement.in_fetch = False
+                    placement.fetch_ends(begun)
             try:
                 if placement is not None:
                     placement.loader_batch(batch)

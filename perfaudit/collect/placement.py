@@ -11,11 +11,13 @@ user's line), device-to-host reads that synchronise, and the CUDA calls that blo
 from __future__ import annotations
 
 import sys
+import threading
 import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .cuda_shim import LEGACY_TYPES
 from .internal import record_internal_error
 from .userframes import is_user_file, user_site
 
@@ -104,6 +106,9 @@ def _tag(out, registry: Registry, value=True) -> None:
                 registry.add(t, value)
 
 
+_TAGGABLE = (Tensor, list, tuple)
+
+
 def _nbytes(t) -> int:
     return t.numel() * t.element_size() if isinstance(t, Tensor) else 0
 
@@ -125,6 +130,11 @@ class Placement(TorchFunctionMode):
         self.window_step = lambda: None
         self.step_clock = lambda: 0   # steps ended so far
         self.in_fetch = False         # inside DataLoader.__next__ (a Dataset's __getitem__ runs there)
+        self.placements = 0           # tensors put on the device (moves, factories with device=, legacy types)
+        self.fetch_aside = False      # this fetch runs without the mode (fetch_begins)
+        self._fetches: dict = {}      # loader id -> [clean fetches, touched the device]
+        self._main_thread = threading.get_ident()
+        self.device_ops = 0           # torch calls on tensors on the device
         self._user_code: dict = {}
         self.handlers = {
             Tensor.to: self._to, Tensor.cuda: self._cuda, Tensor.cpu: self._cpu,
@@ -135,6 +145,7 @@ class Placement(TorchFunctionMode):
             Tensor.data.__set__: self._set_data,
             Tensor.record_stream: lambda f, a, k: None,
             Tensor.new_tensor: self._new_tensor,
+            Tensor.type: self._type,
         }
         for func, name in _READS.items():
             self.handlers[func] = self._reader(name)
@@ -146,11 +157,15 @@ class Placement(TorchFunctionMode):
         handler = self.handlers.get(func)
         if handler is not None:
             return handler(func, args, kwargs)
-        device = kwargs.get("device")
-        if device is not None and _is_cuda(device):
-            return self._made_on_device(func, args, kwargs)
+        if kwargs:
+            device = kwargs.get("device")
+            if device is not None and _is_cuda(device):
+                return self._made_on_device(func, args, kwargs)
         out = func(*args, **kwargs)
+        if not isinstance(out, _TAGGABLE):  # sizes, dims, Python numbers: nothing to follow
+            return out
         if self.on_device and _first_placed(args, self.on_device):
+            self.device_ops += 1
             _tag(out, self.on_device)
         elif self.from_loader and _first_placed(args, self.from_loader):
             _tag(out, self.from_loader)
@@ -164,6 +179,7 @@ class Placement(TorchFunctionMode):
 
     def _made_on_device(self, func, args, kwargs):
         out = func(*args, **{**kwargs, "device": "cpu"})
+        self.placements += 1
         _tag(out, self.on_device)
         data = args[1] if func is Tensor.new_tensor and len(args) > 1 else (args[0] if args else None)
         if func in _FROM_DATA and data is not None and not isinstance(data, Tensor):
@@ -202,6 +218,7 @@ class Placement(TorchFunctionMode):
             if not was_on:
                 out = out.clone() if out is src else out
                 self._copy_in(src, _nbytes(src), non_blocking, "to")
+                self.placements += 1
             _tag(out, self.on_device)
         elif target == "cpu" and was_on:
             out = out.clone() if out is src else out
@@ -216,6 +233,7 @@ class Placement(TorchFunctionMode):
             return src
         out = src.clone(memory_format=kwargs.get("memory_format", torch.preserve_format))
         self._copy_in(src, _nbytes(src), bool(kwargs.get("non_blocking", False)), "cuda")
+        self.placements += 1
         _tag(out, self.on_device)
         return out
 
@@ -225,6 +243,35 @@ class Placement(TorchFunctionMode):
         if self.on_device.has(src):
             self._read(".cpu()", blocking=True)
             out = out.clone() if out is src else out
+        return out
+
+    def _type(self, func, args, kwargs):
+        """`x.type(torch.cuda.FloatTensor)` / `x.type("torch.cuda.HalfTensor")`: a cast and a move to the
+        device; `x.type()` names a device tensor's type as CUDA does."""
+        src = args[0]
+        target = args[1] if len(args) > 1 else kwargs.get("dtype")
+        on = self.on_device.has(src)
+        if target is None:
+            name = func(src)
+            return name.replace("torch.", "torch.cuda.", 1) if on and not name.startswith("torch.cuda.") else name
+        name = target if isinstance(target, str) else getattr(target, "__name__", None)
+        cuda_type = (target.startswith("torch.cuda.") if isinstance(target, str)
+                     else getattr(target, "is_emulated_cuda_type", False))
+        if not cuda_type:
+            host_type = not isinstance(target, torch.dtype)  # torch.FloatTensor, "torch.FloatTensor": the host's
+            if host_type and on:  # a cast and a copy back to the host
+                self._read(".type(host type)", blocking=True)
+            out = func(src, *args[1:], **kwargs)
+            if on and not host_type:
+                _tag(out, self.on_device)
+            return out
+        dtype = LEGACY_TYPES.get(name.rsplit(".", 1)[-1]) if isinstance(name, str) else None
+        out = src.to(dtype=dtype) if dtype is not None else src
+        if not on:
+            out = out.clone() if out is src else out
+            self._copy_in(src, _nbytes(src), bool(kwargs.get("non_blocking", False)), "type")
+        self.placements += 1
+        _tag(out, self.on_device)
         return out
 
     def _grad(self, func, args, kwargs):
@@ -279,7 +326,9 @@ class Placement(TorchFunctionMode):
 
     def _copy_in(self, src, nbytes: int, non_blocking: bool, api: str) -> None:
         try:
-            if src is None:
+            if threading.get_ident() != self._main_thread:
+                origin, made_at = "thread", None  # a prefetching thread's: it overlaps the step by design
+            elif src is None:
                 origin, made_at = "data", None
             elif self.in_fetch:
                 origin, made_at = "sample", None  # a Dataset's __getitem__ moves each sample
@@ -318,6 +367,33 @@ class Placement(TorchFunctionMode):
         self._entry(self.autocast, device_type, user_site(3), device_type=device_type,
                     dtype=str(dtype).replace("torch.", "") if dtype is not None else None, enabled=bool(enabled))
 
+    # -- DataLoader fetches -----------------------------------------------------------------------
+    LEARNING_FETCHES = 2  # fetches a loader makes under the mode before its host work runs without it
+
+    def fetch_begins(self, loader) -> tuple:
+        """A main-process DataLoader fetch begins (its Dataset's __getitem__ and collate run now). The
+        first fetches of each loader run under the mode: a Dataset that touches the device (moves each
+        sample there, indexes a tensor kept there) is seen doing so. A loader whose first fetches never
+        did has its later fetches run with the mode set aside (`fetch_aside`): host work on host
+        tensors at native speed, no bookkeeping for tensors that never reach the device."""
+        state = self._fetches.setdefault(loader, [0, False])  # [clean fetches, touched the device]
+        self.in_fetch = True
+        self.fetch_aside = state[0] >= self.LEARNING_FETCHES and not state[1]
+        return state, self.placements + self.device_ops
+
+    def fetch_ends(self, begun: tuple) -> None:
+        state, before = begun
+        self.in_fetch = self.fetch_aside = False
+        if self.placements + self.device_ops != before:
+            state[1] = True
+        elif state[0] < self.LEARNING_FETCHES:
+            state[0] += 1
+
+    def fetch_touched_device(self) -> None:
+        """A fetch run with the mode aside needed the device after all: that loader keeps the mode."""
+        for state in self._fetches.values():
+            state[1] = True
+
     # -- DataLoader batches ------------------------------------------------------------------------
     def loader_batch(self, batch, depth: int = 0) -> None:
         if depth > 4:
@@ -335,11 +411,30 @@ class Placement(TorchFunctionMode):
         def rows(table):
             return [dict(v) for v in table.values()][:200]
         return {"copies": rows(self.copies), "reads": rows(self.reads), "calls": rows(self.calls),
-                "autocast": rows(self.autocast), "params_on_device": len(self.on_device)}
+                "autocast": rows(self.autocast), "params_on_device": len(self.on_device),
+                "placements": self.placements, "device_ops": self.device_ops}
+
+    def device_bytes(self) -> int:
+        """The bytes the tensors on the device hold now, each storage once (views share theirs)."""
+        seen, total = set(), 0
+        for ref, _ in list(self.on_device._refs.values()):
+            t = ref()
+            if t is None:
+                continue
+            try:
+                storage = t.untyped_storage()
+                key = storage.data_ptr()
+                if key not in seen:
+                    seen.add(key)
+                    total += -(-storage.nbytes() // 512) * 512  # the allocator's 512-byte rounding
+            except Exception:  # noqa: BLE001 - a tensor without storage (meta, sparse): its elements
+                total += _nbytes(t)
+        return total
 
     def place(self, t, copied_from_host: bool = False):
         """Place `t` on the emulated device from outside the mode (torch.cuda.FloatTensor(...))."""
         self.on_device.add(t)
+        self.placements += 1
         if copied_from_host:
             self._copy_in(None, _nbytes(t), non_blocking=False, api="torch.cuda.*Tensor(data)")
         return t

@@ -264,8 +264,11 @@ class Probes(LoaderProbes):
             opt = info["_ref"]
             defaults = {k: v for k, v in getattr(opt, "defaults", {}).items()
                         if isinstance(v, (bool, int, float, str, type(None)))}
-            n_params = sum(len(g["params"]) for g in getattr(opt, "param_groups", []))
-            entry = {"class": info["class"], "site": info["site"], "options": defaults, "param_tensors": n_params}
+            groups = getattr(opt, "param_groups", [])
+            n_params = sum(len(g["params"]) for g in groups)
+            numel = sum(p.numel() for g in groups for p in g["params"] if isinstance(p, torch.Tensor))
+            entry = {"class": info["class"], "site": info["site"], "options": defaults, "param_tensors": n_params,
+                     "param_numel": numel}
             if self.placement is not None:  # torch chose its implementation as on CUDA for these
                 entry["on_emulated_device"] = any(self.placement.on_device.has(p) for g in opt.param_groups
                                                   for p in g["params"])

@@ -15,18 +15,46 @@ PAGEABLE_GBPS = 6.0
 PINNED_GBPS = 20.0
 ORIGIN = {"loader": "a DataLoader batch", "sample": "a sample, in Dataset.__getitem__",
           "host": "a tensor kept on the host", "data": "host data (a list or array)",
-          "made": "made on the host in the step"}
+          "made": "made on the host in the step", "thread": "moved by a thread of the script's (a prefetcher)"}
+
+
+def offered(probes: dict) -> bool:
+    """Whether the run offered the script an emulated CUDA device (whichever branch it then took)."""
+    env = probes.get("environment") or {}
+    return bool(env.get("emulated_cuda")) and isinstance(probes.get("cuda_emulation"), dict)
+
+
+def gpu_branch_ran(probes: dict) -> bool:
+    """Whether the script took its GPU branch on the emulated device, from what the device saw: the
+    parameters an optimizer steps were on it, or (no optimizer: inference) torch ran ops on tensors on
+    it. A script that put a probe tensor there but trained on the CPU took its CPU branch."""
+    if not offered(probes):
+        return False
+    seen = probes["cuda_emulation"]
+    if "device_ops" not in seen:  # recorded before the branch was followed: the device was used
+        return True
+    optimizers = [o for o in probes.get("optimizers") or [] if isinstance(o, dict) and "on_emulated_device" in o]
+    if optimizers:
+        return any(o["on_emulated_device"] for o in optimizers)
+    return bool(seen.get("device_ops"))
 
 
 def emulated(ctx: Context) -> bool:
-    env = ctx.probes.get("environment") or {}
-    return bool(env.get("emulated_cuda")) and "cuda_emulation" in ctx.probes
+    """Whether what the report says of the CUDA path comes from the emulated device: it was offered and
+    the script's GPU branch ran there (else the run is the CPU branch's, and reported as one)."""
+    return gpu_branch_ran(ctx.probes)
 
 
 @fact("run.emulated_cuda", "Whether the script ran its CUDA branch on an emulated CUDA device (a CPU-only "
                            "run with --device emulate-cuda or auto): copies and placements seen as a GPU run makes them.")
 def run_emulated_cuda(ctx: Context) -> bool:
     return emulated(ctx)
+
+
+@fact("run.cpu_branch_taken", "Whether an emulated CUDA device was offered but the script took its CPU "
+                              "branch (nothing it trained was put on the device): a CPU report.")
+def cpu_branch_taken(ctx: Context) -> bool:
+    return offered(ctx.probes) and not gpu_branch_ran(ctx.probes)
 
 
 def _in_measured_steps(ctx: Context, record: dict) -> dict[int, int]:

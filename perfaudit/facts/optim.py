@@ -38,7 +38,8 @@ def _step_ops(ctx: Context) -> dict[str, dict]:
 
 
 @fact("optim.single_tensor_sites", "Optimizers stepping parameter by parameter (no foreach, no fused) "
-                                   "that have a fused or foreach implementation; ms is their step time.")
+                                   "that have a fused or foreach implementation, and on the CUDA path (emulated) "
+                                   "foreach where fused exists; ms is their step time.")
 def single_tensor_sites(ctx: Context) -> list[Site]:
     ctx.need_trace()
     measured = _step_ops(ctx)
@@ -51,12 +52,16 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
     sites = []
     n = len(ctx.steps)
     for cls, m in measured.items():
-        if m["mode"] != "single_tensor" or cls not in FOREACH_OPTIMIZERS:
-            continue
         probe = probes.get(cls, {})
         options = probe.get("options", {})
-        cuda_path = False
         on_device = probe.get("on_emulated_device") is True  # torch took its CUDA choice: the trace shows it
+        if on_device and m["mode"] == "foreach" and cls in FUSABLE_OPTIMIZERS and options.get("fused") is not True:
+            if (probe.get("param_numel") or 0) >= MIN_FUSED_PARAMS:  # the GPU's default where a fused kernel exists
+                sites.append(_foreach_site(ctx, cls, m, probe))
+            continue
+        if m["mode"] != "single_tensor" or cls not in FOREACH_OPTIMIZERS:
+            continue
+        cuda_path = False
         if not ctx.is_gpu and not on_device and not (options.get("foreach") is False and not options.get("fused")):
             # on the CPU torch defaults to the loop; on CUDA the same defaults pick foreach, so a CPU
             # run shows a problem the script asked for explicitly (foreach=False), or, for Adam and
@@ -78,6 +83,26 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
     return sites
 
 
+
+
+# parameters below which the fused kernel's gain over foreach is a few microseconds a step on a GPU
+# (each foreach op is one pass over the parameters or their state; fused is one pass in all): the
+# GPU's default, foreach, is left alone there
+MIN_FUSED_PARAMS = 1_000_000
+
+
+def _foreach_site(ctx: Context, cls: str, m: dict, probe: dict) -> Site:
+    """On the CUDA path (emulated), torch's default for an optimizer built without foreach= or fused= is
+    foreach: a few launches per op over all tensors; the fused kernel does the whole update in one."""
+    n = len(ctx.steps)
+    params = probe.get("param_tensors")
+    site = site_from_probe(ctx, probe.get("site"),
+                           f"{cls} foreach on the CUDA path, fused available ({m['ops_per_step']:.0f} ops per step"
+                           + (f" over {params} parameter tensors" if params else "")
+                           + f", {probe.get('param_numel', 0) / 1e6:.1f}M parameters)",
+                           **{"class": cls, "fusable": True, "cuda_path": False, "foreach_not_fused": True})
+    site.count, site.ms, site.steps_seen = n, m["ms_per_step"] * n, set(range(n))
+    return site
 
 
 def _script_runs_on_cuda(ctx: Context) -> bool:
@@ -106,6 +131,13 @@ def _asks_for_fused(ctx: Context, site: dict | None, cls: str) -> bool | None:
 def cuda_path_only(ctx: Context) -> bool:
     sites = ctx.get("optim.single_tensor_sites")
     return not ctx.is_gpu and bool(sites) and all(s.extra.get("cuda_path") for s in sites)
+
+
+@fact("optim.foreach_only", "On the CUDA path (emulated), whether every optimizer reported already takes "
+                            "foreach (torch's CUDA default) where a fused kernel exists: a smaller, estimated gain.")
+def foreach_only(ctx: Context) -> bool:
+    sites = ctx.get("optim.single_tensor_sites")
+    return bool(sites) and all(s.extra.get("foreach_not_fused") for s in sites)
 
 
 @fact("optim.advice_sites", "Optimizer choices that affect convergence rather than speed: Adam with "

@@ -22,6 +22,9 @@ def device_note(device: str) -> str:
     """What a CPU run's device line must add: its GPU costs are estimates (and what emulation saw)."""
     if device == "cpu":
         return "  (CPU only: GPU costs are estimates)"
+    if device.startswith("cpu, CUDA path offered"):
+        return ("  (a CUDA device was offered, but the script trained on its CPU branch: a CPU report, GPU costs "
+                "estimated)")
     if device.startswith("cpu, CUDA"):
         return "  (the script's GPU branch ran on the CPU: placements and copies seen, GPU costs estimated)"
     return ""

@@ -13,6 +13,7 @@ from ..engine.evaluate import evaluate
 from ..engine.loader import Rule, load_rules
 from ..errors import TraceError, UsageError
 from ..facts import Context, Missing
+from ..facts.emulated import gpu_branch_ran
 from ..facts.ranks import rank_stats
 from ..findings import Finding, Report, Skipped, TraceSummary
 from ..gate import GateOptions
@@ -73,10 +74,10 @@ def _merge_across_traces(findings: list[Finding], ranks: dict) -> list[Finding]:
 
 def summarize(trace: Trace, ctx: Context) -> TraceSummary:
     env = dict(ctx.probes.get("environment", {}))
-    return _summary_of(trace, ctx, env, _device_label(trace, env))
+    return _summary_of(trace, ctx, env, _device_label(trace, env, ctx.probes))
 
 
-def _device_label(trace: Trace, env: dict) -> str:
+def _device_label(trace: Trace, env: dict, probes: dict) -> str:
     """What ran it: the GPU's name, "GPU" when the trace does not name it, a GPU trace without kernels
     said as such (not "cpu"), else the CPU."""
     props = trace.device_properties
@@ -88,11 +89,12 @@ def _device_label(trace: Trace, env: dict) -> str:
     if props or gpu_runtime:
         return f"{name or 'GPU'} (no GPU kernels or copies recorded)"
     if env.get("emulated_cuda"):
-        return CPU_EMULATING_CUDA
+        return CPU_EMULATING_CUDA if gpu_branch_ran(probes) else CPU_BRANCH_TAKEN
     return env.get("device_name") or "cpu"
 
 
 CPU_EMULATING_CUDA = "cpu, CUDA path emulated"
+CPU_BRANCH_TAKEN = "cpu, CUDA path offered but not taken"
 
 
 def _summary_of(trace: Trace, ctx: Context, env: dict, device: str) -> TraceSummary:

@@ -12,16 +12,18 @@ from dataclasses import replace
 
 from .. import gate
 from ..collect.notebook import relocate, write_script
-from ..collect.runner import RunOptions, RunResult, check_script, run_script
+from ..collect.runner import RunOptions, RunResult, check_script, emulation_may_cause, run_script
 from ..engine.loader import Rule, builtin_rules_dir, load_rules
 from ..errors import LaunchError, TraceError
 from ..facts import Context
+from ..facts.emulated import gpu_branch_ran, offered
 from ..findings import Report
 from ..gate import GateOptions
 from ..outcome import Outcome
 from ..outcome import describe as describe_outcome
 from ..static import lint as lint_paths
 from ..static.cuda_path import has_cuda_path
+from ..static.gpu_switch import gpu_switch
 from ..trace import load_trace
 from ..trace.gc_pause import collection_paused
 from .analysis import combine, context_notes, evaluate_rules, summarize
@@ -139,6 +141,20 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
     if outcome.get("budget_hit"):
         notes.append(f"recording stopped at its time budget ({options.record_budget_s:g} s of this run's own time) "
                      f"after {len(trace.measured_steps) if trace else 0} measured step(s); --steps sets fewer")
+    probes = (trace.probes.get("probes") if trace is not None else None) or {}
+    if isinstance(probes, dict) and offered(probes) and not gpu_branch_ran(probes):
+        switch = gpu_switch(result.script) if result.script and os.path.isfile(result.script) else None
+        notes.append("a CUDA device was offered (emulated), but the script trained on its CPU branch: nothing it "
+                     "trained was put on the device, so this is the CPU branch's report. To audit its GPU branch, "
+                     + (f"run it {switch}" if switch else "run it the way that selects CUDA (the flag, config value "
+                        "or environment variable that chooses its device)"))
+    if (options.device == "emulate-cuda" and not result.emulation_failed and outcome.get("outcome") == Outcome.RAISED
+            and emulation_may_cause(outcome)):
+        site = outcome.get("site") or {}
+        where = f" at {os.path.basename(site['path'])}:{site['line']}" if site.get("path") else ""
+        notes.append(f"the script raised {outcome.get('exception')}{where} on the emulated CUDA device, after its "
+                     "window: a call there that the emulation serves differently from a GPU may be the cause, not "
+                     "the script (the measured window is reported; `--device cpu` runs the script as it runs here)")
     if result.emulation_failed:
         notes.append(f"the emulated CUDA device could not serve this script ({result.emulation_failed}): it was "
                      "run again on the CPU path, and what is reported comes from that run "

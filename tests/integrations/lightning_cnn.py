@@ -62,9 +62,10 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--fail", action="store_true", help="stop the run when perfaudit finds a warning")
+    parser.add_argument("--accelerator", default="cpu", help="cpu, gpu or auto (Lightning's choice)")
     args = parser.parse_args()
     audit = PerfauditCallback(steps=3, warmup=1, fail_on="warning", action="fail" if args.fail else "warn")
-    trainer = L.Trainer(max_epochs=args.epochs, accelerator="cpu", devices=1, logger=CSVLogger("logs"),
+    trainer = L.Trainer(max_epochs=args.epochs, accelerator=args.accelerator, devices=1, logger=CSVLogger("logs"),
                         callbacks=[audit], val_check_interval=4, limit_val_batches=2,
                         enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False)
     trainer.fit(SmallCNN(), datamodule=ImageData())

@@ -30,7 +30,7 @@ def main():
     model = nn.Sequential(nn.Linear(32, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 2048),
                           nn.ReLU(), nn.Linear(2048, 10))
     model = model.to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)  # ok: OPT001  (foreach on its CUDA path)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)  # foreach on its CUDA path: OPT001 info (fused exists)
     dataset = TensorDataset(torch.randn(8192, 32), torch.randint(0, 10, (8192,)))
     loader = DataLoader(dataset, batch_size=128, shuffle=True, num_workers=2, pin_memory=True,
                         persistent_workers=True)
