@@ -110,3 +110,126 @@ def test_the_device_is_set_in_the_config_file_and_checked(tmp_path):
         load_config(str(tmp_path / "perfaudit.toml"))
     proc = perfaudit("run", str(SCRIPTS / "cuda_api_tour.py"), "--device", "tpu")
     assert proc.returncode == 2 and "--device: expected one of auto, cpu, emulate-cuda" in proc.stderr + proc.stdout
+
+
+REALISTIC = ROOT / "tests" / "realistic"
+
+
+def _rules_at(report: dict, severities=("warning", "error")) -> set[tuple[str, int]]:
+    return {(f["rule"], loc["line"]) for f in report["findings"] if f["severity"] in severities
+            for loc in f["locations"]}
+
+
+def test_a_script_that_trains_on_its_cpu_branch_gets_the_cpu_report(tmp_path, realistic_reports):
+    """`--cuda` is off by default: offered a CUDA device, the script still trains on the CPU. The report
+    says which branch ran and how to run the other, fires what `--device cpu` fires, and claims nothing
+    of the GPU branch (its autocast is not reported missing)."""
+    script = REALISTIC / "cuda_opt_in_flag.py"
+    auto = realistic_reports[script.name]["run"]
+    assert auto["run"]["device"] == "cpu, CUDA path offered but not taken"
+    note = next(n for n in auto["notes"] if "CPU branch" in n)
+    assert "-- --cuda" in note and "cuda_opt_in_flag.py:64" in note, note
+    assert not [f for f in auto["findings"] if f["rule"] == "AMP002"]
+    plain, _, _ = _run(tmp_path, script, "--device", "cpu")
+    assert _rules_at(plain) <= _rules_at(auto), (_rules_at(plain), _rules_at(auto))
+
+
+def test_the_gpu_switch_is_read_from_the_scripts_own_options(tmp_path):
+    from perfaudit.static.gpu_switch import gpu_switch
+    cases = {
+        "p.add_argument('--use-cuda', action='store_true')\n": "-- --use-cuda",
+        "p.add_argument('--no-cuda', action='store_true', default=False)\n": "without `--no-cuda`",
+        "p.add_argument('--device', default='cpu')\n": "-- --device cuda",
+        "p.add_argument('--accelerator', type=str, default='cpu')\n": "-- --accelerator gpu",
+        "trainer = L.Trainer(max_epochs=3, accelerator='cpu')\n": 'accelerator="gpu"',
+        "p.add_argument('--device', default='cuda')\n": None,  # the GPU is its default: nothing to pass
+    }
+    for i, (code, expected) in enumerate(cases.items()):
+        script = tmp_path / f"train{i}.py"
+        script.write_text("import argparse\np = argparse.ArgumentParser()\n" + code)
+        found = gpu_switch(str(script))
+        assert (found is None) if expected is None else (expected in found and f"train{i}.py:3" in found), (code, found)
+
+
+def test_legacy_types_dataparallel_an_lstm_and_a_prefetch_thread_run_on_the_emulated_device(realistic_reports):
+    """`.type(torch.cuda.FloatTensor)`, `nn.DataParallel(model).cuda()`, an LSTM that re-flattens its
+    weights, a thread that moves batches to the device and memory logged as a ratio: the GPU branch runs
+    to the window's end, and the copies made in the prefetch thread are no step's cost."""
+    report = realistic_reports["cuda_legacy_rnn.py"]["run"]
+    assert report["run"]["device"] == "cpu, CUDA path emulated"
+    assert report["run"]["outcome"]["outcome"] == "window_complete"
+    assert not any("could not serve" in n or "emulated CUDA device" in n for n in report["notes"]), report["notes"]
+    rules = _rules_at(report)
+    assert ("DIST001", 58) in rules and ("COPY002", 61) in rules
+    assert not [loc for f in report["findings"] for loc in f["locations"] if loc["line"] == 47]
+
+
+def _optimizer_script(tmp_path: Path, options: str) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\n"
+        "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024)).to(device)\n"
+        f"optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3{options})\n"
+        "x = torch.randn(32, 512, device=device)\n"
+        "for step in range(100_000):\n"
+        "    loss = model(x).square().mean()\n"
+        "    optimizer.zero_grad()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n")
+    return script
+
+
+@pytest.mark.parametrize("options,severity", [("", "info"), (", foreach=False", "warning"), (", fused=True", None)])
+def test_the_optimizer_finding_describes_what_the_gpu_would_run(tmp_path, options, severity):
+    """On the CUDA path torch picks foreach for AdamW: the fused kernel is the gain left (info, 1.6M
+    parameters); the single-tensor loop asked for is a warning; fused=True is clean."""
+    report, _, _ = _run(tmp_path, _optimizer_script(tmp_path, options), "--warmup", "1", "--steps", "3")
+    assert report["run"]["device"] == "cpu, CUDA path emulated"
+    found = [f for f in report["findings"] if f["rule"] == "OPT001"]
+    if severity is None:
+        assert not found
+        return
+    assert [f["severity"] for f in found] == [severity] and found[0]["locations"][0]["line"] == 5
+    if severity == "info":
+        assert "foreach on the CUDA path, fused available" in found[0]["message"]
+
+
+def test_a_scripts_own_error_is_reported_as_the_scripts(tmp_path):
+    """A ValueError in the script's code before any step is the script's: it is not blamed on the emulated
+    device, and the script is not run a second time on its CPU path."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "model = torch.nn.Linear(4, 2).to(device)\n"
+        "raise ValueError('config: unknown dataset \"imagenet-22k\"')\n")
+    report, _, console = _run(tmp_path, script)
+    outcome = report["run"]["outcome"]
+    assert outcome["outcome"] == "raised" and outcome["exception"] == "ValueError"
+    assert not any("could not serve" in n for n in report["notes"]) and "could not serve" not in console
+    assert len([p for p in (tmp_path / "run").parent.iterdir() if p.name.startswith("run")]) == 1
+
+
+def test_memory_and_cudnn_queries_answer_as_a_gpu_would(tmp_path):
+    """Scripts divide by the reserved bytes or log cudnn's version: the emulated device answers from the
+    bytes it holds (never 0) and with a version number, so the script runs past its window as on a GPU."""
+    script = tmp_path / "train.py"
+    out = tmp_path / "answers.txt"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(1024, 1024).cuda()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(8):\n"
+        "    model(torch.randn(64, 1024, device='cuda')).sum().backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+        "used = torch.cuda.memory_allocated() / torch.cuda.memory_reserved()\n"
+        "stats = torch.cuda.memory_stats()\n"
+        f"open({str(out)!r}, 'w').write(f'{{torch.cuda.memory_allocated()}} {{used}} "
+        "{stats[\"allocated_bytes.all.peak\"]} {torch.backends.cudnn.version()}')\n")
+    report, _, _ = _run(tmp_path, script, "--warmup", "1", "--steps", "2", "--full")
+    assert report["run"]["outcome"]["outcome"] in ("completed", "window_complete"), report["run"]["outcome"]
+    allocated, ratio, peak, version = out.read_text().split()
+    assert int(allocated) >= 1024 * 1024 * 4 and 0 < float(ratio) <= 1 and int(peak) >= int(allocated)
+    assert int(version) > 0

@@ -279,3 +279,16 @@ def test_the_start_up_is_weighed_against_undisturbed_steps_only():
     summary = Context(trace).get("start.summary")
     assert summary["step_cpu_ms"] == pytest.approx(0.8)
     assert summary["steps_equivalent"] == pytest.approx(391 * 0.01 / 0.0008, rel=0.01)
+
+
+def test_keep_stacks_reaches_the_audited_process(tmp_path):
+    """`--keep-stacks` under a budget that one step with stacks exceeds: the window keeps its Python stacks
+    (only steps are cut), where without the flag it drops them and says so."""
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(ROOT / "tests" / "scripts" / "op_heavy.py"), "--max-trace-mb", "8", "--keep-stacks",
+                     "--out-dir", str(tmp_path / "run"), "-f", f"json={out}", "250")
+    assert proc.returncode == 0, proc.stderr
+    notes = " ".join(json.loads(out.read_text())["notes"])
+    assert "8 MB trace budget" in notes and "WITHOUT stacks" not in notes, notes
+    with gzip.open(tmp_path / "run" / "trace.json.gz") as f:
+        assert b'"python_function"' in f.read()

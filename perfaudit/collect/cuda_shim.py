@@ -14,6 +14,7 @@ import types
 import torch
 
 _real_cuda_available = torch.cuda.is_available
+_real_cudnn_available, _real_cudnn_version = torch.backends.cudnn.is_available, torch.backends.cudnn.version
 DEVICE_NAME = "CUDA device emulated on the CPU (perfaudit)"
 TOTAL_MEMORY = 80 * 2 ** 30
 
@@ -21,6 +22,11 @@ TOTAL_MEMORY = 80 * 2 ** 30
 def gpu_present() -> bool:
     """Whether this machine really has a CUDA device (never the emulated answer)."""
     return _real_cuda_available()
+
+
+def real_cudnn_version() -> int | None:
+    """This build's own cuDNN version (None on a CPU build), never the emulated answer."""
+    return _real_cudnn_version() if _real_cudnn_available() else None
 
 
 def emulated() -> bool:

@@ -17,7 +17,7 @@ import torch
 from . import cuda_shim
 from .internal import record_internal_error
 from .placement import Placement
-from .wrap import patch, wrap
+from .wrap import on_undo, patch, wrap
 
 
 def wanted(config: dict) -> bool:
@@ -36,6 +36,7 @@ def install(probes, steps_ended) -> Placement:
     _autocast(mode)
     _compiled_code_without_the_mode(mode)
     _host_fetches_without_the_mode(mode)
+    _cpu_branch_without_the_mode(mode)
     _threads_follow(mode)
     _data_parallel(mode)
     _distributed()
@@ -165,6 +166,53 @@ def _host_fetches_without_the_mode(mode: Placement) -> None:
         patch(cls, "fetch", aside(cls.fetch, retry))
 
 
+def _cpu_branch_without_the_mode(mode: Placement) -> None:
+    """A script whose first optimizer step ran with nothing ever put on the device took its CPU branch
+    (an opt-in --cuda left off, a config's device): from then on its host work runs without the mode,
+    at native speed. Should it still move a tensor to "cuda" later (`.to`, `.cuda()`), the mode comes
+    back for that call and stays."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    decided = []
+
+    def after_step(opt, args, kwargs):
+        if decided:  # once, at the first step (the hook stays: torch iterates its hooks while calling them)
+            return
+        decided.append(True)
+        try:
+            if mode.placements or threading.get_ident() != mode._main_thread or not _on_top(mode):
+                return
+            torch._C._pop_torch_function_stack()
+            mode.aside = True
+            _back_on_a_move_to_cuda(mode)
+        except Exception as exc:  # noqa: BLE001
+            record_internal_error("CUDA emulation", exc)
+
+    on_undo(register_optimizer_step_post_hook(after_step).remove)
+
+
+def _back_on_a_move_to_cuda(mode: Placement) -> None:
+    def back(name: str):
+        original = getattr(torch.Tensor, name)
+
+        @functools.wraps(original)
+        def moved(self, *args, **kwargs):
+            if mode.aside and (name == "cuda" or _targets_cuda(args, kwargs)):
+                mode.aside = False
+                torch._C._push_on_torch_function_stack(mode)
+            return original(self, *args, **kwargs)
+        patch(torch.Tensor, name, moved)
+
+    for name in ("to", "cuda"):
+        back(name)
+
+
+def _targets_cuda(args, kwargs) -> bool:
+    target = kwargs.get("device", args[0] if args else None)
+    return (isinstance(target, str) and target.startswith("cuda")) or (
+        isinstance(target, torch.device) and target.type == "cuda")
+
+
 def _threads_follow(mode: Placement) -> None:
     """The mode is per thread: a thread the script starts (a prefetcher copying the next batch to the
     device on a side stream, a pool of loaders) sees the device the main thread sees."""
@@ -174,7 +222,8 @@ def _threads_follow(mode: Placement) -> None:
 
     def _bootstrap_inner(self):
         try:
-            torch._C._push_on_torch_function_stack(mode)
+            if not mode.aside:
+                torch._C._push_on_torch_function_stack(mode)
         except Exception as exc:  # noqa: BLE001
             record_internal_error("CUDA emulation", exc)
         return original(self)

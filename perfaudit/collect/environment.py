@@ -47,7 +47,7 @@ def free_cores() -> int | None:
 def environment() -> dict:
     import torch
 
-    from .cuda_shim import emulated, gpu_present
+    from .cuda_shim import emulated, gpu_present, real_cudnn_version
     cuda = gpu_present()
     env = {
         "torch": torch.__version__,
@@ -57,7 +57,7 @@ def environment() -> dict:
         "load_avg": load_average(),
         "cuda_available": cuda,
         "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cudnn": real_cudnn_version(),  # the build's, not what the emulated device answers the script
         "cudnn_enabled": torch.backends.cudnn.enabled,
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "cudnn_deterministic": torch.backends.cudnn.deterministic,

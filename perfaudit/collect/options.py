@@ -16,6 +16,7 @@ class RunOptions:
     record_shapes: bool = True
     record_budget_s: float | None = 30.0   # stop recording after this long (fewer steps are fine)
     trace_budget_mb: float | None = 200.0  # uncompressed trace the window may write (fewer steps, then no stacks)
+    keep_stacks: bool = False              # never drop Python stacks to fit that budget (only steps are cut)
     keep_runs: int = 10                    # run folders kept under .perfaudit/runs
     # "emulate-cuda": on a machine without a GPU the script sees one CUDA device, served by the CPU and
     # recorded (collect/emulate.py); "cpu": it runs as it would here; "auto" is resolved before the run

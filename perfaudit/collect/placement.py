@@ -19,6 +19,7 @@ from torch.overrides import TorchFunctionMode
 
 from .cuda_shim import LEGACY_TYPES
 from .internal import record_internal_error
+from .tensor_registry import TAGGABLE, Registry, first_placed, is_cuda, tag, tensor_bytes
 from .userframes import is_user_file, user_site
 
 CUDA = torch.device("cuda", 0)
@@ -42,77 +43,6 @@ _READS = {Tensor.item: ".item()", Tensor.tolist: ".tolist()", Tensor.__bool__: "
           Tensor.masked_select: ".masked_select()"}
 
 
-def _is_cuda(device) -> bool:
-    if isinstance(device, torch.device):
-        return device.type == "cuda"
-    if isinstance(device, str):
-        return device.startswith("cuda")
-    return isinstance(device, int) and not isinstance(device, bool)
-
-
-class Registry:
-    """Tensors by identity (weakly): equal tensors are different tensors, and a dead one is forgotten."""
-
-    def __init__(self):
-        refs = self._refs = {}
-
-        def gone(ref):  # one callback for every entry: the KeyedRef carries its key
-            if refs.get(ref.key, (None,))[0] is ref:
-                del refs[ref.key]
-        self._gone = gone
-
-    def __bool__(self) -> bool:
-        return bool(self._refs)
-
-    def __len__(self) -> int:
-        return len(self._refs)
-
-    def get(self, t):
-        entry = self._refs.get(id(t))
-        return entry[1] if entry is not None and entry[0]() is t else None
-
-    def has(self, t) -> bool:
-        entry = self._refs.get(id(t))
-        return entry is not None and entry[0]() is t
-
-    def add(self, t, value=True) -> None:
-        try:
-            self._refs[id(t)] = (weakref.KeyedRef(t, self._gone, id(t)), value)
-        except TypeError:
-            pass
-
-
-def _first_placed(items, registry: Registry):
-    for a in items:
-        if isinstance(a, Tensor):
-            value = registry.get(a)
-            if value is not None:
-                return value
-        elif isinstance(a, (list, tuple)):
-            for b in a:
-                if isinstance(b, Tensor):
-                    value = registry.get(b)
-                    if value is not None:
-                        return value
-    return None
-
-
-def _tag(out, registry: Registry, value=True) -> None:
-    if isinstance(out, Tensor):
-        registry.add(out, value)
-    elif isinstance(out, (list, tuple)):
-        for t in out:
-            if isinstance(t, Tensor):
-                registry.add(t, value)
-
-
-_TAGGABLE = (Tensor, list, tuple)
-
-
-def _nbytes(t) -> int:
-    return t.numel() * t.element_size() if isinstance(t, Tensor) else 0
-
-
 class Placement(TorchFunctionMode):
     """The emulated device's bookkeeping: the mode, the registries of tensors, and the records the report
     reads (snapshot())."""
@@ -123,6 +53,8 @@ class Placement(TorchFunctionMode):
         self.pinned = Registry()      # host tensors in pinned memory (pin_memory(), a pinning DataLoader)
         self.from_loader = Registry() # host tensors that came out of a DataLoader (or were made from one)
         self.made = Registry()        # host tensors a factory of the user's code made: value = its site
+        self._on_device_refs, self._from_loader_refs = self.on_device._refs, self.from_loader._refs
+        self._made_refs = self.made._refs
         self.copies: dict[tuple, dict] = {}
         self.reads: dict[tuple, dict] = {}
         self.calls: dict[tuple, dict] = {}
@@ -134,6 +66,7 @@ class Placement(TorchFunctionMode):
         self.fetch_aside = False      # this fetch runs without the mode (fetch_begins)
         self._fetches: dict = {}      # loader id -> [clean fetches, touched the device]
         self._main_thread = threading.get_ident()
+        self.aside = False            # the script took its CPU branch: the mode is off (emulate.py)
         self.device_ops = 0           # torch calls on tensors on the device
         self._user_code: dict = {}
         self.handlers = {
@@ -152,38 +85,55 @@ class Placement(TorchFunctionMode):
 
     # -- the mode --------------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if kwargs is None:
-            kwargs = {}
+        # the hot path of every torch call the script makes: few Python calls (each is also an event of
+        # the profiler's Python tracer), registries read as their dicts
         handler = self.handlers.get(func)
         if handler is not None:
-            return handler(func, args, kwargs)
+            return handler(func, args, kwargs or {})
         if kwargs:
             device = kwargs.get("device")
-            if device is not None and _is_cuda(device):
+            if device is not None and is_cuda(device):
                 return self._made_on_device(func, args, kwargs)
-        out = func(*args, **kwargs)
-        if not isinstance(out, _TAGGABLE):  # sizes, dims, Python numbers: nothing to follow
+            out = func(*args, **kwargs)
+        else:
+            out = func(*args)
+        if not isinstance(out, TAGGABLE):  # sizes, dims, Python numbers: nothing to follow
             return out
-        if self.on_device and _first_placed(args, self.on_device):
-            self.device_ops += 1
-            _tag(out, self.on_device)
-        elif self.from_loader and _first_placed(args, self.from_loader):
-            _tag(out, self.from_loader)
+        on_device = self._on_device_refs
+        if on_device:
+            for a in args:
+                if isinstance(a, Tensor):
+                    entry = on_device.get(id(a))
+                    if entry is not None and entry[0]() is a:
+                        break
+                elif isinstance(a, (list, tuple)) and first_placed(a, self.on_device):
+                    break
+            else:
+                a = None
+            if a is not None:
+                self.device_ops += 1
+                if isinstance(out, Tensor):
+                    on_device[id(out)] = (weakref.KeyedRef(out, self.on_device._gone, id(out)), True)
+                else:
+                    tag(out, self.on_device)
+                return out
+        if self._from_loader_refs and first_placed(args, self.from_loader):
+            tag(out, self.from_loader)
         elif func in _FACTORIES:
             self._host_made(out)
-        elif self.made:  # made from a made tensor (a slice, a stack, a cast): made when and where it was
-            made = _first_placed(args, self.made)
+        elif self._made_refs:  # made from a made tensor (a slice, a stack, a cast): made when and where it was
+            made = first_placed(args, self.made)
             if made is not None:
-                _tag(out, self.made, made)
+                tag(out, self.made, made)
         return out
 
     def _made_on_device(self, func, args, kwargs):
         out = func(*args, **{**kwargs, "device": "cpu"})
         self.placements += 1
-        _tag(out, self.on_device)
+        tag(out, self.on_device)
         data = args[1] if func is Tensor.new_tensor and len(args) > 1 else (args[0] if args else None)
         if func in _FROM_DATA and data is not None and not isinstance(data, Tensor):
-            self._copy_in(None, _nbytes(out), non_blocking=False, api=getattr(func, "__name__", "tensor") + "(device=)")
+            self._copy_in(None, tensor_bytes(out), non_blocking=False, api=getattr(func, "__name__", "tensor") + "(device=)")
         return out
 
     def _host_made(self, out, depth: int = 2) -> None:
@@ -195,18 +145,18 @@ class Placement(TorchFunctionMode):
             mine = self._user_code[caller] = is_user_file(caller)
         site = user_site(2) if mine else None
         if site is not None:
-            _tag(out, self.made, (site, self.step_clock()))
+            tag(out, self.made, (site, self.step_clock()))
 
     # -- moves -----------------------------------------------------------------------------------
     def _to(self, func, args, kwargs):
         src, rest = args[0], list(args[1:])
         target, non_blocking = None, bool(kwargs.get("non_blocking", False))
         if "device" in kwargs:
-            target = "cuda" if _is_cuda(kwargs["device"]) else "cpu"
+            target = "cuda" if is_cuda(kwargs["device"]) else "cpu"
             kwargs = {**kwargs, "device": "cpu"}
         for i, a in enumerate(rest):
             if isinstance(a, (torch.device, str)) or (isinstance(a, int) and not isinstance(a, bool) and i == 0):
-                target = "cuda" if _is_cuda(a) else "cpu"
+                target = "cuda" if is_cuda(a) else "cpu"
                 rest[i] = CPU
             elif isinstance(a, Tensor) and i == 0:
                 target = "cuda" if self.on_device.has(a) else "cpu"
@@ -217,14 +167,14 @@ class Placement(TorchFunctionMode):
         if target == "cuda":
             if not was_on:
                 out = out.clone() if out is src else out
-                self._copy_in(src, _nbytes(src), non_blocking, "to")
+                self._copy_in(src, tensor_bytes(src), non_blocking, "to")
                 self.placements += 1
-            _tag(out, self.on_device)
+            tag(out, self.on_device)
         elif target == "cpu" and was_on:
             out = out.clone() if out is src else out
             self._read(".to(cpu)" if not non_blocking else ".to(cpu, non_blocking=True)", blocking=not non_blocking)
         elif was_on:
-            _tag(out, self.on_device)
+            tag(out, self.on_device)
         return out
 
     def _cuda(self, func, args, kwargs):
@@ -232,9 +182,9 @@ class Placement(TorchFunctionMode):
         if self.on_device.has(src):
             return src
         out = src.clone(memory_format=kwargs.get("memory_format", torch.preserve_format))
-        self._copy_in(src, _nbytes(src), bool(kwargs.get("non_blocking", False)), "cuda")
+        self._copy_in(src, tensor_bytes(src), bool(kwargs.get("non_blocking", False)), "cuda")
         self.placements += 1
-        _tag(out, self.on_device)
+        tag(out, self.on_device)
         return out
 
     def _cpu(self, func, args, kwargs):
@@ -263,15 +213,15 @@ class Placement(TorchFunctionMode):
                 self._read(".type(host type)", blocking=True)
             out = func(src, *args[1:], **kwargs)
             if on and not host_type:
-                _tag(out, self.on_device)
+                tag(out, self.on_device)
             return out
         dtype = LEGACY_TYPES.get(name.rsplit(".", 1)[-1]) if isinstance(name, str) else None
         out = src.to(dtype=dtype) if dtype is not None else src
         if not on:
             out = out.clone() if out is src else out
-            self._copy_in(src, _nbytes(src), bool(kwargs.get("non_blocking", False)), "type")
+            self._copy_in(src, tensor_bytes(src), bool(kwargs.get("non_blocking", False)), "type")
         self.placements += 1
-        _tag(out, self.on_device)
+        tag(out, self.on_device)
         return out
 
     def _grad(self, func, args, kwargs):
@@ -283,14 +233,14 @@ class Placement(TorchFunctionMode):
     def _new_tensor(self, func, args, kwargs):
         """`x.new_tensor(data)` on a device tensor copies the host data over, like torch.tensor(data, device=…)."""
         device = kwargs.get("device")
-        if device is not None and _is_cuda(device):
+        if device is not None and is_cuda(device):
             return self._made_on_device(func, args, kwargs)
         out = func(*args, **kwargs)
         if device is None and self.on_device.has(args[0]):
-            _tag(out, self.on_device)
+            tag(out, self.on_device)
             data = args[1] if len(args) > 1 else kwargs.get("data")
             if not isinstance(data, Tensor):
-                self._copy_in(None, _nbytes(out), non_blocking=False, api="new_tensor")
+                self._copy_in(None, tensor_bytes(out), non_blocking=False, api="new_tensor")
         elif not self.on_device.has(args[0]):
             self._host_made(out, depth=3)
         return out
@@ -428,7 +378,7 @@ class Placement(TorchFunctionMode):
                     seen.add(key)
                     total += -(-storage.nbytes() // 512) * 512  # the allocator's 512-byte rounding
             except Exception:  # noqa: BLE001 - a tensor without storage (meta, sparse): its elements
-                total += _nbytes(t)
+                total += tensor_bytes(t)
         return total
 
     def place(self, t, copied_from_host: bool = False):
@@ -436,5 +386,5 @@ class Placement(TorchFunctionMode):
         self.on_device.add(t)
         self.placements += 1
         if copied_from_host:
-            self._copy_in(None, _nbytes(t), non_blocking=False, api="torch.cuda.*Tensor(data)")
+            self._copy_in(None, tensor_bytes(t), non_blocking=False, api="torch.cuda.*Tensor(data)")
         return t

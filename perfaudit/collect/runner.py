@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..outcome import Outcome, is_failure
+from .emulation_outcome import emulation_failure, same_failure
 from .leftovers import phase_reached, progress_record, salvage_trace
 from .options import RunOptions, RunResult
 from .rundir import finish_run_dir, make_run_dir, path_aliases, remove_aliases
@@ -156,48 +157,11 @@ def run_script(script: str, args: list[str], options: RunOptions,
     failed = emulation_failure(result, options)
     if failed:  # the emulated CUDA path broke the run: the script runs as it would here, and the report says why
         plain = run_script(script, args, replace(options, device="cpu"), on_progress)
-        if _same_failure(result.outcome, plain.outcome):
+        if same_failure(result.outcome, plain.outcome):
             return result  # the script's own error: it fails the same way on its CPU path
         plain.emulation_failed = failed
         return plain
     return result
-
-
-def _same_failure(emulated: dict, plain: dict) -> bool:
-    """Whether the CPU path's run failed as the emulated one did (same exception at the same line)."""
-    return (plain.get("outcome") == emulated.get("outcome") and plain.get("exception") == emulated.get("exception")
-            and (plain.get("site") or {}).get("line") == (emulated.get("site") or {}).get("line"))
-
-
-_CUDA_WORDS = re.compile(r"cuda|cudnn|nccl|nvidia|gpu|torch\.backends|emulat", re.I)
-_EMULATION_FRAMES = re.compile(r"perfaudit[/\\]collect[/\\](?:placement|cuda_shim|emulate)\.py")
-
-
-def emulation_may_cause(outcome: dict) -> bool:
-    """Whether the emulated device may be what failed: the error names CUDA (a call it does not serve),
-    or the emulation's own code is on the traceback. Otherwise the error is the script's own."""
-    text = f"{outcome.get('exception') or ''} {outcome.get('message') or ''}"
-    return bool(_CUDA_WORDS.search(text) or _EMULATION_FRAMES.search(outcome.get("traceback") or "")
-                or outcome.get("outcome") != Outcome.RAISED)
-
-
-def emulation_failure(result: RunResult, options: RunOptions) -> str | None:
-    """Why an emulated run is not to be reported (it failed before its window was recorded), in one
-    line naming the exception and where it was raised; None when it is."""
-    if options.device != "emulate-cuda" or result.stop_signal is not None:
-        return None
-    outcome = result.outcome
-    if outcome.get("outcome") not in (Outcome.RAISED, Outcome.INTERNAL_ERROR, Outcome.CRASHED):
-        return None
-    if (outcome.get("steps_recorded") or 0) > (outcome.get("warmup") or 0):
-        return None  # measured steps were recorded: they are reported, with the failure
-    if not emulation_may_cause(outcome):
-        return None  # the script's own error (a ValueError in its code): reported as the script's
-    site = outcome.get("site") or {}
-    where = f" at {os.path.basename(site['path'])}:{site['line']}" if site.get("path") else ""
-    what = outcome.get("exception") or outcome.get("signal") or outcome.get("outcome")
-    message = f": {outcome['message']}" if outcome.get("message") else ""
-    return f"{what}{message}{where}"
 
 
 def _run_once(script: str, args: list[str], options: RunOptions,
@@ -210,6 +174,7 @@ def _run_once(script: str, args: list[str], options: RunOptions,
     config = {"run_dir": run_dir, "warmup": options.warmup, "steps": options.steps, "full": options.full,
               "with_stack": options.with_stack, "record_shapes": options.record_shapes,
               "record_budget_s": options.record_budget_s, "trace_budget_mb": options.trace_budget_mb,
+              "keep_stacks": options.keep_stacks,
               "path_aliases": aliases, "mode": options.mode, "seed": options.seed, "patched": options.patched,
               "run_as": next((a for a, real in aliases.items() if real == script_path), None),
               "rule_ids": options.rule_ids, "rules_dirs": options.rules_dirs, "threads": options.threads,

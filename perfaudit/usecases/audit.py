@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from .. import gate
+from ..collect.emulation_outcome import emulation_may_cause
 from ..collect.notebook import relocate, write_script
-from ..collect.runner import RunOptions, RunResult, check_script, emulation_may_cause, run_script
+from ..collect.runner import RunOptions, RunResult, check_script, run_script
 from ..engine.loader import Rule, builtin_rules_dir, load_rules
 from ..errors import LaunchError, TraceError
 from ..facts import Context
