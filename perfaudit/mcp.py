@@ -27,6 +27,8 @@ def build_server():
     from .report.markdown import render as markdown
 
     server = FastMCP("perfaudit", instructions=INSTRUCTIONS)
+    from . import __version__
+    server._mcp_server.version = __version__  # the server's own version; FastMCP would report the SDK's
 
     def report_result(report) -> dict[str, Any]:
         return {"report": to_dict(report), "markdown": markdown(report)}

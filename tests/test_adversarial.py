@@ -242,6 +242,22 @@ def test_a_running_run_folder_is_never_pruned(tmp_path):
     assert running.exists()
 
 
+def test_a_run_folder_the_user_named_is_never_pruned(tmp_path, monkeypatch):
+    """A run kept for `diff` with `--out-dir .perfaudit/runs/baseline`: the default runs after it prune
+    the oldest of their own folders, never the one the user named, even once it is the oldest."""
+    from perfaudit.collect.rundir import DEFAULT_ROOT, finish_run_dir, make_run_dir
+    monkeypatch.chdir(tmp_path)
+    named = make_run_dir(os.path.join(DEFAULT_ROOT, "baseline"))
+    finish_run_dir(named)
+    os.utime(os.path.join(named, MARK), (1, 1))  # the oldest by its mark
+    made = []
+    for _ in range(3):
+        made.append(make_run_dir(None, keep_runs=2))
+        finish_run_dir(made[-1])
+        time.sleep(0.01)
+    assert os.path.isdir(named) and os.path.isdir(made[-1]) and not os.path.isdir(made[0])
+
+
 def test_a_helper_in_its_own_session_does_not_outlive_the_run(tmp_path):
     marker = f"perfaudit-helper-{os.getpid()}-{time.time_ns()}"
     script = tmp_path / "train.py"

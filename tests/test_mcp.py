@@ -17,12 +17,15 @@ mcp = pytest.importorskip("mcp", reason="the MCP SDK is installed with .[test] (
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
+from perfaudit import __version__  # noqa: E402
+
 
 async def _session(work):
     params = StdioServerParameters(command=sys.executable, args=["-m", "perfaudit", "mcp"], cwd=str(work),
                                    env={"PYTHONPATH": str(ROOT)})
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
+        initialized = await session.initialize()
+        assert initialized.serverInfo.name == "perfaudit" and initialized.serverInfo.version == __version__
         tools = {t.name for t in (await session.list_tools()).tools}
         script = str(work / "sync_bad.py")
         audited = await session.call_tool("audit", {"script": script, "warmup": 2, "steps": 3})

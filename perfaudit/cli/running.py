@@ -39,12 +39,19 @@ from .common import (
 
 WarmupOpt = Annotated[Optional[int], typer.Option(min=0, help="Steps to run before recording (default 2).")]
 StepsOpt = Annotated[Optional[int], typer.Option(min=1, help="Steps to record (default 5).")]
-OutDirOpt = Annotated[Optional[str], typer.Option(help="Run folder (default ./.perfaudit/runs/<timestamp>).")]
+OutDirOpt = Annotated[Optional[str], typer.Option(
+    help="Run folder (default ./.perfaudit/runs/<timestamp>, of which the newest 10 are kept); a folder named here "
+         "is never pruned: name the runs you keep for `perfaudit diff`.")]
 MaxTraceOpt = Annotated[Optional[float], typer.Option(
     "--max-trace-mb", min=1, help="Uncompressed trace the window may write (default 200 MB); fewer steps beyond it.")]
 DeviceOpt = Annotated[Optional[str], typer.Option(
-    "--device", help="auto (default): without a GPU, run a script that has a CUDA path on an emulated CUDA "
-                     "device and record what its GPU branch does; cpu: run it as it runs here; emulate-cuda.")]
+    "--device", help="Where the script runs when this machine has no GPU (with a GPU it runs there, nothing "
+                     "emulated). auto (default): a script with a CUDA path (cuda, .cuda(), torch.accelerator, "
+                     "Lightning/Transformers/Accelerate) sees one emulated CUDA device served by the CPU, and "
+                     "what its GPU branch does is recorded (copies, syncs, autocast, optimizer choice; costs "
+                     "estimated); if it still trains on its CPU branch (an opt-in --cuda), the report is the CPU "
+                     "branch's and names the switch. A script without a CUDA path runs as here. cpu: never "
+                     "emulate. emulate-cuda: always offer the emulated device.")]
 KeepStacksOpt = Annotated[bool, typer.Option(
     "--keep-stacks", help="Never drop Python stacks to fit the trace budget (only steps are cut).")]
 

@@ -4,7 +4,8 @@ A run folder holds `.perfaudit-run` (its mark), `trace.json.gz`, `result.json`, 
 `progress.jsonl`. `--out-dir DIR` uses DIR when it is empty, new or an earlier run folder; a folder
 holding anything else gets a fresh `perfaudit-run-<time>` folder inside it, so no file of the user's is
 ever replaced. The default `.perfaudit/runs/<time>` keeps the newest runs (10 unless configured) and
-has a `.gitignore`.
+has a `.gitignore`; a folder the user named (`--out-dir`, a run kept for `diff`) is never pruned, even
+under that root.
 """
 from __future__ import annotations
 
@@ -56,19 +57,35 @@ def make_run_dir(out_dir: str | None, keep_runs: int = 10) -> str:
         for name in os.listdir(base) if os.path.isdir(base) else ():  # an earlier run here: start clean
             if name in OWN_FILES or (name.startswith("rank") and name.split(".", 1)[-1] in OWN_FILES):
                 os.remove(os.path.join(base, name))
-    _mark(base)
+    _mark(base, named=out_dir is not None)
     return os.path.abspath(base)
 
 
-def _mark(base: str, running: bool = True) -> None:
+NAMED = "named by the user"
+
+
+def _mark(base: str, running: bool = True, named: bool | None = None) -> None:
     """The folder's mark; while a run uses it, with the pid of the perfaudit process that owns it, so
-    that pruning never removes a run still going (another run finishing in the same root, say)."""
-    with open(os.path.join(base, MARK), "w") as f:
-        f.write(f"perfaudit run folder\nrunning pid={os.getpid()}\n" if running else "perfaudit run folder\n")
+    that pruning never removes a run still going (another run finishing in the same root, say); a
+    folder the user named keeps saying so (`named`: None keeps what the mark said)."""
+    path = os.path.join(base, MARK)
+    if named is None:
+        named = _said(path, NAMED)
+    with open(path, "w") as f:
+        f.write("perfaudit run folder\n" + (f"running pid={os.getpid()}\n" if running else "")
+                + (NAMED + "\n" if named else ""))
+
+
+def _said(mark: str, line: str) -> bool:
+    try:
+        with open(mark) as f:
+            return line in f.read().splitlines()
+    except OSError:
+        return False
 
 
 def finish_run_dir(base: str) -> None:
-    """The run is over: its folder may be pruned from now on."""
+    """The run is over: its folder may be pruned from now on (unless the user named it)."""
     try:
         _mark(base, running=False)
     except OSError:
@@ -125,7 +142,8 @@ def prune_runs(root: str, keep_runs: int, keep: str | None = None) -> None:
                   key=lambda d: os.path.getmtime(os.path.join(root, d, MARK)), reverse=True)
     for name in runs[keep_runs:]:
         path = os.path.join(root, name)
-        if (keep is None or os.path.abspath(path) != os.path.abspath(keep)) and not _in_use(path):
+        if ((keep is None or os.path.abspath(path) != os.path.abspath(keep)) and not _in_use(path)
+                and not _said(os.path.join(path, MARK), NAMED)):
             shutil.rmtree(path, ignore_errors=True)
 
 
