@@ -103,6 +103,7 @@ class TraceSummary:
     training: bool | None = None        # False: an inference trace (no backward, no optimizer step)
     mfu: dict | None = None             # model FLOPs, achieved TFLOP/s, MFU and its ledger (facts.mfu)
     op_times: dict | None = None        # ms per step by kernel or op name (facts.op_times), for `diff` only
+    memory: dict | None = None          # device memory of one step on the emulated CUDA path (memory.emulated)
 
     @property
     def busy_machine(self) -> str | None:

@@ -80,6 +80,13 @@ PROBE_FIELDS: dict[str, dict] = {
         "autocast": _list_of({"site": _SITE, "device_type": {"type": "string"}, "calls": _INT,
                               "window_calls": _INT}, {"enabled": {"type": "boolean"}}),
         "params_on_device": _INT, "placements": _INT, "device_ops": _INT}},
+    # the emulated device's memory over one warm-up step (collect/device_memory.py), when it was tracked
+    "device_memory": {"oneOf": [{"type": "null"}, {
+        "type": "object", "required": ["peak_allocated_bytes", "peak_reserved_bytes", "by_category", "top_sites"],
+        "properties": {"peak_allocated_bytes": _INT, "peak_reserved_bytes": _INT, "start_bytes": _INT,
+                       "allocations": _INT, "by_category": {"type": "object", "additionalProperties": _INT},
+                       "top_sites": _list_of({"path": {"type": "string"}, "line": _INT, "bytes": _INT},
+                                             {"categories": {"type": "object"}})}}]},
     # FlopCounterMode over one step after the window (collect/flop_probe.py), or why it did not count
     "flops": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["skipped"],
                                            "properties": {"skipped": {"type": ["string", "null"]}}},
@@ -88,7 +95,7 @@ PROBE_FIELDS: dict[str, dict] = {
                             "model": {"type": "string"}, "compiled": {"type": "boolean"}, "calls": _INT,
                             "modules": _list_of({"name": {"type": "string"}, "flops": _INT})}}]},
 }
-OPTIONAL_FIELDS = {"cuda_emulation", "flops"}
+OPTIONAL_FIELDS = {"cuda_emulation", "flops", "device_memory"}
 SNAPSHOT_SCHEMA = {"type": "object", "required": [k for k in PROBE_FIELDS if k not in OPTIONAL_FIELDS],
                    "properties": PROBE_FIELDS}
 _VALIDATORS: dict = {}

@@ -15,6 +15,7 @@ import threading
 import torch
 
 from . import cuda_shim
+from .device_memory import DeviceMemory
 from .internal import record_internal_error
 from .placement import Placement
 from .wrap import on_undo, patch, wrap
@@ -42,6 +43,8 @@ def install(probes, steps_ended) -> Placement:
     _distributed()
     probes.add("cuda_emulation", mode)
     probes.placement = mode
+    probes.device_memory = DeviceMemory(mode, lambda: [info["_ref"] for info in probes.optimizers.values()])
+    probes.add("device_memory", probes.device_memory)
     mode.__enter__()
     os.register_at_fork(after_in_child=lambda: _leave(mode))
     return mode

@@ -67,6 +67,7 @@ class Placement(TorchFunctionMode):
         self._fetches: dict = {}      # loader id -> [clean fetches, touched the device]
         self._main_thread = threading.get_ident()
         self.aside = False            # the script took its CPU branch: the mode is off (emulate.py)
+        self.memory = None            # device_memory.DeviceMemory while one step's memory is tracked
         self.device_ops = 0           # torch calls on tensors on the device
         self._user_code: dict = {}
         self.handlers = {
@@ -129,7 +130,7 @@ class Placement(TorchFunctionMode):
 
     def _made_on_device(self, func, args, kwargs):
         out = func(*args, **{**kwargs, "device": "cpu"})
-        self.placements += 1
+        self._placed(out)
         tag(out, self.on_device)
         data = args[1] if func is Tensor.new_tensor and len(args) > 1 else (args[0] if args else None)
         if func in _FROM_DATA and data is not None and not isinstance(data, Tensor):
@@ -168,7 +169,7 @@ class Placement(TorchFunctionMode):
             if not was_on:
                 out = out.clone() if out is src else out
                 self._copy_in(src, tensor_bytes(src), non_blocking, "to")
-                self.placements += 1
+                self._placed(out, src)
             tag(out, self.on_device)
         elif target == "cpu" and was_on:
             out = out.clone() if out is src else out
@@ -183,7 +184,7 @@ class Placement(TorchFunctionMode):
             return src
         out = src.clone(memory_format=kwargs.get("memory_format", torch.preserve_format))
         self._copy_in(src, tensor_bytes(src), bool(kwargs.get("non_blocking", False)), "cuda")
-        self.placements += 1
+        self._placed(out, src)
         tag(out, self.on_device)
         return out
 
@@ -220,9 +221,16 @@ class Placement(TorchFunctionMode):
         if not on:
             out = out.clone() if out is src else out
             self._copy_in(src, tensor_bytes(src), bool(kwargs.get("non_blocking", False)), "type")
-        self.placements += 1
+        self._placed(out, src)
         tag(out, self.on_device)
         return out
+
+    def _placed(self, out, src=None) -> None:
+        """A tensor put on the device; the step whose memory is tracked (device_memory.py) is told."""
+        self.placements += 1
+        if self.memory is not None and isinstance(out, Tensor):
+            batch = src is not None and (self.in_fetch or self.from_loader.has(src))
+            self.memory.placed(out, "batches" if batch else "temporaries")
 
     def _grad(self, func, args, kwargs):
         grad = func(*args, **kwargs)
@@ -384,7 +392,7 @@ class Placement(TorchFunctionMode):
     def place(self, t, copied_from_host: bool = False):
         """Place `t` on the emulated device from outside the mode (torch.cuda.FloatTensor(...))."""
         self.on_device.add(t)
-        self.placements += 1
+        self._placed(t)
         if copied_from_host:
             self._copy_in(None, tensor_bytes(t), non_blocking=False, api="torch.cuda.*Tensor(data)")
         return t

@@ -52,6 +52,7 @@ class Probes(LoaderProbes):
         self.before_batch = lambda: None
         self.worker_dir: str | None = None  # where DataLoader workers leave their batch times
         self.placement = None             # the emulated CUDA device (emulate.py), when there is one
+        self.device_memory = None         # its memory over one warm-up step (device_memory.py)
         self.ddp = DDPProbe(self)         # DistributedDataParallel models: options and synced forwards
         # probes of other modules, added by the session before install() (the compile probe, the
         # start-up sampler): each has install() and snapshot(), reported under its name
@@ -187,7 +188,14 @@ class Probes(LoaderProbes):
 
         self._module_hook = torch.nn.modules.module.register_module_forward_hook(hook)
 
+    def start_device_memory(self) -> None:
+        """Over the last two warm-up steps (a whole iteration inside, wherever its step boundary falls)."""
+        if self.device_memory is not None and not self.placement.aside:  # the GPU branch, emulated
+            self.device_memory.start()
+
     def stop_module_trace(self) -> None:
+        if self.device_memory is not None:
+            self.device_memory.stop()
         if self._module_hook is not None:
             self._module_hook.remove()
             self._module_hook = None

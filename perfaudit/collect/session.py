@@ -152,6 +152,8 @@ class Session(StepHooks):
         return max(self.warmup - 1, 0)
 
     def _open_step(self) -> None:
+        if self.step_index == max(self._module_trace_step - 1, 0) and not self.compile.active:
+            self.probes.start_device_memory()  # over two warm-up steps; not under compiled code
         if self.step_index == self._module_trace_step:
             if not self.compile.active:  # a global module hook would make compiled code recompile
                 self.probes.start_module_trace()
@@ -381,8 +383,7 @@ class Session(StepHooks):
 
 
 def _threads(torch, config: dict, fit: bool) -> dict | None:
-    """The intra-op threads the script runs with: as `verify` chose them for all its runs, or fitted to
-    the free cores of a busy machine (environment.fit_threads_to_free_cores)."""
+    """The intra-op threads: as `verify` chose them for all its runs, or fitted to a busy machine's free cores."""
     if config.get("threads"):
         torch.set_num_threads(int(config["threads"]))
         return {"used": int(config["threads"]), "set_by": "verify"}

@@ -145,3 +145,25 @@ def fp32_math_sites(ctx: Context) -> list[Site]:
     collector.add_all([(e, e, e.dur / 1000.0, "FP32 matrix math") for e in forward], attributions=attributions)
     sites = collector.result()
     return sites[:1]  # where most of it is issued: the model's call in the step
+
+
+# the GPU the emulated run's memory is weighed against until a run names one: an H100 80 GB (SXM), its
+# total memory as torch reports it there
+TARGET_NAME = "H100 80 GB"
+TARGET_MEMORY = 85_045_231_616
+
+
+@fact("memory.emulated", "On the emulated CUDA path, the device memory of one warm-up step: peak allocated "
+                         "and reserved bytes, what held them at the peak (parameters, gradients, optimizer state, "
+                         "activations, batches, temporaries) and the user's lines that made them, against an "
+                         "H100 80 GB (collect/device_memory.py).")
+def emulated_memory(ctx: Context) -> dict | None:
+    seen = ctx.probes.get("device_memory")
+    if not emulated(ctx) or not isinstance(seen, dict) or not seen.get("peak_allocated_bytes"):
+        return None
+    sites = [{"file": ctx.source.display_path(s["path"]), "line": s["line"], "bytes": s["bytes"],
+              "categories": s.get("categories") or {}} for s in seen.get("top_sites") or [] if s.get("path")]
+    return {"source": "emulated CUDA device, one warm-up step (estimate of what a GPU holds)",
+            "peak_allocated_bytes": seen["peak_allocated_bytes"], "peak_reserved_bytes": seen["peak_reserved_bytes"],
+            "by_category": dict(seen.get("by_category") or {}), "top_sites": sites, "target": TARGET_NAME,
+            "device_total_bytes": TARGET_MEMORY, "headroom_bytes": TARGET_MEMORY - seen["peak_reserved_bytes"]}

@@ -72,6 +72,8 @@ def _header(report: Report) -> Panel:
             parts = [f"{label} {gpu[key]:.2f} ms ({100 * gpu[key] / gpu['step']:.0f}%)"
                      for key, label in _GPU_PHASES if gpu.get(key, 0) > 0.005 * gpu["step"]]
             grid.add_row("GPU time", ", ".join(parts) + f"; busy {gpu['busy_pct']:.0f}%")
+        if t.memory:
+            grid.add_row("memory", memory_text(t.memory))
         if t.mfu:
             grid.add_row("FLOPs", mfu_text(t.mfu))
             if t.mfu.get("modules"):
@@ -93,6 +95,24 @@ def _header(report: Report) -> Panel:
     if outcome:
         grid.add_row("outcome", Text(outcome, style="bold red"))
     return Panel(grid, title="perfaudit", title_align="left")
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def memory_text(m: dict) -> str:
+    """Device memory of one step on the emulated CUDA path: the peak, what held it, the top line."""
+    held = ", ".join(f"{k} {_bytes(v)}" for k, v in list(m["by_category"].items())[:4])
+    top = m["top_sites"][0] if m.get("top_sites") else None
+    line = f"; most from {top['file']}:{top['line']} ({_bytes(top['bytes'])})" if top else ""
+    free = 100 * m["headroom_bytes"] / m["device_total_bytes"]
+    return (f"peak {_bytes(m['peak_allocated_bytes'])} allocated, {_bytes(m['peak_reserved_bytes'])} reserved "
+            f"(estimated on the emulated device, one step); {free:.0f}% of an {m['target']} free; "
+            f"at the peak: {held}{line}")
 
 
 def mfu_text(m: dict) -> str:

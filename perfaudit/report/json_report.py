@@ -60,6 +60,7 @@ def to_dict(report: Report) -> dict:
                         "gpu_breakdown_ms": t.gpu_breakdown, "excluded_steps": t.excluded} for t in report.traces],
         },
         "mfu": mfu_dict(first.mfu, report.findings) if first and first.mfu else None,
+        "memory": first.memory if first else None,
         "findings": [_finding(f) for f in report.findings],
         "skipped": [{"rule": s.rule, "reason": s.reason} for s in report.skipped],
         "notes": list(report.notes),

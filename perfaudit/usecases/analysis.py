@@ -127,9 +127,13 @@ def _summary_of(trace: Trace, ctx: Context, env: dict, device: str) -> TraceSumm
         mfu = ctx.get("mfu")
     except Missing:
         mfu = None
+    try:
+        memory = ctx.get("memory.emulated")
+    except Missing:
+        memory = None
     return TraceSummary(trace.path, device, trace.rank, len(trace.measured_steps), trace.step_source,
                         step_ms, breakdown, trace.has_stacks, env, gpu, per_step, gpu_steps, compiled, excluded,
-                        busy_measured, threads, training, mfu)
+                        busy_measured, threads, training, mfu, memory=memory)
 
 
 def evaluate_rules(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skipped]]:

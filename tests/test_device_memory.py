@@ -1,0 +1,53 @@
+"""Device memory on the emulated CUDA path (collect/device_memory.py): one warm-up step's peak, by what
+held it and at which line, checked against torch's own MemTracker run on the same step on the CPU."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, perfaudit
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: nothing is emulated on a GPU")
+SCRIPT = ROOT / "tests" / "scripts" / "memory_models.py"
+
+
+def _memtracker_peak(kind: str) -> int:
+    """MemTracker's peak over one step, after two (the optimizer's state exists), blocks rounded as the
+    caching allocator rounds them is what perfaudit reports; MemTracker counts exact bytes."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import memory_models
+    finally:
+        sys.path.pop(0)
+    cpu = torch.device("cpu")
+    model, optimizer, batch = memory_models.build(kind, cpu, foreach=True)  # torch's choice for CUDA parameters
+    for _ in range(2):
+        memory_models.step(model, optimizer, batch, cpu)
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+    with tracker:
+        memory_models.step(model, optimizer, batch, cpu)
+    return tracker.get_tracker_snapshot("peak")[cpu]["Total"]
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_the_peak_on_the_emulated_device_matches_memtracker(tmp_path, kind):
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(SCRIPT), "--out-dir", str(tmp_path / "run"), "-f", f"json={out}", "-f", "console",
+                     "--warmup", "2", "--steps", "2", kind, cwd=SCRIPT.parent)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    memory = json.loads(out.read_text())["memory"]
+    reference = _memtracker_peak(kind)
+    assert abs(memory["peak_allocated_bytes"] - reference) <= 0.05 * reference, (memory, reference)
+    assert memory["peak_reserved_bytes"] >= memory["peak_allocated_bytes"]
+    assert memory["headroom_bytes"] == memory["device_total_bytes"] - memory["peak_reserved_bytes"]
+    held = memory["by_category"]
+    params = sum(p.numel() * 4 for p in __import__("memory_models").build(kind, "cpu")[0].parameters())
+    assert abs(held["parameters"] - params) <= 512 * 16  # exact but for the 512-byte rounding of each block
+    assert {"parameters", "gradients", "optimizer state"} <= set(held), held
+    assert memory["top_sites"] and all(s["file"].endswith("memory_models.py") for s in memory["top_sites"])
+    assert "memory" in proc.stdout and "H100 80 GB" in proc.stdout.replace("\n", " ")
