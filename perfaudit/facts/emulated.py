@@ -153,7 +153,7 @@ TARGET_NAME = "H100 80 GB"
 TARGET_MEMORY = 85_045_231_616
 
 
-@fact("memory.emulated", "On the emulated CUDA path, the device memory of one warm-up step: peak allocated "
+@fact("memory.emulated", "On the emulated CUDA path, the device memory of two warm-up steps: peak allocated "
                          "and reserved bytes, what held them at the peak (parameters, gradients, optimizer state, "
                          "activations, batches, temporaries) and the user's lines that made them, against an "
                          "H100 80 GB (collect/device_memory.py).")
@@ -163,7 +163,7 @@ def emulated_memory(ctx: Context) -> dict | None:
         return None
     sites = [{"file": ctx.source.display_path(s["path"]), "line": s["line"], "bytes": s["bytes"],
               "categories": s.get("categories") or {}} for s in seen.get("top_sites") or [] if s.get("path")]
-    return {"source": "emulated CUDA device, one warm-up step (estimate of what a GPU holds)",
+    return {"source": "emulated CUDA device, the last two warm-up steps (an estimate of what a GPU holds)",
             "peak_allocated_bytes": seen["peak_allocated_bytes"], "peak_reserved_bytes": seen["peak_reserved_bytes"],
             "by_category": dict(seen.get("by_category") or {}), "top_sites": sites, "target": TARGET_NAME,
             "device_total_bytes": TARGET_MEMORY, "headroom_bytes": TARGET_MEMORY - seen["peak_reserved_bytes"]}

@@ -111,7 +111,7 @@ def memory_text(m: dict) -> str:
     line = f"; most from {top['file']}:{top['line']} ({_bytes(top['bytes'])})" if top else ""
     free = 100 * m["headroom_bytes"] / m["device_total_bytes"]
     return (f"peak {_bytes(m['peak_allocated_bytes'])} allocated, {_bytes(m['peak_reserved_bytes'])} reserved "
-            f"(estimated on the emulated device, one step); {free:.0f}% of an {m['target']} free; "
+            f"(estimated on the emulated device over two warm-up steps); {free:.0f}% of an {m['target']} free; "
             f"at the peak: {held}{line}")
 
 
