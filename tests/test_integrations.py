@@ -68,6 +68,27 @@ def test_the_lightning_callback_gives_perfaudit_runs_findings_at_the_same_lines(
     assert "stands aside" in (folder / "run" / "script.log").read_text()
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is present: nothing is emulated")
+def test_lightning_on_the_emulated_device_reports_the_branch_its_accelerator_chose(tmp_path):
+    """Offered an emulated CUDA device (the default without a GPU), Lightning with `accelerator="cpu"`
+    trains on the CPU: a CPU report, naming the script's `--accelerator` option; with `--accelerator gpu`
+    Lightning's CUDA accelerator runs on the emulated device, and the CPU run's findings all stand."""
+    pytest.importorskip("lightning", reason="Lightning is not installed (pip install -e '.[test]')")
+    script = HERE / "lightning_cnn.py"
+    reports = {}
+    for accelerator in ("cpu", "gpu"):
+        out = tmp_path / f"{accelerator}.json"
+        proc = perfaudit("run", "--out-dir", str(tmp_path / accelerator), "-f", f"json={out}", str(script), "--",
+                         "--accelerator", accelerator, cwd=tmp_path)
+        assert proc.returncode == 0 and out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+        reports[accelerator] = json.loads(out.read_text())
+    cpu, gpu = reports["cpu"], reports["gpu"]
+    assert cpu["run"]["device"] == "cpu, CUDA path offered but not taken"
+    assert any("-- --accelerator gpu" in n and "lightning_cnn.py:65" in n for n in cpu["notes"]), cpu["notes"]
+    assert gpu["run"]["device"] == "cpu, CUDA path emulated" and gpu["run"]["outcome"]["outcome"] == "window_complete"
+    assert _placed(cpu) <= _placed(gpu), (_placed(cpu), _placed(gpu))
+
+
 def test_the_lightning_callback_counts_steps_from_lightnings_hooks_and_logs_its_figures(lightning_runs):
     folder, proc, report, _ = lightning_runs
     run = report["run"]
