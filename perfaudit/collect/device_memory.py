@@ -46,6 +46,17 @@ def _key(t: torch.Tensor):
         return None, None
 
 
+def _tensors(*groups):
+    for group in groups:
+        for a in group:
+            if isinstance(a, torch.Tensor):
+                yield a
+            elif isinstance(a, (list, tuple)):
+                for b in a:
+                    if isinstance(b, torch.Tensor):
+                        yield b
+
+
 class _Tracker(TorchDispatchMode):
     def __init__(self, memory: DeviceMemory):
         super().__init__()
@@ -102,13 +113,19 @@ class DeviceMemory:
             self._mode = None
 
     def op(self, args, kwargs, out) -> None:
-        from torch.utils._pytree import tree_leaves
-        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        if not any(self._on_device(t) for t in inputs):
+        # every aten op of the tracked steps passes here (and the profiler records each Python frame):
+        # a plain walk of the arguments, no pytree
+        for a in _tensors(args, kwargs.values() if kwargs else ()):
+            if self._on_device(a):
+                break
+        else:
             return
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self._allocated(t, "temporaries")
+        if isinstance(out, torch.Tensor):
+            self._allocated(out, "temporaries")
+        elif isinstance(out, (list, tuple)):
+            for t in out:
+                if isinstance(t, torch.Tensor):
+                    self._allocated(t, "temporaries")
 
     def placed(self, t: torch.Tensor, category: str = "other") -> None:
         """The placement mode put `t` on the device in the tracked step (a copy of a batch, a factory

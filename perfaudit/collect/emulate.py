@@ -153,7 +153,7 @@ def _host_fetches_without_the_mode(mode: Placement) -> None:
             if not mode.fetch_aside or not _on_top(mode):
                 return original(self, index)
             try:
-                with torch.overrides._pop_mode_temporarily():
+                with torch.overrides._pop_mode_temporarily(), _memory_aside(mode):
                     return original(self, index)
             except Exception as exc:
                 if not _names_cuda(exc):
@@ -167,6 +167,14 @@ def _host_fetches_without_the_mode(mode: Placement) -> None:
 
     for cls, retry in ((fetchers._MapDatasetFetcher, True), (fetchers._IterableDatasetFetcher, False)):
         patch(cls, "fetch", aside(cls.fetch, retry))
+
+
+def _memory_aside(mode: Placement):
+    """A host-only fetch while the device's memory is tracked: the tracker's dispatch mode set aside too."""
+    if mode.memory is None:
+        return contextlib.nullcontext()
+    from torch.utils._python_dispatch import _disable_current_modes
+    return _disable_current_modes()
 
 
 def _cpu_branch_without_the_mode(mode: Placement) -> None:
