@@ -292,3 +292,28 @@ def test_keep_stacks_reaches_the_audited_process(tmp_path):
     assert "8 MB trace budget" in notes and "WITHOUT stacks" not in notes, notes
     with gzip.open(tmp_path / "run" / "trace.json.gz") as f:
         assert b'"python_function"' in f.read()
+
+
+def test_the_optimizer_time_is_taken_from_the_steps_the_figures_are_made_of():
+    """A step left out because it waited for a CPU (here step 4, whose update took longer)
+    adds nothing to the optimizer's ms per step, which stays a share of the step it is compared with
+    (OPT001 had claimed 132 % of a step on a busy machine)."""
+    from perfaudit.facts import Context
+    from perfaudit.facts.optim import _step_ops
+    from perfaudit.trace.model import Event, Trace
+    from perfaudit.trace.steps import segment_steps
+
+    busy = {"4": "it waited 20 ms of its 1.2 ms for a CPU held by other processes (busy machine)"}
+    trace = Trace(path="t.json", meta={"perfaudit": {"window": {"warmup": 2, "excluded_steps": busy}}})
+    host = []
+    for n in range(8):
+        start, update = 1000.0 * n, 380.0 if n == 4 else 300.0  # the busy step's update took longer
+        host.append(Event("annotation", f"ProfilerStep#{n}", start, 990.0, 1, 1, {}))
+        host.append(Event("annotation", "Optimizer.step#SGD.step", start + 600.0, update, 1, 1, {}))
+        host += [Event("op", "aten::add_", start + 610.0 + 20 * i, 10.0, 1, 1, {}) for i in range(4)]
+    trace.host = sorted(host, key=lambda e: (e.ts, -e.dur))
+    segment_steps(trace)
+    ctx = Context(trace)
+    assert [s.number for s in ctx.steps] == [2, 3, 5, 6, 7]
+    sgd = _step_ops(ctx)["SGD"]
+    assert sgd["ms_per_step"] == pytest.approx(0.3) and sgd["ops_per_step"] == pytest.approx(4)
