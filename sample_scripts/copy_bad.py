@@ -7,7 +7,7 @@ device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 dataset = TensorDataset(torch.randn(8192, 256), torch.randn(8192, 1))
 loader = DataLoader(dataset, batch_size=512, shuffle=True, num_workers=2, pin_memory=False)
 model = nn.Sequential(nn.Linear(256, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 1)).to(device)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)  # foreach on the CUDA path, 4.7M parameters; expect-run: OPT001
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
 for epoch in range(1_000_000):
     for x, y in loader:

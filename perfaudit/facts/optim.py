@@ -63,9 +63,8 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
         probe = probes.get(cls, {})
         options = probe.get("options", {})
         on_device = probe.get("on_emulated_device") is True  # torch took its CUDA choice: the trace shows it
-        if on_device and m["mode"] == "foreach" and cls in FUSABLE_OPTIMIZERS and options.get("fused") is not True:
-            if (probe.get("param_numel") or 0) >= MIN_FUSED_PARAMS:  # the GPU's default where a fused kernel exists
-                sites.append(_foreach_site(ctx, cls, m, probe))
+        if on_device and m["mode"] == "foreach" and cls in FUSED_ADVICE and options.get("fused") is not True:
+            sites.append(_foreach_site(ctx, cls, m, probe))  # the GPU's default where a fused kernel exists
             continue
         if m["mode"] != "single_tensor" or cls not in FOREACH_OPTIMIZERS:
             continue
@@ -74,7 +73,7 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
             # on the CPU torch defaults to the loop; on CUDA the same defaults pick foreach, so a CPU
             # run shows a problem the script asked for explicitly (foreach=False), or, for Adam and
             # AdamW in a script that runs on CUDA when it can, the fused kernel it would miss there
-            cuda_path = (cls in ("Adam", "AdamW") and options.get("fused") is not True
+            cuda_path = (cls in FUSED_ADVICE and options.get("fused") is not True
                          and options.get("foreach") is not True and _script_runs_on_cuda(ctx)
                          and _asks_for_fused(ctx, probe.get("site"), cls) is False)
             if not cuda_path:
@@ -93,10 +92,11 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
 
 
 
-# parameters below which the fused kernel's gain over foreach is a few microseconds a step on a GPU
-# (each foreach op is one pass over the parameters or their state; fused is one pass in all): the
-# GPU's default, foreach, is left alone there
-MIN_FUSED_PARAMS = 1_000_000
+# the optimizers whose CUDA default (foreach) OPT001 weighs against the fused kernel, on the emulated CUDA
+# path as on a CPU run of a script with a CUDA path (cuda_path below): the same script gets the same
+# finding in both modes (Adam and AdamW, whose fused kernel torch recommends; SGD's is newer and its gain
+# over foreach small)
+FUSED_ADVICE = ("Adam", "AdamW")
 
 
 def _foreach_site(ctx: Context, cls: str, m: dict, probe: dict) -> Site:
