@@ -10,6 +10,7 @@ import os
 import re
 
 from .errors import UsageError
+from .files import write_atomic
 from .findings import Finding
 
 VERSION = 1
@@ -34,12 +35,7 @@ def _normalise(code: str) -> str:
 def write(path: str, findings: list[Finding]) -> None:
     base = os.path.dirname(os.path.abspath(path))
     entries = sorted({fp for f in findings for fp in fingerprints(f, base)})
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump({"version": VERSION, "tool": "perfaudit", "fingerprints": entries}, fh, indent=1)
-            fh.write("\n")
-    except OSError as exc:
-        raise UsageError(f"cannot write baseline {path}: {exc.strerror}") from exc
+    write_atomic(path, json.dumps({"version": VERSION, "tool": "perfaudit", "fingerprints": entries}, indent=1) + "\n")
 
 
 def read(path: str) -> set[str]:

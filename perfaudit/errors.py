@@ -18,6 +18,18 @@ class UsageError(PerfauditError):
     pass
 
 
+class WriteError(PerfauditError, OSError):
+    """A file perfaudit was writing could not be written (no space, read-only, permission); the file that
+    was there is intact. An OSError too, so callers that collect write failures still catch it."""
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __init__(self, path: str, code: int, why: str):
+        OSError.__init__(self, code, why)
+        self.message = f"cannot write {path}: {why} (the file that was there is unchanged)"
+
+
 class TraceError(PerfauditError):
     """A trace file that cannot be read or is not a Kineto trace."""
 

@@ -285,3 +285,65 @@ def test_sys_exit_messages_newlines_in_names_and_quoted_labels(tmp_path):
                                         "        raise SystemExit('checkpoint directory is full')"))
     proc = perfaudit("run", str(stop), "--warmup", "1", "--steps", "20", "--out-dir", str(tmp_path / "run2"))
     assert proc.returncode == 3 and "checkpoint directory is full" in proc.stdout.replace("\n", " ")
+
+
+# -- the one writer (perfaudit/files.py) ------------------------------------------------------------------
+@pytest.mark.parametrize("code,said", [(28, "no space left on the device"), (30, "read-only file system"),
+                                       (13, "permission denied")])
+def test_a_write_that_fails_leaves_the_file_as_it_was_and_says_why(tmp_path, monkeypatch, code, said):
+    """A full disk (or a read-only one, or no permission) while a report or baseline is written: the file
+    that was there keeps its bytes, no temporary file is left, and the error is one line naming the cause."""
+    from perfaudit import baseline, files
+    from perfaudit.errors import WriteError
+    from perfaudit.report.outputs import write_text
+    target = tmp_path / "report.json"
+    target.write_text('{"kept": true}\n')
+
+    def full(fd):
+        raise OSError(code, os.strerror(code))
+    monkeypatch.setattr(files.os, "fsync", full)
+    for write in (lambda: write_text(str(target), "{}" * 10_000), lambda: baseline.write(str(target), [])):
+        with pytest.raises(WriteError) as caught:
+            write()
+        assert target.read_text() == '{"kept": true}\n'
+        assert said in str(caught.value) and "unchanged" in str(caught.value) and caught.value.exit_code == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def test_a_report_is_never_written_over_an_input_of_the_command(tmp_path):
+    """`lint train -o train` (a script without .py) and `analyze t.json -o t.json`: refused by the file's
+    identity (a hard link under another name too), the input intact, exit 2."""
+    script = tmp_path / "train"
+    script.write_text(SYNC_SCRIPT)
+    link = tmp_path / "report-out"
+    os.link(script, link)
+    for out in (script, link):
+        proc = perfaudit("lint", str(script), "-o", str(out))
+        assert proc.returncode == 2 and "input of this command" in proc.stderr, proc.stderr
+    assert script.read_text() == SYNC_SCRIPT
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    proc = perfaudit("analyze", str(trace), "-f", f"json={trace}")
+    assert proc.returncode == 2 and "input of this command" in proc.stderr and trace.read_text() == '{"traceEvents": []}'
+
+
+def test_a_history_line_cut_short_by_a_full_disk_is_never_glued_to_the_next(tmp_path, monkeypatch):
+    """An append that fails leaves the history as it was; one whose last line an older perfaudit left cut
+    short gets its new line on a line of its own, so no entry is lost with it."""
+    from perfaudit import files
+    from perfaudit.usecases.history import append, read_history
+    history = tmp_path / "perfaudit-history.jsonl"
+    append(str(history), {"commit": "a", "step_ms": 1.0})
+    before = history.read_bytes()
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+    with monkeypatch.context() as m:
+        m.setattr(files.os, "fsync", full)
+        with pytest.raises(Exception, match="cannot append to the history: no space left"):
+            append(str(history), {"commit": "b", "step_ms": 2.0})
+    assert history.read_bytes() == before
+    history.write_bytes(before + b'{"commit": "c", "st')  # cut short by an older writer
+    append(str(history), {"commit": "d", "step_ms": 4.0})
+    entries, notes = read_history(str(history))
+    assert [e["commit"] for e in entries] == ["a", "d"] and len(notes) == 1

@@ -47,7 +47,8 @@ def analyze(
     debug: DebugOpt = False,
 ):
     """Evaluate the rules on torch.profiler / Kineto traces recorded elsewhere."""
-    reporting = Reporting(config, rules_dir, select, ignore, fmt, output, baseline, baseline_write)
+    reporting = Reporting(config, rules_dir, select, ignore, fmt, output, baseline, baseline_write,
+                          protected=tuple(traces))
     with err.status("reading traces …"):
         report = api.analyze(traces, reporting.rules, tuple(source_root or ()), reporting.settings.gate, jobs)
     reporting.finish(report, fail_on, verbose)
@@ -63,7 +64,8 @@ def lint(
     debug: DebugOpt = False,
 ):
     """Report what the source alone shows, without running it (no torch import)."""
-    reporting = Reporting(config, rules_dir, select, ignore, fmt, output, baseline, baseline_write)
+    reporting = Reporting(config, rules_dir, select, ignore, fmt, output, baseline, baseline_write,
+                          protected=tuple(paths))
     reporting.finish(api.lint(paths, reporting.rules, reporting.settings.gate), fail_on, verbose)
 
 

@@ -2,6 +2,7 @@
 Every probe locates what it saw at the innermost user frame."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import traceback
@@ -21,6 +22,7 @@ def _torch_dir() -> str:
     return _TORCH_DIR
 
 
+@functools.lru_cache(maxsize=8192)  # asked for every frame of every stack walked: a few hundred distinct files
 def is_user_file(path: str | None) -> bool:
     """A file of the user's code: not perfaudit, torch, the standard library or an installed package."""
     if not path:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from importlib import import_module
 
-from ..errors import UsageError
+from ..errors import UsageError, WriteError
+from ..files import write_atomic
 
 REPORT_FORMATS = ("console", "json", "sarif", "junit", "markdown", "github", "html")
 _SOURCE_SUFFIXES = (".py", ".pyw", ".ipynb", ".pyx")
@@ -41,14 +42,15 @@ def parse_formats(formats: list[str] | None, output: str | None) -> list[tuple[s
 
 
 def check_writable(paths: list[str], protected: tuple[str, ...] = ()) -> None:
-    """Every file perfaudit will write can be written, and none is source code: not the audited script
-    (`protected`), not any existing Python file."""
+    """Every file perfaudit will write can be written, and none is an input of the command (`protected`:
+    the audited script, the files linted, the traces read; by the file's identity, whatever its name or
+    suffix) or any existing Python file."""
     for path in paths:
         folder = os.path.dirname(os.path.abspath(path))
         if os.path.isdir(path):
             raise UsageError(f"cannot write {path}: it is a directory")
-        if any(os.path.exists(p) and os.path.exists(path) and os.path.samefile(p, path) for p in protected):
-            raise UsageError(f"refusing to write a report over {path}: it is the script being audited")
+        if any(os.path.isfile(p) and os.path.exists(path) and os.path.samefile(p, path) for p in protected):
+            raise UsageError(f"refusing to write a report over {path}: it is an input of this command")
         if os.path.exists(path) and path.lower().endswith(_SOURCE_SUFFIXES):
             raise UsageError(f"refusing to write a report over {path}: it is Python source; choose another file")
         if not os.path.isdir(folder):
@@ -66,15 +68,8 @@ def render(report, fmt: str, rules) -> str:
 
 
 def write_text(path: str, text: str) -> None:
-    """A file written whole or not at all (a temporary file moved into place)."""
-    tmp = f"{path}.perfaudit-{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text.rstrip("\n") + "\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """A report file written whole or not at all (files.write_atomic), ending with one newline."""
+    write_atomic(path, text.rstrip("\n") + "\n")
 
 
 def write_files(report, specs: list[tuple[str, str | None]], rules) -> list[str]:
@@ -84,6 +79,6 @@ def write_files(report, specs: list[tuple[str, str | None]], rules) -> list[str]
         if path:
             try:
                 write_text(path, render(report, fmt, rules))
-            except OSError as exc:
-                failed.append(f"cannot write {path}: {exc.strerror}")
+            except WriteError as exc:
+                failed.append(str(exc))
     return failed

@@ -15,9 +15,10 @@ from ..collect.emulation_outcome import emulation_may_cause
 from ..collect.notebook import relocate, write_script
 from ..collect.runner import RunOptions, RunResult, check_script, run_script
 from ..engine.loader import Rule, builtin_rules_dir, load_rules
-from ..errors import LaunchError, TraceError
+from ..errors import LaunchError, TraceError, WriteError
 from ..facts import Context
 from ..facts.emulated import gpu_branch_ran, offered
+from ..files import write_atomic
 from ..findings import Report
 from ..gate import GateOptions
 from ..outcome import Outcome
@@ -271,10 +272,9 @@ def write_run_reports(report: Report, rules: list[Rule]) -> None:
     for name, render in renderers.items():
         path = os.path.join(report.run_dir, name)
         try:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(render())
-        except OSError as exc:
-            report.notes.append(f"could not write {path}: {exc.strerror}")
+            write_atomic(path, render())
+        except WriteError as exc:
+            report.notes.append(str(exc))
 
 
 def _no_trace_reason(result: RunResult) -> str:

@@ -14,6 +14,7 @@ from .. import __version__
 from ..collect.options import RunOptions
 from ..engine.loader import Rule, load_rules
 from ..errors import UsageError
+from ..files import append_line
 from ..findings import Report
 from ..gate import GateOptions
 from ..verify.history import HistoryCheck, check
@@ -77,12 +78,9 @@ def read_history(path: str) -> tuple[list[dict], list[str]]:
 
 
 def append(path: str, entry: dict) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
     try:
-        os.makedirs(folder, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry, sort_keys=True) + "\n")
-    except OSError as exc:
+        append_line(path, json.dumps(entry, sort_keys=True))
+    except OSError as exc:  # the folder could not be made, or the line not written (the history is as it was)
         raise UsageError(f"{path}: cannot append to the history: {exc.strerror}") from None
 
 

@@ -1,0 +1,55 @@
+"""The one way perfaudit writes a file a user sees (reports, baselines, run reports): whole or not at all.
+
+A temporary file in the same folder is written, flushed and synced to the disk, then moved into place;
+on any failure the file that was there is untouched and the error says what failed (no space, a
+read-only file system, permission), as a WriteError: one line, exit code 2."""
+from __future__ import annotations
+
+import errno
+import os
+
+from .errors import WriteError
+
+_WHY = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+        errno.EROFS: "read-only file system", errno.EACCES: "permission denied", errno.EPERM: "permission denied"}
+
+
+def write_atomic(path: str, data: str | bytes) -> None:
+    """`data` (text is written as UTF-8) at `path`, all of it or nothing."""
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.perfaudit-{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise WriteError(path, exc.errno or 0, _WHY.get(exc.errno, exc.strerror or str(exc))) from exc
+    finally:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+
+
+def append_line(path: str, line: str) -> None:
+    """One line added at the end of a log (JSON Lines), all of it or none: a file whose last line was
+    cut short (an earlier full disk) gets a newline first, so the new line is never glued to it; on a
+    failure the file is truncated back to what it was."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    try:
+        with open(path, "ab+") as f:
+            size = f.seek(0, os.SEEK_END)
+            lead = b""
+            if size:
+                f.seek(size - 1)
+                lead = b"" if f.read(1) == b"\n" else b"\n"
+            try:
+                f.write(lead + line.rstrip("\n").encode("utf-8") + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError:
+                f.truncate(size)
+                raise
+    except OSError as exc:
+        raise WriteError(path, exc.errno or 0, _WHY.get(exc.errno, exc.strerror or str(exc))) from exc
