@@ -347,3 +347,55 @@ def test_a_history_line_cut_short_by_a_full_disk_is_never_glued_to_the_next(tmp_
     append(str(history), {"commit": "d", "step_ms": 4.0})
     entries, notes = read_history(str(history))
     assert [e["commit"] for e in entries] == ["a", "d"] and len(notes) == 1
+
+
+def _two_file_plan(tmp_path):
+    from perfaudit.fix.plan import FileFix, FixPlan
+    files = []
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(f"x = 1  # {name}\n")
+        files.append(FileFix(str(tmp_path / name), name, f"x = 1  # {name}\n", f"x = 2  # {name}, fixed\n"))
+    return FixPlan(files=files)
+
+
+def test_fix_write_on_a_full_disk_puts_every_file_back(tmp_path, monkeypatch):
+    """The second file's write fails for lack of space: the first, already written, is put back, the
+    second too (it may have been cut short), no copy is left, and the error says nothing was changed."""
+    from perfaudit.errors import UsageError
+    from perfaudit.fix import plan as fixplan
+    written = []
+    real = fixplan._write_in_place
+
+    def full_on_the_second(path, data, opened=lambda: None):
+        opened()
+        written.append(path)
+        if len(written) == 2:
+            with open(path, "r+b") as out:  # a short write, as a full disk leaves it
+                out.write(data[:3])
+            raise OSError(28, "No space left on device")
+        real(path, data)
+    monkeypatch.setattr(fixplan, "_write_in_place", full_on_the_second)
+    plan = _two_file_plan(tmp_path)
+    with pytest.raises(UsageError, match="nothing was changed: no space left on the device"):
+        plan.write()
+    assert [(tmp_path / n).read_text() for n in ("a.py", "b.py")] == ["x = 1  # a.py\n", "x = 1  # b.py\n"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "b.py"]
+
+
+def test_fix_write_keeps_the_copy_of_a_file_it_could_not_put_back(tmp_path, monkeypatch):
+    """When even putting a file back fails, its copy stays beside it and the error names it."""
+    from perfaudit.errors import UsageError
+    from perfaudit.fix import plan as fixplan
+    calls = []
+
+    def always_full(path, data, opened=lambda: None):
+        opened()
+        calls.append(path)
+        with open(path, "r+b") as out:
+            out.write(data[:3])
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(fixplan, "_write_in_place", always_full)
+    with pytest.raises(UsageError, match="could not put everything back") as caught:
+        _two_file_plan(tmp_path).write()
+    backup = next(p for p in tmp_path.iterdir() if p.name.endswith(".perfaudit-backup"))
+    assert str(backup) in str(caught.value) and backup.read_text() == "x = 1  # a.py\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import codecs
 import difflib
+import errno
 import os
 import stat
 import tempfile
@@ -74,41 +75,73 @@ class FixPlan:
     def write(self) -> list[str]:
         """Every file edited, or none: each is written in place (same inode, so its mode, owner, hard
         links and the symbolic links to it stay), after a copy of the original is kept beside it under a
-        name no other file has; if any write fails, the files already written are put back and the error
-        is raised. The copies are removed once every file is written."""
+        name no other file has, synced to the disk; each write is synced too. If any write fails (a full
+        disk), the files already touched are put back and the error is raised; a file that cannot be put
+        back keeps its copy, and the error names it. The copies are removed only once every file is
+        either written or back as it was."""
         from ..errors import UsageError
-        backups: list[tuple[FileFix, str]] = []
+        backups: dict[str, str] = {}
+        touched: list[FileFix] = []
         try:
             for f in self.files:
                 if not os.access(f.path, os.W_OK):
-                    raise OSError(f"{f.shown}: permission denied")
+                    raise OSError(errno.EACCES, f"{f.shown}: permission denied")
                 fd, backup = tempfile.mkstemp(prefix=f".{os.path.basename(f.path)}.", suffix=".perfaudit-backup",
                                               dir=os.path.dirname(f.path))
+                backups[f.path] = backup
                 with os.fdopen(fd, "wb") as out:
-                    out.write((codecs.BOM_UTF8 if f.bom else b"") + f.original.encode("utf-8"))
-                backups.append((f, backup))
-            done = []
-            try:
-                for f in self.files:
-                    with open(f.path, "r+b") as out:
-                        out.write(f.encoded())
-                        out.truncate()
-                    done.append(f)
-            except OSError:
-                for f in done:  # all or nothing: put back what was already changed
-                    with open(f.path, "r+b") as out:
-                        out.write((codecs.BOM_UTF8 if f.bom else b"") + f.original.encode("utf-8"))
-                        out.truncate()
-                raise
+                    out.write(_original_bytes(f))
+                    out.flush()
+                    os.fsync(out.fileno())
+            for f in self.files:  # a file that cannot even be opened was not touched
+                _write_in_place(f.path, f.encoded(), opened=lambda f=f: touched.append(f))
         except OSError as exc:
-            raise UsageError(f"--write: nothing was changed: {exc.strerror or exc}") from None
-        finally:
-            for _, backup in backups:
-                try:
-                    os.remove(backup)
-                except OSError:
-                    pass
+            kept = _put_back(touched, backups)
+            for path in set(backups) - set(kept):
+                _remove(backups[path])
+            if kept:
+                names = "; ".join(f"{f.shown}: its original is in {backups[f.path]}" for f in touched if f.path in kept)
+                raise UsageError(f"--write failed ({_why(exc)}) and could not put everything back: {names}") from None
+            raise UsageError(f"--write: nothing was changed: {_why(exc)}") from None
+        for backup in backups.values():
+            _remove(backup)
         return [f.shown for f in self.files]
+
+
+def _original_bytes(f: FileFix) -> bytes:
+    return (codecs.BOM_UTF8 if f.bom else b"") + f.original.encode("utf-8")
+
+
+def _write_in_place(path: str, data: bytes, opened=lambda: None) -> None:
+    with open(path, "r+b") as out:
+        opened()
+        out.write(data)
+        out.truncate()
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _put_back(touched: list[FileFix], backups: dict[str, str]) -> set[str]:
+    """The touched files rewritten with their original bytes; the paths that could not be."""
+    kept = set()
+    for f in touched:
+        try:
+            _write_in_place(f.path, _original_bytes(f))
+        except OSError:
+            kept.add(f.path)
+    return kept
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _why(exc: OSError) -> str:
+    return {errno.ENOSPC: "no space left on the device", errno.EROFS: "read-only file system"}.get(
+        exc.errno, exc.strerror or str(exc))
 
 
 def _is_users(path: str, root: str) -> str | None:
