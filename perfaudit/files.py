@@ -14,6 +14,11 @@ _WHY = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota e
         errno.EROFS: "read-only file system", errno.EACCES: "permission denied", errno.EPERM: "permission denied"}
 
 
+def why(exc: OSError) -> str:
+    """What an OSError of a write means, in the words the user reads."""
+    return _WHY.get(exc.errno, exc.strerror or str(exc))
+
+
 def write_atomic(path: str, data: str | bytes) -> None:
     """`data` (text is written as UTF-8) at `path`, all of it or nothing."""
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.perfaudit-{os.getpid()}.tmp")
@@ -24,7 +29,7 @@ def write_atomic(path: str, data: str | bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as exc:
-        raise WriteError(path, exc.errno or 0, _WHY.get(exc.errno, exc.strerror or str(exc))) from exc
+        raise WriteError(path, exc.errno or 0, why(exc)) from exc
     finally:
         try:
             os.remove(tmp)
@@ -52,4 +57,4 @@ def append_line(path: str, line: str) -> None:
                 f.truncate(size)
                 raise
     except OSError as exc:
-        raise WriteError(path, exc.errno or 0, _WHY.get(exc.errno, exc.strerror or str(exc))) from exc
+        raise WriteError(path, exc.errno or 0, why(exc)) from exc

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from ..files import why as write_failure
 from ..findings import Finding
 from .catalog import FIX_KINDS
 from .edits import EDITS
@@ -101,8 +102,8 @@ class FixPlan:
                 _remove(backups[path])
             if kept:
                 names = "; ".join(f"{f.shown}: its original is in {backups[f.path]}" for f in touched if f.path in kept)
-                raise UsageError(f"--write failed ({_why(exc)}) and could not put everything back: {names}") from None
-            raise UsageError(f"--write: nothing was changed: {_why(exc)}") from None
+                raise UsageError(f"--write failed ({write_failure(exc)}) and could not put everything back: {names}") from None
+            raise UsageError(f"--write: nothing was changed: {write_failure(exc)}") from None
         for backup in backups.values():
             _remove(backup)
         return [f.shown for f in self.files]
@@ -137,11 +138,6 @@ def _remove(path: str) -> None:
         os.remove(path)
     except OSError:
         pass
-
-
-def _why(exc: OSError) -> str:
-    return {errno.ENOSPC: "no space left on the device", errno.EROFS: "read-only file system"}.get(
-        exc.errno, exc.strerror or str(exc))
 
 
 def _is_users(path: str, root: str) -> str | None:
