@@ -250,3 +250,24 @@ def test_memory_and_cudnn_queries_answer_as_a_gpu_would(tmp_path):
     allocated, ratio, peak, version = out.read_text().split()
     assert int(allocated) >= 1024 * 1024 * 4 and 0 < float(ratio) <= 1 and int(peak) >= int(allocated)
     assert int(version) > 0
+
+
+def test_the_gpu_switch_reader_takes_any_file_without_failing(tmp_path_factory):
+    """The script is the user's and may be anything: text that is no Python, deep nesting, odd bytes. The
+    reader answers a switch or None, never an exception."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from perfaudit.static.gpu_switch import gpu_switch
+    folder = tmp_path_factory.mktemp("hostile")
+    script = folder / "train.py"
+    pieces = st.sampled_from(["p.add_argument(", "'--cuda'", "action='store_true'", "default=", "'cpu'", ")", "(",
+                              "[", "\n", "import utils\n", "accelerator=", "\x00", "\udcff", "#", "'", '"""'])
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(pieces, max_size=60), st.integers(0, 3000))
+    def check(parts, depth):
+        script.write_bytes(("".join(parts) + "(" * depth).encode("utf-8", "surrogateescape"))
+        found = gpu_switch(str(script))
+        assert found is None or isinstance(found, str)
+    check()

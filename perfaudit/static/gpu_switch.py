@@ -48,7 +48,7 @@ def gpu_switch(script: str) -> str | None:
     for file in files:
         try:
             tree = ast.parse(_read(file) if file != path else text)
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, RecursionError, MemoryError):  # a user's file, read as hostile
             continue
         where = os.path.basename(file)
         for name, kw, line in _options(tree):
