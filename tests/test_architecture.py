@@ -16,6 +16,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                     "perfaudit.probe_schema", "perfaudit.flops.peaks")),
     ("collection", ("perfaudit.collect",)),
     ("trace model", ("perfaudit.trace", "perfaudit.source", "perfaudit.findings")),
+    ("projection model", ("perfaudit.projection",)),
     ("facts", ("perfaudit.facts", "perfaudit.static", "perfaudit.flops")),
     ("rule engine", ("perfaudit.engine", "perfaudit.fix", "perfaudit.config", "perfaudit.baseline",
                      "perfaudit.suppress", "perfaudit.gate", "perfaudit.verify")),

@@ -27,6 +27,7 @@ class RawArgs(msgspec.Struct, gc=False):
     correlation: Any = _UNSET
     bytes: Any = _UNSET
     input_dims: Any = msgspec.field(default=_UNSET, name="Input Dims")
+    input_type: Any = msgspec.field(default=_UNSET, name="Input type")
     concrete_inputs: Any = msgspec.field(default=_UNSET, name="Concrete Inputs")
     device_type: Any = msgspec.field(default=_UNSET, name="Device Type")
     device_id: Any = msgspec.field(default=_UNSET, name="Device Id")

@@ -13,5 +13,7 @@ FLOP_OPS = MM_OPS | CONV_OPS | ATTENTION_OPS | ATTENTION_BACKWARD_OPS  # facts.f
 # padding and dilation too
 _SHAPED = ("aten::cudnn_convolution", "aten::_convolution", "aten::mkldnn_convolution", "aten::linear",
            "aten::matmul", "aten::embedding", *sorted(FLOP_OPS - CONV_OPS))
-OP_ARGS: dict[str, tuple[str, ...]] = {**dict.fromkeys(_SHAPED, ("Input Dims",)),
-                                       **dict.fromkeys(CONV_OPS, ("Input Dims", "Concrete Inputs"))}
+OP_ARGS: dict[str, tuple[str, ...]] = {**dict.fromkeys(_SHAPED, ("Input Dims", "Input type")),
+                                       **dict.fromkeys(CONV_OPS, ("Input Dims", "Input type", "Concrete Inputs"))}
+# every other op's shapes and dtypes, kept only when asked (a projection from a CPU trace reads each op's bytes)
+ANY_OP_ARGS: tuple[str, ...] = ("Input Dims", "Input type")

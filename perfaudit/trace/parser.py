@@ -14,7 +14,7 @@ from ..errors import TraceError
 from . import fast
 from .gc_pause import collection_paused
 from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace, emulated_run, sort_by_start, without_emulation_frames
-from .op_names import OP_ARGS
+from .op_names import ANY_OP_ARGS, OP_ARGS
 from .steps import segment_steps
 from .streams import _GZIP_ERRORS, MAX_EVENTS, _meta_after_events, _open, _Prepend, _Repair, _spool, meta_after_list
 
@@ -88,16 +88,16 @@ def _kind(cat) -> str | None:
 _NUMBERS = (int, float)
 
 
-def _to_event(raw) -> Event | None:
+def _to_event(raw, other_ops: tuple = ()) -> Event | None:
     """Normalise one raw event (a dict from the general parser), or None when it is not a complete
-    event we analyse."""
+    event we analyse. `other_ops`: the args kept of ops OP_ARGS does not name."""
     if type(raw) is not dict or raw.get("ph") != "X":
         return None
     return _complete(raw.get("cat"), raw.get("name"), raw.get("ts"), raw.get("dur"), raw.get("pid"),
-                     raw.get("tid"), raw.get("args"))
+                     raw.get("tid"), raw.get("args"), other_ops)
 
 
-def _complete(cat, name, ts, dur, pid, tid, args) -> Event | None:
+def _complete(cat, name, ts, dur, pid, tid, args, other_ops: tuple = ()) -> Event | None:
     """A complete ("X") event from its fields (the general parser; the fast path inlines this)."""
     kind = _kind(cat)
     if kind is None or type(name) is not str:
@@ -108,7 +108,7 @@ def _complete(cat, name, ts, dur, pid, tid, args) -> Event | None:
         raise ValueError("bad ts/dur")
     kept = _NO_ARGS
     if args:
-        keys = KEPT_ARGS.get(kind, OP_ARGS.get(name, ()) if kind == "op" else ())
+        keys = KEPT_ARGS.get(kind, OP_ARGS.get(name, other_ops) if kind == "op" else ())
         if keys:
             if type(args) is dict:
                 kept = {key: args[key] for key in keys if key in args} or _NO_ARGS
@@ -129,7 +129,7 @@ def _memory_event(raw: dict, trace: Trace) -> None:
             peaks[field] = int(value)
 
 
-def _events(stream, prefix: str, trace: Trace):
+def _events(stream, prefix: str, trace: Trace, other_ops: tuple = ()):
     import ijson
     host, device, python = trace.host.append, trace.device.append, trace.python.append
     to_event = _to_event
@@ -139,7 +139,7 @@ def _events(stream, prefix: str, trace: Trace):
             trace.dropped_events += 1  # memory stays bounded; the report says how many were not read
             continue
         try:
-            ev = to_event(raw)
+            ev = to_event(raw, other_ops)
         except ValueError:
             trace.skipped_events += 1
             continue
@@ -156,34 +156,34 @@ def _events(stream, prefix: str, trace: Trace):
             host(ev)
 
 
-def _parse_once(path: str, repair: bool) -> Trace:
+def _parse_once(path: str, repair: bool, other_ops: tuple = ()) -> Trace:
     with _open(path) as f:
         stream = _Repair(f) if repair else f
         meta, head, prefix = _read_head(stream)
         trace = Trace(path=path, meta=meta)
         reader = io.BufferedReader(_Prepend(head, stream), 1 << 20)
-        _events(reader, prefix, trace)
+        _events(reader, prefix, trace, other_ops)
         if prefix == "traceEvents.item":
             _meta_after_events(f, meta)
     return trace
 
 
-def _try_fast(path: str) -> Trace | None:
+def _try_fast(path: str, other_ops: tuple) -> Trace | None:
     """The trace by the fast path, or None: then the general parser reads it (and names any error)."""
     try:
-        return _parse_fast(path)
+        return _parse_fast(path, other_ops)
     except (TraceError, fast.NotFastLayout, ValueError, OSError, *_GZIP_ERRORS):
         return None
 
 
-def _parse_general(path: str) -> Trace:
+def _parse_general(path: str, other_ops: tuple = ()) -> Trace:
     import ijson  # the general path only: a trace in Kineto's layout never needs it
     try:
         try:
-            return _parse_once(path, repair=False)
+            return _parse_once(path, False, other_ops)
         except ijson.JSONError as first:
             try:  # what a torch version is known to write wrong, put right; else the first error stands
-                return _parse_once(path, repair=True)
+                return _parse_once(path, True, other_ops)
             except ijson.JSONError:
                 raise first from None
     except TraceError:
@@ -199,7 +199,7 @@ def _parse_general(path: str) -> Trace:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
 
 
-def _fast_events(stream, first: bytes, trace: Trace, after: list[bytes]) -> None:
+def _fast_events(stream, first: bytes, trace: Trace, after: list[bytes], other_ops: tuple = ()) -> None:
     """_complete's work inlined for the fast path (the per-event loop is most of the parse time): what an
     event's category and name decide (kept or not, its kind, the list it goes to, the args it keeps, one
     string object for its name) is worked out once per distinct (category, name), not per event; the args
@@ -213,7 +213,7 @@ def _fast_events(stream, first: bytes, trace: Trace, after: list[bytes]) -> None
         if kind is None or type(name) is not str or (kind == "runtime" and not _runtime_kept(name)):
             verdict = None
         else:
-            keys = KEPT_ARGS.get(kind, OP_ARGS.get(name, ()) if kind == "op" else ())
+            keys = KEPT_ARGS.get(kind, OP_ARGS.get(name, other_ops) if kind == "op" else ())
             verdict = (kind, lists.get(_PLACE.get(kind), trace.host).append, keys and fast.keeper(keys),
                        _names.setdefault(name, name))
         try:
@@ -276,7 +276,7 @@ def _after_bracket(buf: bytes, stream) -> bytes:
         buf += chunk
 
 
-def _parse_fast(path: str) -> Trace:
+def _parse_fast(path: str, other_ops: tuple = ()) -> Trace:
     with _open(path) as f:
         meta, head, prefix = _read_head(f)
         if prefix != "traceEvents.item":
@@ -284,20 +284,22 @@ def _parse_fast(path: str) -> Trace:
         trace = Trace(path=path, meta=meta)
         key = head.find(b'"traceEvents"')
         after: list[bytes] = []
-        _fast_events(f, _after_bracket(head[key + len(b'"traceEvents"'):], f), trace, after)
+        _fast_events(f, _after_bracket(head[key + len(b'"traceEvents"'):], f), trace, after, other_ops)
         meta_after_list(after[0], meta)
     return trace
 
 
-def load_trace(path: str, fast_path: bool = True) -> Trace:
+def load_trace(path: str, fast_path: bool = True, op_shapes: bool = False) -> Trace:
     """Parse a trace file into the model: the fast path for Kineto's layout, the general streaming
     parser for anything else (identical results). A pipe (`-` for standard input, /dev/stdin, a FIFO) is
-    read into a temporary file first. Raises TraceError with a one-line reason."""
+    read into a temporary file first. `op_shapes`: keep every op's input shapes and dtypes (a projection
+    from a CPU trace reads them; a GPU trace's kernels say what they cost). Raises TraceError with a
+    one-line reason."""
     path = os.fspath(path)
     spooled = _spool(path)
     try:
         with collection_paused():
-            trace = _load(spooled or path, fast_path)
+            trace = _load(spooled or path, fast_path, ANY_OP_ARGS if op_shapes else ())
     finally:
         if spooled:
             os.remove(spooled)
@@ -306,10 +308,10 @@ def load_trace(path: str, fast_path: bool = True) -> Trace:
     return trace
 
 
-def _load(path: str, fast_path: bool) -> Trace:
-    trace = _try_fast(path) if fast_path else None
+def _load(path: str, fast_path: bool, other_ops: tuple) -> Trace:
+    trace = _try_fast(path, other_ops) if fast_path else None
     if trace is None:
-        trace = _parse_general(path)
+        trace = _parse_general(path, other_ops)
     if not (trace.host or trace.device or trace.python):
         raise TraceError(f"{path}: the trace holds no profiler events")
     for events in (trace.host, trace.device, trace.python):

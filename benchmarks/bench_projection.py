@@ -1,0 +1,187 @@
+"""How good the projection onto a named GPU is, on public measurements (docs/accuracy.md, "Projection").
+
+    python benchmarks/bench_projection.py [--traces DIR]     # DIR: ../shared/traces by default
+
+1. Identity: each public GPU trace with recorded shapes, projected onto its own GPU (a) from its measured
+   kernels (the simulation replays its host timeline) and (b) from its ops' shapes through the kernel model
+   (what a CPU run gets): the projected step against the measured one.
+2. Across GPUs, per op: the ops (name, shapes, dtypes) the A100 and V100 traces of one model share; the V100
+   time projected from the A100's measured time (times the model's ratio), from the model alone, and by
+   plain roofline; time-weighted error.
+3. Per op, held out by GPU: NeuSight's labels (benchmarks/calibrate_projection.py).
+4. The bottleneck class: projected (identity, from the kernels) against the class the measured timeline
+   gives (facts gpu.step_breakdown: compute, copies, sync wait, data wait, other idle; collectives).
+5. Overhead: `analyze` on a large trace with and without `--target`, in one run.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from calibrate_projection import main as neusight_main  # noqa: E402
+
+from perfaudit.projection import devices  # noqa: E402
+from perfaudit.projection.kernels import calibration, kernel_us, roofline_us  # noqa: E402
+from perfaudit.projection.model import Inputs, Projector, kernel_precision  # noqa: E402
+from perfaudit.projection.timeline import Launched, _groups, _roots_in  # noqa: E402
+from perfaudit.projection.work import work_of  # noqa: E402
+from perfaudit.trace.parser import load_trace  # noqa: E402
+
+ROOT = Path(sys.argv[sys.argv.index("--traces") + 1]) if "--traces" in sys.argv else \
+    Path(__file__).resolve().parents[2] / "shared" / "traces"
+SHAPED = ["hta/trace_diff_control_a100_rank3", "hta/trace_diff_test_v100_rank1", "hta/negative_queue_a100_rank0",
+          "tracelens_h100/bert_small_inference_h100", "tracelens_h100/owlv2_inference_h100",
+          "tracelens_h100/qwen_0.5b_inference_h100", "param/dlrm_8ranks/worker0"]
+ALL_GPU = SHAPED + ["hta/nccl_data_a100_rank0", "hta/ns_resolution_v100_rank0", "hta/df_index_resolver_v100_rank1",
+                    "hta/alexnet_a100", "param/resnet_2080ti", "param/linear_2080ti"]
+
+
+def _load(name: str):
+    return load_trace(str(ROOT / f"{name}.json.gz"), op_shapes=True)
+
+
+def tf32_of(trace) -> bool:
+    return any(kernel_precision(e.name) == "tf32" for e in trace.device if e.kind == "kernel")
+
+
+def identity() -> None:
+    print("\n1. Identity: projected onto the GPU each trace was recorded on")
+    print(f"{'trace':<44}{'measured':>10}{'replayed':>10}{'err':>7}{'shapes':>10}{'err':>7}")
+    replay_err, shape_err = [], []
+    for name in SHAPED:
+        trace = _load(name)
+        device = devices.device_named(trace.device_properties.get("name"))
+        if device is None:
+            continue
+        inputs = Inputs(tf32_matmul=tf32_of(trace))
+        replay = Projector(trace, trace.measured_steps, device, inputs, device).run()
+        cpu_like = _without_device(trace)
+        shapes = Projector(cpu_like, cpu_like.measured_steps, device, inputs).run()
+        m = replay.measured_step_ms
+        e1, e2 = replay.step_ms / m - 1, shapes.step_ms / m - 1
+        replay_err.append(abs(e1))
+        shape_err.append(abs(e2))
+        print(f"{name:<44}{m:>9.1f} {replay.step_ms:>9.1f}{e1:>+7.0%}{shapes.step_ms:>10.1f}{e2:>+7.0%}")
+    print(f"{'median |error|':<44}{'':>10}{'':>10}{statistics.median(replay_err):>7.1%}{'':>10}"
+          f"{statistics.median(shape_err):>7.1%}")
+
+
+def _without_device(trace):
+    """The trace as a CPU run would record it: no kernels, no runtime calls (ops' host times stay: the
+    projection replaces them by the model's dispatch cost)."""
+    from copy import copy
+    cpu = copy(trace)
+    cpu.device = []
+    cpu.host = [e for e in trace.host if e.kind != "runtime"]
+    cpu._host_by_name = None
+    return cpu
+
+
+def per_op(trace) -> dict:
+    """(op, shapes, dtypes) -> [occurrences, measured kernel µs, the op] over the measured steps."""
+    launched = Launched(trace)
+    out: dict = {}
+    for step in trace.measured_steps:
+        for root in _roots_in(trace, step):
+            for g in _groups(root):
+                us = sum(ev.dur for call in launched.inside(g)
+                         for ev in launched.by_corr.get(call.args.get("correlation"), ()) if ev.kind == "kernel")
+                if us <= 0 or "Input Dims" not in g.args or g.name.startswith("c10d::"):
+                    continue
+                key = (g.name, str(g.args.get("Input Dims")), str(g.args.get("Input type")))
+                slot = out.setdefault(key, [0, 0.0, g])
+                slot[0] += 1
+                slot[1] += us
+    return out
+
+
+def across() -> None:
+    print("\n2. Across GPUs, per op: A100 (HTA trace_diff control) -> V100 (trace_diff test)")
+    a, v = _load(SHAPED[0]), _load(SHAPED[1])
+    a100, v100 = devices.device_named(a.device_properties["name"]), devices.device_named(v.device_properties["name"])
+    ops_a, ops_v = per_op(a), per_op(v)
+    common = sorted(set(ops_a) & set(ops_v))
+    cal, tf32 = calibration(), tf32_of(a)
+    err = defaultdict(float)
+    total = 0.0
+    by_kind = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for key in common:
+        n_a, us_a, op = ops_a[key]
+        n_v, us_v, _ = ops_v[key]
+        measured_a, measured_v = us_a / n_a, us_v / n_v
+        w_a, w_v = work_of(op, tf32), work_of(op, False)   # a V100 has no TF32: its GEMMs run in FP32
+        scaled = measured_a * kernel_us(w_v, v100, cal) / kernel_us(w_a, a100, cal)
+        model = kernel_us(w_v, v100, cal)
+        roof = roofline_us(w_v, v100)
+        peak = measured_a * (roofline_us(w_v, v100) / max(roofline_us(w_a, a100), 1e-9))
+        weight = n_v  # time-weighted over the V100's occurrences
+        total += measured_v * weight
+        for label, pred in (("scaled", scaled), ("model", model), ("roofline", roof), ("peak ratio", peak)):
+            err[label] += abs(pred - measured_v) * weight
+        k = by_kind[w_v.kind]
+        k[0] += measured_v * weight
+        k[1] += abs(scaled - measured_v) * weight
+        k[2] += abs(roof - measured_v) * weight
+    print(f"{len(common)} op-and-shape keys in common, {total / 1e3:.1f} ms of V100 kernel time")
+    for label in ("scaled", "model", "roofline", "peak ratio"):
+        print(f"  {label:<11} time-weighted error {err[label] / total:6.1%}")
+    for kind, (t, s, r) in by_kind.items():
+        print(f"    {kind:<9} {t / 1e3:7.1f} ms: scaled {s / t:6.1%}, roofline {r / t:6.1%}")
+
+
+def bottlenecks() -> None:
+    from perfaudit.facts.registry import Context
+    print("\n4. Bottleneck: projected (identity, measured kernels) vs measured timeline")
+    agree = n = 0
+    for name in ALL_GPU:
+        trace = load_trace(str(ROOT / f"{name}.json.gz"))
+        device = devices.device_named(trace.device_properties.get("name"))
+        if device is None:
+            continue
+        measured = measured_class(Context(trace, None, ()))
+        projected = Projector(trace, trace.measured_steps, device, Inputs(tf32_matmul=tf32_of(trace)), device).run()
+        ok = projected.projection.bottleneck == measured
+        agree += ok
+        n += 1
+        print(f"  {name:<44} measured {measured:<14} projected {projected.projection.bottleneck:<14}"
+              f"{'' if ok else '  differs'}")
+    print(f"  agreement {agree}/{n} ({agree / n:.0%})")
+
+
+def measured_class(ctx) -> str:
+    b = ctx.get("gpu.step_breakdown")
+    comm = 0.0
+    try:
+        comm = ctx.get("comm.exposed")["exposed_ms"]
+    except Exception:  # no collectives
+        pass
+    weights = {"gpu": b["compute"] - comm, "communication": comm, "copies": b["copies"], "sync": b["sync_wait"],
+               "data": b["data_wait"], "host": b["other_idle"] + b.get("alloc_wait", 0.0)}
+    return max(weights, key=weights.get)
+
+
+def overhead() -> None:
+    print("\n5. Overhead on analyze (largest public trace, best of 3, same run)")
+    path = ROOT / "hta/df_index_resolver_v100_rank1.json.gz"
+    from perfaudit.api import analyze
+    times = {}
+    for target in (None, "H100 SXM", None, "H100 SXM", None, "H100 SXM"):
+        t0 = time.perf_counter()
+        analyze([str(path)], target=target)
+        times.setdefault(target, []).append(time.perf_counter() - t0)
+    base, proj = min(times[None]), min(times["H100 SXM"])
+    print(f"  analyze {base:.2f} s, with --target {proj:.2f} s: +{proj / base - 1:.0%}")
+
+
+if __name__ == "__main__":
+    identity()
+    across()
+    print("\n3. Per op, held out by GPU (NeuSight)")
+    neusight_main()
+    bottlenecks()
+    if "--no-overhead" not in sys.argv:
+        overhead()

@@ -1,0 +1,106 @@
+"""Fit the kernel model's efficiencies (perfaudit/projection/calibration.yaml) on public measurements and
+print the per-op error held out by GPU, beside plain roofline's.
+
+    python benchmarks/calibrate_projection.py          # print the errors with the shipped calibration
+    python benchmarks/calibrate_projection.py --fit    # refit on all GPUs and print what to ship
+    python benchmarks/calibrate_projection.py --all    # kernels over 50 ms too (clock throttling shows)
+
+Memory-bound ops (the floor and the bandwidth efficiency) and fp32 matrix ops come from NeuSight's labels
+(benchmarks/neusight.py). Error is time-weighted: sum |projected - measured| / sum measured, per GPU, fitted
+on the other GPUs."""
+from __future__ import annotations
+
+import itertools
+import sys
+from collections import defaultdict
+from dataclasses import replace
+from math import log
+
+from neusight import rows
+
+from perfaudit.projection.devices import device_named
+from perfaudit.projection.kernels import calibration, kernel_us, roofline_us
+
+GRID = {
+    "kernel_floor_us": [1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0],
+    "memory_efficiency": [0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95],
+    "matmul_fp32": [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0],
+}
+
+
+def _cal(floor, mem, mm) -> dict:
+    cal = {k: (dict(v) if isinstance(v, dict) else v) for k, v in calibration().items()}
+    cal.update(kernel_floor_us=floor, memory_efficiency=mem)
+    cal["matmul"]["fp32"] = mm
+    return cal
+
+
+def error(data, cal, model=kernel_us, unseen: bool = False) -> float:
+    """Time-weighted error; `unseen`: as for a GPU nothing was measured on (its own fp32_sustained dropped)."""
+    measured = sum(us for _, _, _, us in data)
+    if not measured:
+        return 0.0
+    total = 0.0
+    for _, d, w, us in data:
+        device = device_named(d)
+        if unseen:
+            device = replace(device, fp32_sustained=1.0)
+        total += abs((model(w, device) if model is roofline_us else model(w, device, cal)) - us)
+    return total / measured
+
+
+def log_error(data, cal) -> float:
+    """The mean |log(projected / measured)|: what the fit minimises, so that no GPU's large times outweigh
+    the others' (the printed error is time-weighted)."""
+    return sum(abs(log(kernel_us(w, device_named(d), cal) / us)) for _, d, w, us in data) / max(len(data), 1)
+
+
+def fit(data) -> dict:
+    memory = [r for r in data if r[0] == "memory"]
+    matmul = [r for r in data if r[0] == "matmul"]
+    floor, mem = min(itertools.product(GRID["kernel_floor_us"], GRID["memory_efficiency"]),
+                     key=lambda fm: log_error(memory, _cal(fm[0], fm[1], 1.0)))
+    mm = min(GRID["matmul_fp32"], key=lambda e: log_error(matmul, _cal(floor, mem, e)))
+    return _cal(floor, mem, mm)
+
+
+LONG_US = 50_000  # kernels longer than a training step's are where a card's clock throttles (P100: 11 s GEMMs)
+
+
+def main() -> None:
+    data = rows()
+    if "--all" not in sys.argv:
+        data = [r for r in data if r[3] <= LONG_US]
+    by_gpu = defaultdict(list)
+    for r in data:
+        by_gpu[r[1]].append(r)
+    shipped = calibration()
+    print("time-weighted per-op error; held out: fitted on the other GPUs, the GPU's own measured FP32 derating "
+          "dropped; shipped: calibration.yaml and devices.yaml as shipped")
+    print(f"{'GPU':<16}{'class':<8}{'rows':>6}{'held out':>10}{'shipped':>9}{'roofline':>10}")
+    totals = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    for gpu, own in sorted(by_gpu.items()):
+        held = fit([r for r in data if r[1] != gpu])
+        for cls in ("matmul", "memory"):
+            part = [r for r in own if r[0] == cls]
+            t = sum(us for *_, us in part)
+            e_held = error(part, held, unseen=True)
+            e_ship, e_roof = error(part, shipped), error(part, None, roofline_us)
+            print(f"{gpu:<16}{cls:<8}{len(part):>6}{e_held:>9.1%}{e_ship:>9.1%}{e_roof:>10.1%}")
+            acc = totals[cls]
+            acc[0] += t
+            acc[1] += e_held * t
+            acc[2] += e_ship * t
+            acc[3] += e_roof * t
+    for cls, (t, h, s, r) in totals.items():
+        print(f"{'all GPUs':<16}{cls:<8}{'':>6}{h / t:>9.1%}{s / t:>9.1%}{r / t:>10.1%}")
+    t, h, s, r = (sum(v[i] for v in totals.values()) for i in range(4))
+    print(f"{'all GPUs':<16}{'all':<8}{'':>6}{h / t:>9.1%}{s / t:>9.1%}{r / t:>10.1%}")
+    if "--fit" in sys.argv:
+        cal = fit(data)
+        print("fitted on all:", {k: cal[k] for k in ("kernel_floor_us", "memory_efficiency")}, "matmul fp32",
+              cal["matmul"]["fp32"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The GPUs perfaudit knows (devices.yaml): peak math per precision, memory bandwidth, SMs, the PCIe link."""
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+from functools import cache
+
+import yaml
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    tflops: dict          # precision -> dense TFLOP/s
+    memory_gbs: float     # peak memory bandwidth, GB/s
+    sms: int
+    pcie: int             # the host link's PCIe generation
+    match: tuple
+    fp32_sustained: float = 1.0   # share of the nominal FP32 peak a long FP32 GEMM sustains (devices.yaml)
+
+    def peak_flops(self, precision: str) -> float:
+        """FLOP/s of the matrix units for `precision`; a precision the device has no units for runs at the
+        nearest it has (TF32 on a V100 runs as FP32, BF16 as FP32 too)."""
+        for p in {"fp8": ("fp8", "fp16", "bf16"), "bf16": ("bf16", "fp32"), "fp16": ("fp16",),
+                  "tf32": ("tf32", "fp32")}.get(precision, ()) + ("fp32",):
+            if p in self.tflops:
+                return self.tflops[p] * 1e12
+        return self.tflops.get("fp32", 1.0) * 1e12
+
+
+@cache
+def table() -> list[dict]:
+    """devices.yaml's entries, as written (one source each)."""
+    with open(os.path.join(os.path.dirname(__file__), "devices.yaml"), encoding="utf-8") as f:
+        return yaml.safe_load(f.read())["devices"]
+
+
+def _tokens(text: str) -> list[str]:
+    return "".join(c if c.isalnum() else " " for c in text.upper()).split()
+
+
+def entry_for(name: str | None) -> dict | None:
+    """The entry whose match tokens appear, in order, in the device's reported name ("NVIDIA A100-SXM4-80GB"
+    is an A100 80GB, "NVIDIA A10G" is not an A10); None for a device the table does not know."""
+    if not name:
+        return None
+    have = _tokens(name)
+    for entry in table():
+        for pattern in entry["match"]:
+            want = _tokens(pattern)
+            if any(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1)):
+                return entry
+    return None
+
+
+def _device(entry: dict) -> Device:
+    return Device(entry["name"], dict(entry["tflops"]), float(entry["memory_gbs"]), int(entry["sms"]),
+                  int(entry["pcie"]), tuple(entry["match"]), float(entry.get("fp32_sustained", 1.0)))
+
+
+def device_named(name: str | None) -> Device | None:
+    """The device a reported name (a trace's deviceProperties, torch.cuda.get_device_name) is; None if unknown."""
+    entry = entry_for(name)
+    return _device(entry) if entry else None
+
+
+def target(name: str) -> Device:
+    """The device `--target NAME` names: an entry's name in any case, with `-`/`_` for spaces ("h100-sxm"),
+    or a name the device reports. ValueError naming the nearest names when there is none."""
+    wanted = _tokens(name)
+    for entry in table():
+        if _tokens(entry["name"]) == wanted:
+            return _device(entry)
+    found = entry_for(name)
+    if found:
+        return _device(found)
+    names = [e["name"] for e in table()]
+    near = difflib.get_close_matches(name.upper(), [n.upper() for n in names], n=3, cutoff=0.3)
+    hint = f"; did you mean {', '.join(n for n in names if n.upper() in near)}?" if near else ""
+    raise ValueError(f"unknown GPU '{name}'{hint} (known: {', '.join(names)})")
+
+
+def names() -> list[str]:
+    return [e["name"] for e in table()]

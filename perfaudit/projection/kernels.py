@@ -1,0 +1,85 @@
+"""How long one GPU kernel takes on a device, from what it does (`Work`): matrix ops, convolutions and
+attention by their FLOPs against the device's peak for the precision, with the wave quantisation of their
+output tiles over the SMs; every other op by the bytes it moves against memory bandwidth; a floor per
+kernel. The efficiencies are data (calibration.yaml), fitted on public measurements, with their sources."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cache
+from math import ceil
+
+import yaml
+
+from .devices import Device
+
+MATH_KINDS = ("matmul", "conv", "attention")
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What one kernel (or one op's kernels) does on the GPU."""
+    kind: str            # matmul, conv, attention, memory, copy (host<->device), none
+    flops: float = 0.0
+    bytes: float = 0.0
+    precision: str = "fp32"   # the math's precision: fp32, tf32, bf16, fp16, fp8
+    gemm: tuple = ()     # a matrix op's (batch, m, n, k): how its work spreads over the SMs; (): not known
+    kernels: int = 1     # kernel launches
+
+
+@cache
+def calibration() -> dict:
+    with open(os.path.join(os.path.dirname(__file__), "calibration.yaml"), encoding="utf-8") as f:
+        return yaml.safe_load(f.read())
+
+
+def wave_utilisation(tiles: int, sms: int) -> float:
+    """The share of the SMs' time a matrix op's output tiles keep busy: 132 tiles on 132 SMs fill one wave,
+    133 take two waves, the second nearly empty."""
+    if tiles <= 0 or sms <= 0:
+        return 1.0
+    waves = ceil(tiles / sms)
+    return tiles / (waves * sms)
+
+
+def gemm_utilisation(gemm: tuple, sms: int, cal: dict) -> float:
+    """How well a matrix op of this shape can fill the GPU: the best of the tilings a GEMM library chooses
+    from (large tiles are the most efficient per FLOP, small ones fill more SMs), each with split-K where
+    the reduction is long; 1 when the shape is not known."""
+    if not gemm or sms <= 0:
+        return 1.0
+    batch, m, n, k = gemm
+    best = 0.0
+    for tile, efficiency in cal["matmul"]["tilings"]:
+        tiles = batch * ceil(m / tile) * ceil(n / tile)
+        split = max(1, min(cal["matmul"]["max_split_k"], k // cal["matmul"]["split_k_depth"])) \
+            if tiles < sms else 1
+        best = max(best, efficiency * wave_utilisation(tiles * split, sms))
+    return best
+
+
+def kernel_us(work: Work, device: Device, cal: dict | None = None) -> float:
+    """The kernel's time on `device`, µs."""
+    cal = cal or calibration()
+    if work.kind == "none":
+        return 0.0
+    floor = cal["kernel_floor_us"] * work.kernels
+    memory = work.bytes / (device.memory_gbs * 1e3 * cal["memory_efficiency"])   # GB/s -> bytes/µs
+    if work.kind in MATH_KINDS:
+        tensor = work.precision != "fp32"
+        eff = cal[work.kind]["tensor" if tensor else "fp32"]
+        util = gemm_utilisation(work.gemm, device.sms, cal) * (1.0 if tensor else device.fp32_sustained)
+        math = work.flops / (device.peak_flops(work.precision) * 1e-6 * eff * util)
+        return max(math, memory) + floor
+    return memory + floor
+
+
+def roofline_us(work: Work, device: Device) -> float:
+    """Plain roofline, the baseline the calibrated model is measured against: the slower of peak math and
+    peak bandwidth, no efficiency, no floor."""
+    if work.kind == "none":
+        return 0.0
+    memory = work.bytes / (device.memory_gbs * 1e3)
+    if work.kind in MATH_KINDS:
+        return max(work.flops / (device.peak_flops(work.precision) * 1e-6), memory)
+    return memory

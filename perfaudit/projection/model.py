@@ -1,0 +1,200 @@
+"""A recorded run projected onto a named GPU: the steps replayed through the simulation with each kernel's
+time on the target, from the kernels a GPU trace measured (scaled by the two devices' peaks) or from the
+ops' shapes (a CPU trace); and what a fix would save there, by replaying the steps again with the fix
+applied (`what_if`)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from ..trace.model import Event, Step, Trace
+from .devices import Device
+from .kernels import MATH_KINDS, Work, calibration, kernel_us
+from .simulate import Pipeline, Projection, simulate
+from .timeline import Item, StepPlan, from_kernels, from_shapes, plan
+from .work import work_of
+
+HALF = "bf16"   # what autocast's matrix math runs in, for the precision what-if
+WHAT_IFS = ("data", "sync", "copies", "precision", "host")
+
+
+@dataclass
+class Inputs:
+    """What the projection needs beyond the trace, read from the run (facts)."""
+    tf32_matmul: bool = False      # torch.backends.cuda.matmul.allow_tf32 (off by default since 1.12)
+    tf32_conv: bool = True         # torch.backends.cudnn.allow_tf32 (on by default)
+    workers: int = 0               # the DataLoader's workers, and each one's time per batch (ms)
+    worker_ms_per_batch: float | None = None
+    batch_bytes: int = 0           # a CPU run: the batch copied to the device each step
+    pinned: bool = False
+    blocking: bool = True
+
+
+@dataclass
+class Result:
+    target: str
+    method: str                    # how the kernels' times were had
+    projection: Projection
+    measured_step_ms: float
+    savings_ms: dict = field(default_factory=dict)   # what_if kind -> projected saving per step (ms)
+    error_pct: float = 0.0
+
+    @property
+    def step_ms(self) -> float:
+        return self.projection.step_us / 1e3
+
+
+def _copy_item(inputs: Inputs, target: Device, pinned: bool | None = None, blocking: bool | None = None) -> Item:
+    pinned = inputs.pinned if pinned is None else pinned
+    rates = calibration()["pcie_gbs"][target.pcie]
+    gbs = rates["pinned" if pinned else "pageable"]
+    return Item("copy", gpu_us=inputs.batch_bytes / (gbs * 1e3), stream="copy",
+                blocking=(inputs.blocking if blocking is None else blocking) or not pinned)
+
+
+def _with_copies(plans: list[StepPlan], item: Callable[[], Item]) -> list[StepPlan]:
+    """A CPU run's batch copy, placed after each step's first fetch (or at its start)."""
+    out = []
+    for p in plans:
+        items = list(p.items)
+        at = next((i + 1 for i, it in enumerate(items) if it.kind == "data"), 0)
+        items.insert(at, item())
+        out.append(StepPlan(p.number, p.measured_us, items))
+    return out
+
+
+def _pipeline(inputs: Inputs) -> Pipeline | None:
+    if inputs.workers > 0 and inputs.worker_ms_per_batch:
+        return Pipeline(inputs.workers, inputs.worker_ms_per_batch * 1e3)
+    return None
+
+
+class Projector:
+    """One trace's steps on one target: the plans made once, replayed as they are and with each fix."""
+
+    def __init__(self, trace: Trace, steps: list[Step], target: Device, inputs: Inputs,
+                 recorded_on: Device | None = None):
+        self.trace, self.steps, self.target, self.inputs = trace, steps, target, inputs
+        self.recorded_on = recorded_on
+        self.cal = calibration()
+        if trace.has_gpu:
+            if recorded_on is None:
+                raise ValueError("the GPU this trace was recorded on is not in perfaudit's table")
+            self.method = (f"the kernels measured on {recorded_on.name}" + ("" if recorded_on == target else
+                           f", scaled to {target.name} by peak math and memory bandwidth"))
+        else:
+            self.method = "each op's kernels modelled from its recorded shapes (a CPU run)"
+        self.plans = self._plans()
+
+    # -- the plans ---------------------------------------------------------------------------------------------
+    def _plans(self, precision: str | None = None) -> list[StepPlan]:
+        if self.trace.has_gpu:
+            return plan(self.trace, self.steps, from_kernels(self.trace, self._kernel_scale(precision),
+                                                             self._copy_scale(), self._op_ratio(precision)))
+        target, cal = self.target, self.cal
+
+        def model(work: Work) -> float:
+            if precision and work.kind in MATH_KINDS and work.precision in ("fp32", "tf32"):
+                work = replace(work, precision=precision)
+            return kernel_us(work, target, cal)
+        plans = plan(self.trace, self.steps, from_shapes(model, cal["host_us_per_kernel"], self.inputs.tf32_matmul,
+                                                         self.inputs.tf32_conv))
+        if self.inputs.batch_bytes:
+            plans = _with_copies(plans, lambda: _copy_item(self.inputs, target))
+        return plans
+
+    def _kernel_scale(self, precision: str | None) -> Callable[[Event], float]:
+        src, dst, floor = self.recorded_on, self.target, self.cal["kernel_floor_us"]
+        memory = src.memory_gbs / dst.memory_gbs
+        cache: dict[str, float] = {}
+
+        def scale(ev: Event) -> float:
+            ratio = cache.get(ev.name)
+            if ratio is None:
+                kind = kernel_precision(ev.name)
+                if kind is None:
+                    ratio = memory
+                else:
+                    after = precision if precision and kind in ("fp32", "tf32") else kind
+                    ratio = src.peak_flops(kind) / dst.peak_flops(after)
+                cache[ev.name] = ratio
+            if ev.dur <= floor:  # latency, not throughput: the same on any GPU
+                return 1.0
+            return (floor + (ev.dur - floor) * ratio) / ev.dur
+        return scale
+
+    def _op_ratio(self, precision: str | None) -> Callable[[Event], float | None] | None:
+        """With recorded shapes: an op's modelled time on the target over its modelled time on the GPU it was
+        recorded on (what the kernels' efficiency on the shape does, the model keeps on both sides)."""
+        if self.recorded_on == self.target and not precision:
+            return None
+        src, dst, cal = self.recorded_on, self.target, self.cal
+        tf32 = self.inputs.tf32_matmul, self.inputs.tf32_conv
+
+        def ratio(op: Event) -> float | None:
+            if "Input Dims" not in op.args or "Input type" not in op.args:
+                return None
+            work = work_of(op, *tf32)
+            before = kernel_us(work, src, cal)
+            if precision and work.kind in MATH_KINDS and work.precision in ("fp32", "tf32"):
+                work = replace(work, precision=precision)
+            return kernel_us(work, dst, cal) / before if before > 0 else None
+        return ratio
+
+    def _copy_scale(self) -> float:
+        src = self.cal["pcie_gbs"][self.recorded_on.pcie]["pinned"]
+        dst = self.cal["pcie_gbs"][self.target.pcie]["pinned"]
+        return src / dst
+
+    # -- replays -----------------------------------------------------------------------------------------------
+    def run(self) -> Result:
+        projection = simulate(self.plans, _pipeline(self.inputs))
+        measured = sum(s.dur for s in self.steps) / max(len(self.steps), 1) / 1e3
+        result = Result(self.target.name, self.method, projection, measured,
+                        error_pct=self.cal["expected_error_pct"]["gpu_trace" if self.trace.has_gpu else "cpu_run"])
+        for kind in WHAT_IFS:
+            after = self.what_if(kind)
+            result.savings_ms[kind] = max(projection.step_us - after.step_us, 0.0) / 1e3
+        return result
+
+    def what_if(self, kind: str, host_saved_us: float = 0.0) -> Projection:
+        """The projection with one kind of fix applied: DataLoader waits hidden by workers (data), host reads
+        of device values gone (sync), batches copied from pinned memory without blocking (copies), matrix
+        math in half precision (precision), or `host_saved_us` of the host's own time per step gone (host)."""
+        if kind == "precision":
+            return simulate(self._plans(HALF), _pipeline(self.inputs))
+        plans = []
+        for p in self.plans:
+            items = []
+            host_total = sum(i.host_us for i in p.items if i.kind == "host") or 1.0
+            for item in p.items:
+                if kind == "data" and item.kind == "data":
+                    continue
+                if kind == "sync" and item.kind == "sync":
+                    continue
+                if kind == "copies" and item.kind == "copy" and item.stream == "copy":
+                    item = replace(item, blocking=False, gpu_us=item.gpu_us * self._pinned_ratio())
+                if kind == "host" and item.kind == "host":
+                    item = replace(item, host_us=item.host_us * max(1 - host_saved_us / host_total, 0.0))
+                items.append(item)
+            plans.append(StepPlan(p.number, p.measured_us, items))
+        return simulate(plans, None if kind == "data" else _pipeline(self.inputs))
+
+    def _pinned_ratio(self) -> float:
+        if self.trace.has_gpu or self.inputs.pinned:
+            return 1.0
+        rates = self.cal["pcie_gbs"][self.target.pcie]
+        return rates["pageable"] / rates["pinned"]
+
+
+def kernel_precision(name: str) -> str | None:
+    """A matrix or convolution kernel's precision from its name (None: not a matrix kernel)."""
+    low = name.lower()
+    if not any(k in low for k in ("gemm", "xmma", "cutlass", "nvjet", "cudnn", "conv", "wgrad", "dgrad",
+                                  "fmha", "flash", "h884", "h1688", "s1688", "s884", "implicit")):
+        return None
+    if any(k in low for k in ("bf16", "fp16", "f16", "h884", "h1688", "half", "_h_")):
+        return "bf16" if "bf16" in low else "fp16"
+    if "tf32" in low or "s1688" in low or "s884" in low:
+        return "tf32"
+    return "fp32"

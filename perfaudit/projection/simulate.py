@@ -1,0 +1,140 @@
+"""A small discrete-event simulation of the host and the GPU's queues over the recorded steps, in order: the
+host runs its items (Python, dispatch, fetches) and queues kernels; the GPU runs them when the host has
+queued them and the queue before them is done; a sync holds the host until the queue drains; a blocking
+copy holds it until the copy is done; a DataLoader with workers hands over batch k when its workers have
+made it. What the GPU is doing, and what the host is doing while the GPU idles, give the bottleneck."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .timeline import StepPlan
+
+BOTTLENECKS = ("data", "host", "sync", "copies", "gpu", "communication")
+
+
+@dataclass
+class Pipeline:
+    """A DataLoader as the projection sees it: `workers` processes each making a batch in `batch_us`
+    (0 workers: the fetch is the main process's own work, as recorded)."""
+    workers: int = 0
+    batch_us: float = 0.0
+
+
+@dataclass
+class Projection:
+    step_us: float
+    per_step_us: list[float]
+    busy_us: dict            # per step: compute, communication, copies (the GPU's time in each)
+    idle_us: dict            # per step: the GPU idle while the host was in data, sync, host (Python, launches)
+    bottleneck: str
+    gpu_busy_share: float
+    data_share: float
+    shares: dict = field(default_factory=dict)   # each bottleneck class's share of the step
+
+
+class _Clock:
+    def __init__(self):
+        self.host = 0.0
+        self.compute_free = 0.0   # the compute stream (kernels, copies on it)
+        self.comm_free = 0.0      # the collectives' stream
+        self.busy = {"compute": [], "communication": [], "copies": []}
+        self.host_spans = []      # (start, end, what): what the host is doing when the GPU idles
+        self.after_sync = False
+
+
+def _launch(c: _Clock, item, kind: str) -> None:
+    c.host += item.host_us
+    if kind == "communication":
+        start = max(c.host, c.comm_free, c.compute_free)
+        c.comm_free = start + item.gpu_us
+    else:
+        start = max(c.host, c.compute_free)
+        c.compute_free = start + item.gpu_us
+    if item.gpu_us > 0:
+        c.busy[kind].append((start, start + item.gpu_us))
+
+
+def simulate(plans: list[StepPlan], pipeline: Pipeline | None = None) -> Projection:
+    c = _Clock()
+    ends, fetched, first_fetch = [], 0, None
+    for plan in plans:
+        for item in plan.items:
+            t0 = c.host
+            what = "sync" if c.after_sync else "host"
+            if item.kind == "host":
+                c.host += item.host_us
+            elif item.kind == "launch":
+                _launch(c, item, "communication" if item.stream == "comm" else "compute")
+                c.after_sync = False
+            elif item.kind == "copy":
+                _launch(c, item, "copies")
+                c.after_sync = False
+                if item.blocking:
+                    c.host = max(c.host, c.compute_free)
+                    c.after_sync = True
+            elif item.kind == "sync":
+                c.host = max(c.host, c.compute_free, c.comm_free)
+                c.after_sync = True
+            elif item.kind == "data":
+                what = "data"
+                if pipeline and pipeline.workers > 0:
+                    first_fetch = c.host if first_fetch is None else first_fetch
+                    fetched += 1
+                    ready = first_fetch + fetched * pipeline.batch_us / pipeline.workers
+                    c.host = max(c.host, ready)
+                else:
+                    c.host += item.host_us
+            if c.host > t0:
+                c.host_spans.append((t0, c.host, what))
+        ends.append(max(c.host, c.compute_free, c.comm_free))
+    return _summarise(c, plans, ends)
+
+
+def _union(spans):
+    out = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def _summarise(c: _Clock, plans: list[StepPlan], ends: list[float]) -> Projection:
+    n = max(len(plans), 1)
+    total = ends[-1] if ends else 0.0
+    per_step = [b - a for a, b in zip([0.0] + ends[:-1], ends)]
+    busy = {k: sum(e - s for s, e in _union(v)) / n for k, v in c.busy.items()}
+    busy_all = _union([span for v in c.busy.values() for span in v])
+    idle = {"data": 0.0, "sync": 0.0, "host": 0.0}
+    # the GPU's idle stretches, each split by what the host was doing then
+    gaps, cursor = [], 0.0
+    for s, e in busy_all:
+        if s > cursor:
+            gaps.append((cursor, s))
+        cursor = max(cursor, e)
+    if total > cursor:
+        gaps.append((cursor, total))
+    spans, j = c.host_spans, 0
+    for g0, g1 in gaps:
+        while j < len(spans) and spans[j][1] <= g0:
+            j += 1
+        k, covered = j, 0.0
+        while k < len(spans) and spans[k][0] < g1:
+            s, e, what = spans[k]
+            part = min(e, g1) - max(s, g0)
+            if part > 0:
+                idle[what] += part
+                covered += part
+            k += 1
+        idle["host"] += max(g1 - g0 - covered, 0.0)
+    idle = {k: v / n for k, v in idle.items()}
+    step = total / n if n else 0.0
+    gpu_busy = sum(e - s for s, e in busy_all) / n
+    compute_only = busy["compute"]
+    comm_exposed = max(gpu_busy - busy["compute"] - busy["copies"], 0.0)
+    weights = {"gpu": compute_only, "communication": comm_exposed, "copies": busy["copies"], **idle}
+    bottleneck = max(weights, key=weights.get) if step else "host"
+    shares = {k: (v / step if step else 0.0) for k, v in weights.items()}
+    return Projection(step, per_step, busy, idle, bottleneck, gpu_busy / step if step else 0.0,
+                      idle["data"] / step if step else 0.0, shares)

@@ -1,0 +1,229 @@
+"""What the host did in each recorded step, as the simulation replays it: a list of `Item`s in order (Python
+and dispatch time, kernels queued, syncs, DataLoader fetches, host-to-device copies), the GPU time of each
+kernel taken either from the kernels the trace measured (`from_kernels`, a GPU trace) or from what each op
+does (`from_shapes`, a CPU trace: the ops' recorded shapes through the kernel model)."""
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..trace.model import Event, Step, Trace
+from .kernels import Work
+from .work import GROUP_OPS, SYNC_OPS, launches, work_of
+
+WAIT_RUNTIME = ("Synchronize", "cudaMemcpy", "hipMemcpy")   # a runtime call the host waits in
+DATALOADER = "enumerate(DataLoader)#"
+
+
+@dataclass(slots=True)
+class Item:
+    kind: str                 # host, launch, sync, data, copy
+    host_us: float = 0.0      # the host's own time (Python, dispatch, a fetch in the main process)
+    gpu_us: float = 0.0       # device time queued (launch, copy)
+    stream: str = "compute"   # compute, comm (a collective), copy
+    blocking: bool = False    # a copy the host waits for (pageable memory, or not non_blocking)
+
+
+@dataclass
+class StepPlan:
+    number: int
+    measured_us: float
+    items: list[Item] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Node:
+    op: Event
+    children: list = field(default_factory=list)
+
+
+def _forest(ops: list[Event]) -> list[_Node]:
+    """The ops of one thread as trees (sorted by start, enclosing first): only namespaced ops (`aten::…`,
+    `autograd::…`) nest; a profiler annotation recorded as an op (older traces' `ProfilerStep#3`) is passed
+    through, its ops becoming roots."""
+    roots, stack = [], []
+    for op in ops:
+        if "::" not in op.name:
+            continue
+        while stack and stack[-1].op.end <= op.ts:
+            stack.pop()
+        node = _Node(op)
+        (stack[-1].children if stack else roots).append(node)
+        stack.append(node)
+    return roots
+
+
+def _groups(node: _Node) -> list[Event]:
+    """The ops of a tree that each stand for the kernels of their subtree: a matrix, convolution or attention
+    op as a whole; otherwise the leaves that launch a kernel."""
+    if node.op.name in GROUP_OPS:
+        return [node.op]
+    below = [g for child in node.children for g in _groups(child)]
+    if below:
+        return below
+    return [node.op] if launches(node.op.name) else []
+
+
+def _has_sync(node: _Node) -> bool:
+    return node.op.name in SYNC_OPS or any(_has_sync(c) for c in node.children)
+
+
+def _roots_in(trace: Trace, step: Step) -> list[_Node]:
+    """The root ops of every thread that starts in the step, in time order."""
+    by_thread: dict = defaultdict(list)
+    for ev in trace.host:
+        if ev.kind == "op" and step.ts <= ev.ts < step.end:
+            by_thread[(ev.pid, ev.tid)].append(ev)
+    roots = [r for ops in by_thread.values() for r in _forest(ops)]
+    roots.sort(key=lambda n: n.op.ts)
+    return roots
+
+
+def _data_ranges(trace: Trace, step: Step) -> list[tuple[float, float]]:
+    return [(e.ts, e.end) for e in trace.host
+            if e.name.startswith(DATALOADER) and step.ts <= e.ts < step.end]
+
+
+def _gap_items(start: float, end: float, data: list[tuple[float, float]]) -> list[Item]:
+    """Python time between two ops, a DataLoader fetch in it split off as its own item."""
+    items, cursor = [], start
+    for d0, d1 in data:
+        d0, d1 = max(d0, start), min(d1, end)
+        if d1 <= d0:
+            continue
+        if d0 > cursor:
+            items.append(Item("host", host_us=d0 - cursor))
+        items.append(Item("data", host_us=d1 - d0))
+        cursor = d1
+    if end > cursor:
+        items.append(Item("host", host_us=end - cursor))
+    return items
+
+
+def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]]) -> list[StepPlan]:
+    """Each step as items: the gaps between root ops (Python, DataLoader fetches) and each root op as
+    `expand` turns it into host time, kernels and syncs. Roots that overlap (two threads) count once."""
+    plans = []
+    for step in steps:
+        items, cursor = [], step.ts
+        data = _data_ranges(trace, step)
+        for root in _roots_in(trace, step):
+            op = root.op
+            if op.ts > cursor:
+                items.extend(_gap_items(cursor, op.ts, data))
+            expanded = expand(root)
+            if op.ts < cursor:  # inside what was already counted (another thread): no host time of its own
+                overlap = min(cursor, op.end) - op.ts
+                for item in expanded:
+                    item.host_us = max(0.0, item.host_us - overlap) if item.kind == "host" else item.host_us
+            items.extend(expanded)
+            cursor = max(cursor, op.end)
+        if step.end > cursor:
+            items.extend(_gap_items(cursor, step.end, data))
+        plans.append(StepPlan(step.number, step.dur, items))
+    return plans
+
+
+# -- a CPU trace: each op's kernels from its shapes ---------------------------------------------------------------
+def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, tf32_matmul: bool = False,
+                tf32_conv: bool = True) -> Callable[[_Node], list[Item]]:
+    """A root op on the GPU: the host dispatches and launches each kernel (`host_us_per_launch`, not the
+    CPU's compute, which the op's recorded time is), the kernels run for what the model says, and an op
+    that reads a device value on the host waits for the queue."""
+    def expand(root: _Node) -> list[Item]:
+        out = []
+        for op in _groups(root):
+            work = work_of(op, tf32_matmul, tf32_conv)
+            out.append(Item("launch", host_us=host_us_per_launch * work.kernels, gpu_us=kernel_us(work)))
+        if not out and launches(root.op.name):
+            out.append(Item("host", host_us=host_us_per_launch))
+        if _has_sync(root):
+            out.append(Item("sync"))
+        return out
+    return expand
+
+
+# -- a GPU trace: the kernels it measured -------------------------------------------------------------------------
+class Launched:
+    """The device events each runtime call launched (by correlation id), and the runtime calls per thread."""
+
+    def __init__(self, trace: Trace):
+        by_corr: dict = defaultdict(list)
+        for ev in trace.device:
+            corr = ev.args.get("correlation")
+            if corr is not None and ev.kind != "gpu_annotation":
+                by_corr[corr].append(ev)
+        self.by_corr = by_corr
+        runtime: dict = defaultdict(list)
+        for ev in trace.host:
+            if ev.kind == "runtime":
+                runtime[(ev.pid, ev.tid)].append(ev)
+        self.runtime = runtime
+        self.starts = {k: [e.ts for e in v] for k, v in runtime.items()}
+
+    def inside(self, op: Event) -> list[Event]:
+        key = (op.pid, op.tid)
+        calls = self.runtime.get(key)
+        if not calls:
+            return []
+        i = bisect_left(self.starts[key], op.ts)
+        out = []
+        while i < len(calls) and calls[i].ts < op.end:
+            out.append(calls[i])
+            i += 1
+        return out
+
+
+def from_kernels(trace: Trace, scale: Callable[[Event], float], copy_scale: float = 1.0,
+                 op_ratio: Callable[[Event], float | None] | None = None) -> Callable[[_Node], list[Item]]:
+    """A root op as the GPU trace measured it: its host time less the time it waited (syncs, blocking
+    copies), each kernel it launched with its measured time times the ratio of its op's modelled time on
+    the two GPUs (`op_ratio`, when the op's shapes were recorded), else `scale(kernel)` (1 on the GPU it was
+    recorded on); copies times `copy_scale`."""
+    launched = Launched(trace)
+
+    def ratios(root: _Node) -> dict[int, float]:
+        """id(runtime call) -> the ratio of the op group that made it."""
+        out = {}
+        if op_ratio is None:
+            return out
+        for group in _groups(root):
+            ratio = op_ratio(group)
+            if ratio is not None:
+                for call in launched.inside(group):
+                    out[id(call)] = ratio
+        return out
+
+    def expand(root: _Node) -> list[Item]:
+        out, waited = [], 0.0
+        by_call = ratios(root)
+        for call in launched.inside(root.op):
+            waits = any(w in call.name for w in WAIT_RUNTIME)
+            ratio = by_call.get(id(call))
+            for ev in launched.by_corr.get(call.args.get("correlation"), ()):
+                if ev.kind == "kernel":
+                    stream = "comm" if _collective(ev.name) else "compute"
+                    out.append(Item("launch", gpu_us=ev.dur * (ratio if ratio is not None else scale(ev)),
+                                    stream=stream))
+                else:  # memcpy / memset
+                    out.append(Item("copy", gpu_us=ev.dur * copy_scale, stream="copy", blocking=waits))
+            if waits:
+                waited += call.dur
+                if "Synchronize" in call.name:
+                    out.append(Item("sync"))
+        host = max(root.op.dur - waited, 0.0)
+        n = sum(1 for i in out if i.kind in ("launch", "copy")) or 1
+        for item in out:  # the host's own time spread over the launches, so the queue fills as it did
+            if item.kind in ("launch", "copy"):
+                item.host_us = host / n
+        if not any(i.kind in ("launch", "copy") for i in out):
+            out.insert(0, Item("host", host_us=host))
+        return out
+    return expand
+
+
+def _collective(name: str) -> bool:
+    low = name.lower()
+    return "nccl" in low or "rccl" in low
