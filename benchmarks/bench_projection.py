@@ -1,6 +1,6 @@
 """How good the projection onto a named GPU is, on public measurements (docs/accuracy.md, "Projection").
 
-    python benchmarks/bench_projection.py [--traces DIR]     # DIR: ../shared/traces by default
+    python benchmarks/bench_projection.py [--traces DIR] [--size-mb 200] [--no-overhead]
 
 1. Identity: each public GPU trace with recorded shapes, projected onto its own GPU (a) from its measured
    kernels (the simulation replays its host timeline) and (b) from its ops' shapes through the kernel model
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -164,17 +163,27 @@ def measured_class(ctx) -> str:
     return max(weights, key=weights.get)
 
 
-def overhead() -> None:
-    print("\n5. Overhead on analyze (largest public trace, best of 3, same run)")
-    path = ROOT / "hta/df_index_resolver_v100_rank1.json.gz"
-    from perfaudit.api import analyze
-    times = {}
-    for target in (None, "H100 SXM", None, "H100 SXM", None, "H100 SXM"):
-        t0 = time.perf_counter()
-        analyze([str(path)], target=target)
-        times.setdefault(target, []).append(time.perf_counter() - t0)
-    base, proj = min(times[None]), min(times["H100 SXM"])
-    print(f"  analyze {base:.2f} s, with --target {proj:.2f} s: +{proj / base - 1:.0%}")
+def overhead(size_mb: float) -> None:
+    """`analyze` on a large trace (bench.py's: the steps of the HTA A100 trace repeated), in fresh processes,
+    alternating: no projection, the default (onto the GPU it was recorded on) and onto another GPU."""
+    import tempfile
+
+    from bench import SOURCE, build_trace, measure
+    print(f"\n5. Overhead on analyze ({size_mb:.0f} MB trace built from {SOURCE.name}, best of 3, fresh processes)")
+    with tempfile.TemporaryDirectory() as tmp:
+        big = Path(tmp) / "big.json"
+        build_trace(SOURCE, size_mb, big)
+        times: dict = {}
+        for _ in range(3):
+            for target in ("none", "auto", "H100 SXM"):
+                code = f"from perfaudit.api import analyze\nr = analyze([{str(big)!r}], target={target!r})"
+                times.setdefault(target, []).append(measure(code))
+    base = min(s for s, _ in times["none"])
+    for target in ("auto", "H100 SXM"):
+        best = min(s for s, _ in times[target])
+        rss = max(r for _, r in times[target]) / max(r for _, r in times["none"])
+        print(f"  --target {target:<9} {best:6.2f} s against {base:.2f} s without: +{best / base - 1:.0%} time, "
+              f"peak RSS x{rss:.2f}")
 
 
 if __name__ == "__main__":
@@ -184,4 +193,4 @@ if __name__ == "__main__":
     neusight_main()
     bottlenecks()
     if "--no-overhead" not in sys.argv:
-        overhead()
+        overhead(float(sys.argv[sys.argv.index("--size-mb") + 1]) if "--size-mb" in sys.argv else 200.0)

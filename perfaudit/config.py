@@ -8,6 +8,7 @@ Keys (command-line flags override them):
     warmup = 2
     steps = 5
     device = "auto"                       # auto | cpu | emulate-cuda (see `perfaudit run --device`)
+    target = "H100 SXM"                   # the GPU a run is projected onto (see `--target`; "none": off)
     rules-dirs = ["perf_rules"]           # extra rule directories, relative to the config file
     [tool.perfaudit.severity]             # per-rule severity overrides
     SYNC001 = "error"
@@ -25,7 +26,7 @@ from .findings import SEVERITIES
 
 FAIL_ON = (*SEVERITIES, "never")
 _KEYS = {"select", "ignore", "fail-on", "warmup", "steps", "rules-dirs", "severity", "thresholds",
-         "allow-no-training", "keep-runs", "device"}
+         "allow-no-training", "keep-runs", "device", "target"}
 DEVICES = ("auto", "cpu", "emulate-cuda")
 
 
@@ -41,6 +42,7 @@ class Config:
     allow_no_training: bool = False   # the gate passes a run that never reached a training step
     keep_runs: int = 10               # run folders kept under .perfaudit/runs (0: all)
     device: str = "auto"              # where a run without a GPU runs the script (collect/emulate.py)
+    target: str | None = None         # the GPU runs are projected onto (perfaudit/projection/); None: auto
     severity: dict[str, str] = field(default_factory=dict)
     thresholds: dict[str, dict] = field(default_factory=dict)
     origin: dict[str, str] = field(default_factory=dict)  # "select"/"ignore" -> where they were set
@@ -93,6 +95,8 @@ def _parse(table: dict, where: str) -> Config:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             _fail(where, "keep-runs", "expected a non-negative integer (0 keeps every run)")
         cfg.keep_runs = value
+    if "target" in table:
+        cfg.target = checked_target(table["target"], f"{where}: target")
     if "device" in table:
         if table["device"] not in DEVICES:
             _fail(where, "device", f"expected one of {', '.join(DEVICES)}")
@@ -197,3 +201,18 @@ def apply_to_rules(cfg: Config, rules: list) -> list:
             rule = replace(rule, thresholds={**rule.thresholds, **overrides})
         out.append(rule)
     return out
+
+
+def checked_target(value, where: str) -> str:
+    """A GPU name devices.yaml knows (in any case, `-` or `_` for spaces), "auto" or "none"; UsageError
+    naming the nearest names otherwise."""
+    from .projection.devices import target
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"{where}: expected a GPU name, auto or none")
+    if value.strip().lower() in ("auto", "none"):
+        return value.strip().lower()
+    try:
+        return target(value).name
+    except ValueError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+

@@ -31,6 +31,9 @@ class Cost:
     ms_per_step: float | None      # estimated time saved per step by the fix
     share_of_step: float | None    # the same as a share of the mean step
     estimated: bool = False        # True: a model of the cost (e.g. a CPU run), not a measurement
+    projected_ms: float | None = None     # what the fix saves per step on the projection's target GPU
+    projected_share: float | None = None  # the same as a share of the projected step
+    projected_on: str | None = None       # the target GPU's name
 
 
 @dataclass(frozen=True)
@@ -70,13 +73,20 @@ class Skipped:
     reason: str
 
 
+def ranking_ms(f: Finding) -> float | None:
+    """What orders findings of one severity: the saving projected on the target GPU when the run was
+    projected (what matters there, not on the machine that measured it), else the saving measured or
+    estimated here."""
+    return f.cost.projected_ms if f.cost.projected_ms is not None else f.saving_ms
+
+
 def rank(findings: list[Finding]) -> list[Finding]:
-    """Most severe first, then biggest saving (verified, else estimated), then those without a figure:
-    an `info` finding never stands above a warning, however large its estimate."""
+    """Most severe first, then biggest saving (projected on the target GPU, else verified, else estimated),
+    then those without a figure: an `info` finding never stands above a warning, however large its estimate."""
     return sorted(findings, key=lambda f: (
         -severity_rank(f.severity),
-        f.saving_ms is None,
-        -(f.saving_ms or 0.0),
+        ranking_ms(f) is None,
+        -(ranking_ms(f) or 0.0),
         f.rule,
     ))
 
@@ -104,6 +114,7 @@ class TraceSummary:
     mfu: dict | None = None             # model FLOPs, achieved TFLOP/s, MFU and its ledger (facts.mfu)
     op_times: dict | None = None        # ms per step by kernel or op name (facts.op_times), for `diff` only
     memory: dict | None = None          # device memory of one step on the emulated CUDA path (memory.emulated)
+    projection: dict | None = None      # the steps projected onto a named GPU (facts.projection)
 
     @property
     def busy_machine(self) -> str | None:

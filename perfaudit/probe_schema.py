@@ -94,8 +94,12 @@ PROBE_FIELDS: dict[str, dict] = {
                             "flops": _INT, "forward_flops": _INT, "backward": {"type": "boolean"},
                             "model": {"type": "string"}, "compiled": {"type": "boolean"}, "calls": _INT,
                             "modules": _list_of({"name": {"type": "string"}, "flops": _INT})}}]},
+    # perfaudit's own cost on the host (collect/host_overhead.py): a loop of tiny torch calls timed bare and
+    # under the profiler, in the trace's `perfaudit#calibration` range
+    "host_overhead": {"type": "object", "required": ["iterations", "bare_s", "instrumented_s"], "properties": {
+        "iterations": _INT, "bare_s": {"type": ["number", "null"]}, "instrumented_s": {"type": ["number", "null"]}}},
 }
-OPTIONAL_FIELDS = {"cuda_emulation", "flops", "device_memory"}
+OPTIONAL_FIELDS = {"cuda_emulation", "flops", "device_memory", "host_overhead"}
 SNAPSHOT_SCHEMA = {"type": "object", "required": [k for k in PROBE_FIELDS if k not in OPTIONAL_FIELDS],
                    "properties": PROBE_FIELDS}
 _VALIDATORS: dict = {}

@@ -1,11 +1,14 @@
 """T04 bad: batches come from pageable memory and are copied with blocking .to(device)."""
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 dataset = TensorDataset(torch.randn(8192, 256), torch.randn(8192, 1))
-loader = DataLoader(dataset, batch_size=512, shuffle=True, num_workers=2, pin_memory=False)
+# whole batches indexed at once from the in-memory tensors (not 512 one-sample fetches and a collate)
+batches = BatchSampler(RandomSampler(dataset), batch_size=512, drop_last=False)
+loader = DataLoader(dataset, sampler=batches, batch_size=None, num_workers=2, pin_memory=False,
+                    persistent_workers=True)
 model = nn.Sequential(nn.Linear(256, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 1)).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 

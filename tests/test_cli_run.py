@@ -156,8 +156,8 @@ def test_analyze_missing_trace_is_one_line():
 
 def test_records_only_what_the_selected_rules_need(tmp_path):
     from perfaudit.trace import load_trace
-    proc, report = run_json(tmp_path, SAMPLES / "debug_bad.py", "--select", "DEBUG001")
+    proc, report = run_json(tmp_path, SAMPLES / "debug_bad.py", "--select", "DEBUG001", "--target", "none")
     assert proc.returncode == 0 and [f["rule"] for f in report["findings"]] == ["DEBUG001"]
     trace = load_trace(str(tmp_path / "run" / "trace.json.gz"))
-    assert not trace.has_stacks  # no selected rule reads stacks or shapes: the cheapest recording
+    assert not trace.has_stacks  # no selected rule reads stacks or shapes, no projection: the cheapest recording
     assert not any("Input Dims" in e.args for e in trace.host)

@@ -116,7 +116,7 @@ def test_device_names_find_their_peaks_and_every_entry_has_a_source():
     assert device_peak("NVIDIA A100-SXM4-80GB")["tflops"]["bf16"] == 312
     assert device_peak("Tesla V100-SXM2-32GB")["name"] == "V100 SXM2"
     assert device_peak("AMD Instinct MI250X / MI250")["name"] == "MI250X"
-    assert device_peak("NVIDIA A10G") is None and device_peak("NVIDIA GeForce RTX 2080 Ti") is None
+    assert device_peak("NVIDIA A10G") is None and device_peak("NVIDIA GeForce RTX 2080 Ti")["name"] == "RTX 2080 Ti"
     assert all(e["source"].startswith("https://") and e["tflops"] for e in peak_table())
 
 

@@ -25,6 +25,7 @@ from .common import (
     Reporting,
     RulesDirOpt,
     SelectOpt,
+    TargetOpt,
     VerboseOpt,
     app,
     err,
@@ -41,6 +42,7 @@ def analyze(
     source_root: Annotated[Optional[list[str]], typer.Option(help="Where to find the sources named in the trace.")] = None,
     jobs: Annotated[Optional[int], typer.Option(
         "--jobs", "-j", min=1, help="Traces analysed in parallel processes (default: one per CPU from 32 MB of traces).")] = None,
+    target: TargetOpt = None,
     fmt: FormatOpt = None, output: OutputOpt = None, fail_on: FailOnOpt = None, config: ConfigOpt = None,
     select: SelectOpt = None, ignore: IgnoreOpt = None, baseline: BaselineOpt = None,
     baseline_write: BaselineWriteOpt = None, rules_dir: RulesDirOpt = None, verbose: VerboseOpt = False,
@@ -50,7 +52,8 @@ def analyze(
     reporting = Reporting(config, rules_dir, select, ignore, fmt, output, baseline, baseline_write,
                           protected=tuple(traces))
     with err.status("reading traces …"):
-        report = api.analyze(traces, reporting.rules, tuple(source_root or ()), reporting.settings.gate, jobs)
+        report = api.analyze(traces, reporting.rules, tuple(source_root or ()), reporting.settings.gate, jobs,
+                             target=target or reporting.settings.config.target)
     reporting.finish(report, fail_on, verbose)
 
 

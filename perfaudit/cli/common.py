@@ -71,6 +71,11 @@ BaselineWriteOpt = Annotated[Optional[str], typer.Option(
 RulesDirOpt = Annotated[Optional[list[str]], typer.Option(help="Extra rule directory (repeatable).")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="List skipped rules and their reasons.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")]
+TargetOpt = Annotated[Optional[str], typer.Option(
+    "--target", help="Project the measured steps onto this GPU and rank the fixes by their cost there (H100 SXM, "
+                     "h100-pcie, H200, B200, A100, A10, L4, T4, V100, MI300X, MI250X …; an unknown name lists "
+                     "them). Default: the GPU the run used; a CPU run of a script with a CUDA path: the "
+                     "config's `target`, else H100 SXM. none: no projection.")]
 FormatChoiceOpt = Annotated[Format, typer.Option("--format", help="Output format.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress line on stderr while the script runs.")]
 ScriptArg = Annotated[str, typer.Argument(help="The training script, run as `python SCRIPT ARGS`.")]

@@ -24,6 +24,7 @@ from .common import (
     RulesDirOpt,
     ScriptArg,
     SelectOpt,
+    TargetOpt,
     VerboseOpt,
     app,
     command_line,
@@ -70,6 +71,7 @@ def run(
     max_trace_mb: MaxTraceOpt = None,
     keep_stacks: KeepStacksOpt = False,
     device: DeviceOpt = None,
+    target: TargetOpt = None,
     allow_no_training: Annotated[bool, typer.Option(
         "--allow-no-training", help="Let the gate pass a run that never reached a training step.")] = False,
     nproc_per_node: Annotated[Optional[str], typer.Option(
@@ -92,7 +94,8 @@ def run(
     settings = reporting.settings
     settings.config.allow_no_training = settings.config.allow_no_training or allow_no_training
     options = api.run_options(settings, warmup, steps, full, timeout, out_dir, stack,
-                              trace_budget_mb=max_trace_mb, keep_stacks=keep_stacks or None, device=device)
+                              trace_budget_mb=max_trace_mb, keep_stacks=keep_stacks or None, device=device,
+                              target=target)
     launch = {"--nproc-per-node": nproc_per_node, "--nnodes": nnodes, "--node-rank": node_rank,
               "--rdzv-endpoint": rdzv_endpoint, "--rdzv-backend": rdzv_backend, "--rdzv-id": rdzv_id,
               "--master-addr": master_addr, "--master-port": master_port}

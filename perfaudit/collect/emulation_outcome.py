@@ -17,7 +17,7 @@ def same_failure(emulated: dict, plain: dict) -> bool:
 
 
 _CUDA_WORDS = re.compile(r"cuda|cudnn|nccl|nvidia|gpu|torch\.backends|emulat", re.I)
-_EMULATION_FRAMES = re.compile(r"perfaudit[/\\]collect[/\\](?:placement|cuda_shim|emulate)\.py")
+_EMULATION_FRAMES = re.compile(r"perfaudit[/\\]collect[/\\](?:placement|tensor_registry|cuda_shim|emulate)\.py")
 
 
 def emulation_may_cause(outcome: dict) -> bool:

@@ -21,6 +21,8 @@ class RunOptions:
     # "emulate-cuda": on a machine without a GPU the script sees one CUDA device, served by the CPU and
     # recorded (collect/emulate.py); "cpu": it runs as it would here; "auto" is resolved before the run
     device: str = "cpu"
+    # the GPU the report projects the run onto (perfaudit/projection/): a name, "auto" or "none"
+    target: str = "auto"
     # verify: "timing" runs without the profiler (step times and losses), seeded, and may serve fixed
     # sources in place of the user's files (absolute path -> file holding the fixed text)
     mode: str = "profile"

@@ -22,6 +22,7 @@ from .environment import fit_threads_to_free_cores
 from .export import export_trace, write_json
 from .flop_probe import FlopProbe
 from .frameworks import detect as detect_framework
+from .host_overhead import HostOverhead
 from .internal import internal_errors, record_internal_error
 from .probes import Probes
 from .sizing import Sizer, fit_budget
@@ -129,9 +130,7 @@ class Session(StepHooks):
         if self.prof is not None or self.window_closed:
             return
         from torch.profiler import ProfilerActivity, profile
-        activities = [ProfilerActivity.CPU]
-        if gpu_present():
-            activities.append(ProfilerActivity.CUDA)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu_present() else [])
         self.startup.stop()  # the first steps have ended: start-up is over in any case
         try:
             self.framework = detect_framework()
@@ -142,7 +141,7 @@ class Session(StepHooks):
                             record_shapes=self.config["record_shapes"])
         self.probes.own_profiler = self.prof
         self.marks.window_started()
-        self.prof.start()
+        HostOverhead(self.torch, self.probes.placement).around(self.prof.start, self.probes)
         self.clock.start()
         self._open_step()
 

@@ -131,24 +131,40 @@ def evaluate(rule: Rule, ctx: Context) -> Finding | Skipped | None:
             if not sites:
                 return None
             _aggregate(ev, sites, n_steps, step_ms)
-        if "when" in spec and not ev.holds(spec["when"]):
-            return None
-        severity = rule.severity
-        for item in spec.get("escalate", []):
+        projected = False
+        if "when" in spec and not _holds_measured(ev, spec):
+            if "projected" not in spec or not ev.holds_optional(spec["projected"]["when"]):
+                return None
+            projected = True  # the GPU-only pattern, seen on the projection only
+        severity = spec["projected"].get("severity", rule.severity) if projected else rule.severity
+        for item in [] if projected else spec.get("escalate", []):  # escalations weigh what was measured
             if ev.holds_optional(item["when"]):
                 severity = item["severity"]
-        cost = _cost(ev, step_ms)
+        cost = Cost(None, None, True) if projected else _cost(ev, step_ms)
         notes = tuple(text for n in spec.get("notes", []) if "when" not in n or ev.holds_optional(n["when"])
                       for text in [ev.render(n["text"], known_only=True)] if text is not None)
-        message = ev.render(rule.message)
+        message = ev.render(spec["projected"]["message"] if projected else rule.message)
         variant = next((v["text"] for v in spec.get("fixes", []) if ev.holds_optional(v["when"])), rule.fix)
         fix = ev.render(variant)
     except Missing as exc:
         return Skipped(rule.id, str(exc))
     locations = tuple(_locations(sites, n_steps))
+    evidence = {k: v for k, v in ev.aggregates.items()}
+    if projected:
+        evidence["projected"] = True
     return Finding(rule.id, rule.title, rule.tips, severity, message, fix, cost, locations, notes,
-                   evidence={k: v for k, v in ev.aggregates.items()}, trace=ctx.trace.path if ctx.trace else None,
-                   autofix=_autofix(ev))
+                   evidence=evidence, trace=ctx.trace.path if ctx.trace else None, autofix=_autofix(ev))
+
+
+def _holds_measured(ev: _Evaluation, spec: dict) -> bool:
+    """The rule's condition on what was measured; a rule with a projected form that lacks the measured data
+    (a GPU-only fact on a CPU run) has it looked for on the projection instead of being skipped."""
+    try:
+        return ev.holds(spec["when"])
+    except Missing:
+        if "projected" in spec and ev.holds_optional(spec["projected"]["when"]):
+            return False
+        raise
 
 
 def _autofix(ev: _Evaluation) -> dict | None:

@@ -101,12 +101,14 @@ class Rule:
     def facts(self) -> set[str]:
         """Registered facts this rule reads (conditions, evidence, cost, templates)."""
         names = {c["fact"] for c in _conditions(self.spec.get("when"))}
-        for item in self.spec.get("escalate", []) + self.spec.get("notes", []) + self.spec.get("fixes", []):
+        projected = [self.spec["projected"]] if "projected" in self.spec else []
+        for item in self.spec.get("escalate", []) + self.spec.get("notes", []) + self.spec.get("fixes", []) + projected:
             names |= {c["fact"] for c in _conditions(item.get("when"))}
         names.add(self.spec.get("evidence", {}).get("sites"))
         names.add(self.spec.get("cost", {}).get("fact"))
         names |= set((self.autofix or {}).get("params", {}).values())
-        for text in [self.message, self.fix] + [n["text"] for n in self.spec.get("notes", []) + self.spec.get("fixes", [])]:
+        for text in [self.message, self.fix] + [p["message"] for p in projected] + \
+                [n["text"] for n in self.spec.get("notes", []) + self.spec.get("fixes", [])]:
             names |= {name for name, _ in PLACEHOLDER.findall(text)}
         out = set()
         for name in filter(None, names):
@@ -143,6 +145,8 @@ def _check_names(spec: dict, where: str) -> None:
         conds += list(_conditions(item["when"]))
     for note in spec.get("notes", []) + spec.get("fixes", []):
         conds += list(_conditions(note.get("when")))
+    if "projected" in spec:
+        conds += list(_conditions(spec["projected"]["when"]))
     if isinstance(spec.get("cost", {}).get("estimated"), dict):
         conds += list(_conditions(spec["cost"]["estimated"]))
     for cond in conds:
@@ -172,6 +176,7 @@ def _check_names(spec: dict, where: str) -> None:
         if tip not in TIPS:
             raise RuleError(f"{where}: tip '{tip}' is not in the catalogue ({min(TIPS)}-{max(TIPS)})")
     texts = [spec["message"], spec["fix"]] + [n["text"] for n in spec.get("notes", []) + spec.get("fixes", [])]
+    texts += [spec["projected"]["message"]] if "projected" in spec else []
     for text in texts:
         for name, fmt in PLACEHOLDER.findall(text):
             if not (name in AGGREGATES or name in thresholds or fact_exists(name)):

@@ -53,6 +53,13 @@ RULE_SCHEMA = {
             "type": "object", "additionalProperties": False, "required": ["when", "severity"],
             "properties": {"when": _CONDITION, "severity": {"enum": ["info", "warning", "error"]}}}},
         "message": {"type": "string", "minLength": 1},
+        # a GPU-only pattern seen on the projection instead (--target): when `when` does not hold on what was
+        # measured, the rule fires on this condition over the projection's facts, with this message (which
+        # names the target and the expected error); the finding carries no measured cost
+        "projected": {"type": "object", "additionalProperties": False, "required": ["when", "message"],
+                      "properties": {"when": _CONDITION, "message": {"type": "string", "minLength": 1},
+                                     # the severity a finding on the model alone gets (default: the rule's)
+                                     "severity": {"enum": ["info", "warning", "error"]}}},
         "notes": {"type": "array", "items": {
             "type": "object", "additionalProperties": False, "required": ["text"],
             "properties": {"when": _CONDITION, "text": {"type": "string"}}}},
@@ -65,6 +72,9 @@ RULE_SCHEMA = {
                 "scale": _VALUE,
                 "estimated": {"oneOf": [{"type": "boolean"}, _CONDITION]},
                 "unknown_when_zero": {"type": "boolean"},  # nothing measured is no cost figure, not 0 ms
+                # how the fix's saving is projected onto a GPU (--target): the steps replayed with the fix
+                # applied (engine/projected.py)
+                "projects": {"enum": ["data", "sync", "copies", "precision", "host"]},
             },
         },
         "fix": {"type": "string", "minLength": 1},

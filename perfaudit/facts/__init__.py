@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     op_times,
     optim,
     probed,
+    projection,
     ranks,
     shapes,
     startup,

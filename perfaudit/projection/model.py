@@ -5,11 +5,12 @@ applied (`what_if`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ..trace.model import Event, Step, Trace
 from .devices import Device
 from .kernels import MATH_KINDS, Work, calibration, kernel_us
+from .overhead import in_python_time
 from .simulate import Pipeline, Projection, simulate
 from .timeline import Item, StepPlan, from_kernels, from_shapes, plan
 from .work import work_of
@@ -36,7 +37,6 @@ class Result:
     method: str                    # how the kernels' times were had
     projection: Projection
     measured_step_ms: float
-    savings_ms: dict = field(default_factory=dict)   # what_if kind -> projected saving per step (ms)
     error_pct: float = 0.0
 
     @property
@@ -49,7 +49,7 @@ def _copy_item(inputs: Inputs, target: Device, pinned: bool | None = None, block
     rates = calibration()["pcie_gbs"][target.pcie]
     gbs = rates["pinned" if pinned else "pageable"]
     return Item("copy", gpu_us=inputs.batch_bytes / (gbs * 1e3), stream="copy",
-                blocking=(inputs.blocking if blocking is None else blocking) or not pinned)
+                blocking=(inputs.blocking if blocking is None else blocking) or not pinned, pageable=not pinned)
 
 
 def _with_copies(plans: list[StepPlan], item: Callable[[], Item]) -> list[StepPlan]:
@@ -61,6 +61,18 @@ def _with_copies(plans: list[StepPlan], item: Callable[[], Item]) -> list[StepPl
         items.insert(at, item())
         out.append(StepPlan(p.number, p.measured_us, items))
     return out
+
+
+def _hand_off_only(plans: list[StepPlan]) -> None:
+    """Workers whose own time per batch was not measured: each step's wait for data is taken as the least any
+    step waited, the hand-off of a batch that was ready. What a step waited beyond it on this machine is its
+    workers competing with the training for its cores, not what a GPU host would see."""
+    waits = [sum(i.host_us for i in p.items if i.kind == "data") for p in plans]
+    least = min(waits, default=0.0)
+    for p, wait in zip(plans, waits):
+        for item in p.items:
+            if item.kind == "data" and wait > 0:
+                item.host_us *= least / wait
 
 
 def _pipeline(inputs: Inputs) -> Pipeline | None:
@@ -88,9 +100,10 @@ class Projector:
 
     # -- the plans ---------------------------------------------------------------------------------------------
     def _plans(self, precision: str | None = None) -> list[StepPlan]:
+        own_cost = in_python_time(self.trace)
         if self.trace.has_gpu:
             return plan(self.trace, self.steps, from_kernels(self.trace, self._kernel_scale(precision),
-                                                             self._copy_scale(), self._op_ratio(precision)))
+                                                             self._copy_scale(), self._op_ratio(precision)), own_cost)
         target, cal = self.target, self.cal
 
         def model(work: Work) -> float:
@@ -98,7 +111,9 @@ class Projector:
                 work = replace(work, precision=precision)
             return kernel_us(work, target, cal)
         plans = plan(self.trace, self.steps, from_shapes(model, cal["host_us_per_kernel"], self.inputs.tf32_matmul,
-                                                         self.inputs.tf32_conv))
+                                                         self.inputs.tf32_conv), own_cost)
+        if self.inputs.workers and not self.inputs.worker_ms_per_batch:
+            _hand_off_only(plans)
         if self.inputs.batch_bytes:
             plans = _with_copies(plans, lambda: _copy_item(self.inputs, target))
         return plans
@@ -150,30 +165,36 @@ class Projector:
     def run(self) -> Result:
         projection = simulate(self.plans, _pipeline(self.inputs))
         measured = sum(s.dur for s in self.steps) / max(len(self.steps), 1) / 1e3
-        result = Result(self.target.name, self.method, projection, measured,
-                        error_pct=self.cal["expected_error_pct"]["gpu_trace" if self.trace.has_gpu else "cpu_run"])
-        for kind in WHAT_IFS:
-            after = self.what_if(kind)
-            result.savings_ms[kind] = max(projection.step_us - after.step_us, 0.0) / 1e3
-        return result
+        return Result(self.target.name, self.method, projection, measured,
+                      error_pct=self.cal["expected_error_pct"]["gpu_trace" if self.trace.has_gpu else "cpu_run"])
+
+    def savings(self) -> dict[str, float]:
+        """Each kind of fix's projected saving per step (ms)."""
+        base = self.run().projection.step_us
+        return {kind: max(base - self.what_if(kind).step_us, 0.0) / 1e3 for kind in WHAT_IFS}
 
     def what_if(self, kind: str, host_saved_us: float = 0.0) -> Projection:
         """The projection with one kind of fix applied: DataLoader waits hidden by workers (data), host reads
         of device values gone (sync), batches copied from pinned memory without blocking (copies), matrix
         math in half precision (precision), or `host_saved_us` of the host's own time per step gone (host)."""
-        if kind == "precision":
-            return simulate(self._plans(HALF), _pipeline(self.inputs))
+        if kind == "precision":  # autocast's 16-bit type: bf16 where the target has it, else fp16
+            half = HALF if HALF in self.target.tflops else "fp16"
+            return simulate(self._plans(half), _pipeline(self.inputs))
         plans = []
         for p in self.plans:
             items = []
             host_total = sum(i.host_us for i in p.items if i.kind == "host") or 1.0
+            previous = None
             for item in p.items:
+                before, previous = previous, item
+                if kind == "copies" and item.kind == "sync" and before is not None and before.pageable:
+                    continue  # the sync torch makes after a pageable copy goes with it
                 if kind == "data" and item.kind == "data":
                     continue
                 if kind == "sync" and item.kind == "sync":
                     continue
-                if kind == "copies" and item.kind == "copy" and item.stream == "copy":
-                    item = replace(item, blocking=False, gpu_us=item.gpu_us * self._pinned_ratio())
+                if kind == "copies" and item.kind == "copy" and item.pageable:
+                    item = replace(item, blocking=False, pageable=False, gpu_us=item.gpu_us * self._pinned_ratio())
                 if kind == "host" and item.kind == "host":
                     item = replace(item, host_us=item.host_us * max(1 - host_saved_us / host_total, 0.0))
                 items.append(item)
@@ -181,8 +202,7 @@ class Projector:
         return simulate(plans, None if kind == "data" else _pipeline(self.inputs))
 
     def _pinned_ratio(self) -> float:
-        if self.trace.has_gpu or self.inputs.pinned:
-            return 1.0
+        """A pageable copy's time made pinned: the target link's pageable rate over its pinned rate."""
         rates = self.cal["pcie_gbs"][self.target.pcie]
         return rates["pageable"] / rates["pinned"]
 

@@ -24,6 +24,7 @@ class Item:
     gpu_us: float = 0.0       # device time queued (launch, copy)
     stream: str = "compute"   # compute, comm (a collective), copy
     blocking: bool = False    # a copy the host waits for (pageable memory, or not non_blocking)
+    pageable: bool = False    # a host-to-device copy from pageable memory
 
 
 @dataclass
@@ -70,20 +71,31 @@ def _has_sync(node: _Node) -> bool:
     return node.op.name in SYNC_OPS or any(_has_sync(c) for c in node.children)
 
 
-def _roots_in(trace: Trace, step: Step) -> list[_Node]:
-    """The root ops of every thread that starts in the step, in time order."""
-    by_thread: dict = defaultdict(list)
-    for ev in trace.host:
-        if ev.kind == "op" and step.ts <= ev.ts < step.end:
+class _Index:
+    """The trace's ops and DataLoader ranges, sorted by start once: a step's are found by bisection."""
+
+    def __init__(self, trace: Trace):
+        self.ops = [e for e in trace.host if e.kind == "op"]
+        self.op_starts = [e.ts for e in self.ops]
+        self.data = [e for e in trace.host if e.name.startswith(DATALOADER)]
+        self.data_starts = [e.ts for e in self.data]
+
+    def roots(self, step: Step) -> list[_Node]:
+        """The root ops of every thread that start in the step, in time order."""
+        by_thread: dict = defaultdict(list)
+        for ev in self.ops[bisect_left(self.op_starts, step.ts):bisect_left(self.op_starts, step.end)]:
             by_thread[(ev.pid, ev.tid)].append(ev)
-    roots = [r for ops in by_thread.values() for r in _forest(ops)]
-    roots.sort(key=lambda n: n.op.ts)
-    return roots
+        roots = [r for ops in by_thread.values() for r in _forest(ops)]
+        roots.sort(key=lambda n: n.op.ts)
+        return roots
+
+    def data_ranges(self, step: Step) -> list[tuple[float, float]]:
+        i, j = bisect_left(self.data_starts, step.ts), bisect_left(self.data_starts, step.end)
+        return [(e.ts, e.end) for e in self.data[i:j]]
 
 
-def _data_ranges(trace: Trace, step: Step) -> list[tuple[float, float]]:
-    return [(e.ts, e.end) for e in trace.host
-            if e.name.startswith(DATALOADER) and step.ts <= e.ts < step.end]
+def _roots_in(trace: Trace, step: Step) -> list[_Node]:
+    return _Index(trace).roots(step)
 
 
 def _gap_items(start: float, end: float, data: list[tuple[float, float]]) -> list[Item]:
@@ -102,14 +114,17 @@ def _gap_items(start: float, end: float, data: list[tuple[float, float]]) -> lis
     return items
 
 
-def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]]) -> list[StepPlan]:
+def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
+         own_cost: Callable[[Step, int], float] | None = None) -> list[StepPlan]:
     """Each step as items: the gaps between root ops (Python, DataLoader fetches) and each root op as
-    `expand` turns it into host time, kernels and syncs. Roots that overlap (two threads) count once."""
-    plans = []
+    `expand` turns it into host time, kernels and syncs. Roots that overlap (two threads) count once.
+    `own_cost(step, root ops)`: what perfaudit added to the step's Python time (µs), taken out of it."""
+    plans, index = [], _Index(trace)
     for step in steps:
         items, cursor = [], step.ts
-        data = _data_ranges(trace, step)
-        for root in _roots_in(trace, step):
+        data = index.data_ranges(step)
+        roots = _outside(index.roots(step), data)  # a fetch's own ops are the host's work: the data item
+        for root in roots:
             op = root.op
             if op.ts > cursor:
                 items.extend(_gap_items(cursor, op.ts, data))
@@ -122,8 +137,36 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]])
             cursor = max(cursor, op.end)
         if step.end > cursor:
             items.extend(_gap_items(cursor, step.end, data))
+        if own_cost is not None:
+            _take_out(items, own_cost(step, len(roots)))
         plans.append(StepPlan(step.number, step.dur, items))
     return plans
+
+
+def _outside(roots: list[_Node], ranges: list[tuple[float, float]]) -> list[_Node]:
+    """The roots that do not start inside a DataLoader fetch (a Dataset's transforms run on the host, on host
+    tensors, whatever the training does on the GPU)."""
+    if not ranges:
+        return roots
+    out, i = [], 0
+    for root in roots:  # both sorted by start
+        while i < len(ranges) and ranges[i][1] <= root.op.ts:
+            i += 1
+        if i < len(ranges) and ranges[i][0] <= root.op.ts < ranges[i][1]:
+            continue
+        out.append(root)
+    return out
+
+
+def _take_out(items: list[Item], us: float) -> None:
+    """perfaudit's own cost out of the Python time between ops, in proportion (never below none)."""
+    gaps = [i for i in items if i.kind == "host"]
+    total = sum(i.host_us for i in gaps)
+    if total <= 0 or us <= 0:
+        return
+    keep = max(1.0 - us / total, 0.0)
+    for item in gaps:
+        item.host_us *= keep
 
 
 # -- a CPU trace: each op's kernels from its shapes ---------------------------------------------------------------
@@ -208,7 +251,8 @@ def from_kernels(trace: Trace, scale: Callable[[Event], float], copy_scale: floa
                     out.append(Item("launch", gpu_us=ev.dur * (ratio if ratio is not None else scale(ev)),
                                     stream=stream))
                 else:  # memcpy / memset
-                    out.append(Item("copy", gpu_us=ev.dur * copy_scale, stream="copy", blocking=waits))
+                    out.append(Item("copy", gpu_us=ev.dur * copy_scale, stream="copy", blocking=waits,
+                                    pageable="Pageable" in ev.name))
             if waits:
                 waited += call.dur
                 if "Synchronize" in call.name:

@@ -72,6 +72,8 @@ def _header(report: Report) -> Panel:
             parts = [f"{label} {gpu[key]:.2f} ms ({100 * gpu[key] / gpu['step']:.0f}%)"
                      for key, label in _GPU_PHASES if gpu.get(key, 0) > 0.005 * gpu["step"]]
             grid.add_row("GPU time", ", ".join(parts) + f"; busy {gpu['busy_pct']:.0f}%")
+        if t.projection:
+            grid.add_row("projected", projection_text(t.projection))
         if t.memory:
             grid.add_row("memory", memory_text(t.memory))
         if t.mfu:
@@ -95,6 +97,23 @@ def _header(report: Report) -> Panel:
     if outcome:
         grid.add_row("outcome", Text(outcome, style="bold red"))
     return Panel(grid, title="perfaudit", title_align="left")
+
+
+BOTTLENECK_WORDS = {"data": "waiting for the DataLoader", "host": "the host (Python, launches)",
+                    "sync": "host-device syncs", "copies": "host-to-device copies", "gpu": "GPU compute",
+                    "communication": "communication"}
+
+
+def projection_text(p: dict) -> str:
+    """The projected step on the target GPU beside the measured one, with its bottleneck; said to be a model."""
+    if p.get("identity"):
+        head = (f"{p['step_ms']:.2f} ms on {p['target']} (the GPU it ran on: a check of the model against the "
+                f"{p['measured_step_ms']:.2f} ms measured)")
+    else:
+        head = (f"{p['step_ms']:.2f} ms/step on {p['target']} (±{p['error_pct']:.0f}%, projected; "
+                f"{p['measured_step_ms']:.2f} ms measured here)")
+    return (f"{head}; bottleneck {BOTTLENECK_WORDS.get(p['bottleneck'], p['bottleneck'])}, data wait "
+            f"{100 * p['data_share']:.0f}%, GPU busy {100 * p['gpu_busy_share']:.0f}%")
 
 
 def _bytes(n: float) -> str:
@@ -192,6 +211,9 @@ def _finding(i: int, f: Finding) -> Group:
         est = "est. " if f.cost.estimated else ""
         share = f", {100 * f.cost.share_of_step:.1f}% of step" if f.cost.share_of_step is not None else ""
         head.append(f"  ({est}{f.cost.ms_per_step:.3f} ms/step{share})", style="dim")
+    if f.cost.projected_ms is not None:
+        share = f", {100 * f.cost.projected_share:.0f}%" if f.cost.projected_share is not None else ""
+        head.append(f"  [projected on {f.cost.projected_on}: {f.cost.projected_ms:.2f} ms/step{share}]", style="cyan")
     lines = [head]
     for loc in f.locations[:5]:
         where = Text(f"   {shown(loc.path)}:{loc.line}", style="bold magenta", no_wrap=True, overflow="ellipsis")
@@ -218,8 +240,9 @@ def _finding(i: int, f: Finding) -> Group:
 def render(report: Report, console: Console, verbose: bool = False) -> None:
     console.print(_header(report))
     if report.findings:
-        console.print(Text(f"{len(report.findings)} finding(s), most severe first, then biggest saving:\n",
-                           style="bold"))
+        target = next((f.cost.projected_on for f in report.findings if f.cost.projected_on), None)
+        saving = f"biggest saving on {target} (projected)" if target else "biggest saving"
+        console.print(Text(f"{len(report.findings)} finding(s), most severe first, then {saving}:\n", style="bold"))
         for i, f in enumerate(report.findings, 1):
             console.print(_finding(i, f))
     elif report.files is not None:  # lint: no run, no window

@@ -23,10 +23,13 @@ def _finding(f: Finding) -> dict:
         "locations": [asdict(l) for l in f.locations],
         "cost": {"ms_per_step": f.cost.ms_per_step, "share_of_step": f.cost.share_of_step,
                  "estimated": f.cost.estimated},
+        "projected_ms_per_step": f.cost.projected_ms,
+        "projected_share_of_step": f.cost.projected_share,
         "fix": f.fix,
         "notes": list(f.notes),
         "trace": f.trace,
-        "origin": f.evidence.get("origin") or ("static" if f.evidence.get("static") else "run"),
+        "origin": f.evidence.get("origin") or ("static" if f.evidence.get("static") else
+                                               "projected" if f.evidence.get("projected") else "run"),
         "autofix": f.autofix,
         "verified": f.verified,
     }
@@ -61,10 +64,17 @@ def to_dict(report: Report) -> dict:
         },
         "mfu": mfu_dict(first.mfu, report.findings) if first and first.mfu else None,
         "memory": first.memory if first else None,
+        "projection": projection_dict(first.projection) if first and first.projection else None,
         "findings": [_finding(f) for f in report.findings],
         "skipped": [{"rule": s.rule, "reason": s.reason} for s in report.skipped],
         "notes": list(report.notes),
     }
+
+
+def projection_dict(p: dict) -> dict:
+    keys = ("target", "why_target", "method", "step_ms", "measured_step_ms", "data_share", "gpu_busy_share",
+            "data_wait_ms", "bottleneck", "error_pct", "identity", "shares", "busy_ms", "idle_ms")
+    return {k: p.get(k) for k in keys}
 
 
 def mfu_dict(mfu: dict, findings) -> dict:
@@ -93,8 +103,13 @@ def report_from_dict(data: dict) -> Report | None:
                           for loc in f.get("locations", []))
         findings.append(Finding(f["rule"], f["title"], tuple(f.get("tips", ())), f["severity"], f["message"],
                                 f.get("fix", ""), Cost(cost.get("ms_per_step"), cost.get("share_of_step"),
-                                                       bool(cost.get("estimated"))),
+                                                       bool(cost.get("estimated")), _number(f.get("projected_ms_per_step")),
+                                                       _number(f.get("projected_share_of_step"))),
                                 locations, tuple(f.get("notes", ())), evidence={"origin": f.get("origin", "run")},
                                 trace=f.get("trace"), autofix=f.get("autofix")))
     run = data.get("run") or {}
     return Report(findings, [], [], script=run.get("script"), outcome=run.get("outcome"), run_dir=run.get("run_dir"))
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -159,7 +159,8 @@ def sort_by_start(events: list[Event]) -> None:
         i = j + 1
 
 
-EMULATION_FRAME = "perfaudit/collect/placement.py"  # the emulated CUDA device's mode (collect/placement.py)
+# the emulated CUDA device's mode (collect/placement.py) and the registries it reads (collect/tensor_registry.py)
+EMULATION_FRAMES = ("perfaudit/collect/placement.py", "perfaudit/collect/tensor_registry.py")
 DISPATCH_FRAME = "torch/overrides.py"  # torch's dispatch to that mode from its Python functions
 
 
@@ -179,7 +180,7 @@ def without_emulation_frames(python: list[Event]) -> list[Event]:
         stack = open_by_thread.setdefault((ev.pid, ev.tid), [])
         while stack and stack[-1][0].end <= ev.ts:
             stack.pop()
-        own = EMULATION_FRAME in ev.name or DISPATCH_FRAME in ev.name
+        own = DISPATCH_FRAME in ev.name or any(frame in ev.name for frame in EMULATION_FRAMES)
         parent_own = bool(stack) and stack[-1][1]
         if not own and not (parent_own and ev.name.startswith("<built-in")):
             kept.append(ev)

@@ -9,8 +9,10 @@ import re
 from dataclasses import dataclass, field, replace
 
 from .. import gate
+from ..config import checked_target
 from ..engine.evaluate import evaluate
 from ..engine.loader import Rule, load_rules
+from ..engine.projected import with_projected_costs
 from ..errors import TraceError, UsageError
 from ..facts import Context, Missing
 from ..facts.emulated import gpu_branch_ran
@@ -19,6 +21,7 @@ from ..findings import Finding, Report, Skipped, TraceSummary
 from ..gate import GateOptions
 from ..trace import Trace, load_trace
 from ..trace.gc_pause import collection_paused
+from ..trace.model import emulated_run
 
 _TRACE_PATTERNS = ("*.json", "*.json.gz")
 
@@ -131,12 +134,17 @@ def _summary_of(trace: Trace, ctx: Context, env: dict, device: str) -> TraceSumm
         memory = ctx.get("memory.emulated")
     except Missing:
         memory = None
+    try:
+        projection = ctx.get("projection")
+    except Missing:
+        projection = None
     return TraceSummary(trace.path, device, trace.rank, len(trace.measured_steps), trace.step_source,
                         step_ms, breakdown, trace.has_stacks, env, gpu, per_step, gpu_steps, compiled, excluded,
-                        busy_measured, threads, training, mfu, memory=memory)
+                        busy_measured, threads, training, mfu, memory=memory, projection=projection)
 
 
 def evaluate_rules(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skipped]]:
+    """The rules' findings, each with its saving on the projection's target GPU when the run is projected."""
     findings, skipped = [], []
     for rule in rules:
         result = evaluate(rule, ctx)
@@ -144,7 +152,7 @@ def evaluate_rules(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list
             findings.append(result)
         elif isinstance(result, Skipped):
             skipped.append(result)
-    return findings, skipped
+    return with_projected_costs(findings, rules, ctx), skipped
 
 
 def evaluate_trace(trace: Trace | None, rules: list[Rule], probes: dict | None = None,
@@ -186,16 +194,18 @@ class TraceResult:
 
 
 def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job: bool = True,
-                op_times: bool = False) -> TraceResult:
+                op_times: bool = False, target: str = "auto") -> TraceResult:
     """Parse one trace and evaluate the per-trace rules on it (in a worker process with --jobs); the
     trace itself is dropped afterwards, so memory does not grow with the number of ranks. `op_times`: the
     summary carries the time per op or kernel name too (what `diff` compares)."""
     try:
-        trace = load_trace(path)
+        trace = load_trace(path, op_shapes=target not in ("auto", "none"))
+        if not trace.has_gpu and target == "auto" and emulated_run(trace):
+            trace = load_trace(path, op_shapes=True)  # a CPU run of a CUDA path: projected from op shapes
     except TraceError as exc:
         return TraceResult(path, error=exc)
     roots = source_roots + (os.path.dirname(os.path.abspath(path)), os.getcwd())
-    ctx = Context(trace, None, roots)
+    ctx = Context(trace, None, roots, target=target)
     with collection_paused():  # the facts walk the trace's events: no cycle collection over them meanwhile
         findings, skipped = evaluate_rules(ctx, [r for r in rules if r.scope == "trace"])
         summary = summarize(trace, ctx)
@@ -216,7 +226,7 @@ def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job
 
 
 def analyze_all(paths: list[str], rules: list[Rule], source_roots: tuple[str, ...], jobs: int | None,
-                 notes: list[str], op_times: bool = False) -> list[TraceResult]:
+                 notes: list[str], op_times: bool = False, target: str = "auto") -> list[TraceResult]:
     """Every trace named or found, in parallel processes when there are several (`jobs`: how many,
     default the CPU count). In a folder, files that are not traces are skipped and a trace that cannot
     be read is named and skipped, as long as one trace can be read."""
@@ -235,9 +245,10 @@ def analyze_all(paths: list[str], rules: list[Rule], source_roots: tuple[str, ..
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             results = list(pool.map(analyze_one, [p for p, _ in items], [rules] * len(items),
-                                    [source_roots] * len(items), [True] * len(items), [op_times] * len(items)))
+                                    [source_roots] * len(items), [True] * len(items), [op_times] * len(items),
+                                    [target] * len(items)))
     else:
-        results = [analyze_one(p, rules, source_roots, len(items) > 1, op_times) for p, _ in items]
+        results = [analyze_one(p, rules, source_roots, len(items) > 1, op_times, target) for p, _ in items]
     good, errors = [], []
     for (path, in_folder), result in zip(items, results):
         if result.error is None:
@@ -253,12 +264,16 @@ def analyze_all(paths: list[str], rules: list[Rule], source_roots: tuple[str, ..
 
 
 def analyze(paths: list[str], rules: list[Rule] | None = None, source_roots: tuple[str, ...] = (),
-            gate_options: GateOptions | None = None, jobs: int | None = None, op_times: bool = False) -> Report:
+            gate_options: GateOptions | None = None, jobs: int | None = None, op_times: bool = False,
+            target: str | None = None) -> Report:
     """Run the rules on traces recorded elsewhere (or by an earlier `perfaudit run`); several traces
-    (the ranks of a job) are analysed in `jobs` processes (default: one per CPU)."""
+    (the ranks of a job) are analysed in `jobs` processes (default: one per CPU). `target`: the GPU the
+    steps are projected onto (a name devices.yaml knows, "auto": the GPU a trace was recorded on, or
+    "none")."""
     rules = rules if rules is not None else load_rules()
     report = Report([], [], [])
-    results = analyze_all(paths, rules, source_roots, jobs, report.notes, op_times)
+    target = checked_target(target, "--target") if target else "auto"
+    results = analyze_all(paths, rules, source_roots, jobs, report.notes, op_times, target)
     report.source_roots = [os.getcwd(), *source_roots, *{os.path.dirname(os.path.abspath(r.path)) for r in results}]
     combine(report, results, rules, source_roots)
     if len(results) == 1 and results[0].probes_meta:  # recorded by `perfaudit run`: the same report again

@@ -48,6 +48,8 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
         options.rules_dirs = sorted(folders - {os.path.realpath(builtin_rules_dir())})
     if options.device == "auto":  # the child still emulates only where there is no GPU
         options.device = "emulate-cuda" if has_cuda_path(script) else "cpu"
+    if options.target != "none" and (options.device == "emulate-cuda" or options.target != "auto"):
+        options.record_shapes = True  # a CPU run projected onto a GPU: each op's kernels from its shapes
     result = run_script(script, args, options, on_progress)
     if options.launch:
         return _audit_job(script, result, rules, gate_options, command)
@@ -63,7 +65,7 @@ def report_for_run(result: RunResult, script: str, options: RunOptions, rules: l
     notes = []
     if result.trace_path:
         try:
-            trace = load_trace(result.trace_path)
+            trace = load_trace(result.trace_path, op_shapes=options.target != "none")
         except TraceError as exc:
             notes.append(f"the recorded trace could not be read: {exc}")
     roots = (os.path.dirname(result.script), os.getcwd())
@@ -71,7 +73,7 @@ def report_for_run(result: RunResult, script: str, options: RunOptions, rules: l
     counted = result.outcome.get("flops_counted")
     if trace is not None and counted and isinstance(trace.probes.get("probes"), dict):
         trace.probes["probes"]["flops"] = counted  # counted after the trace was written
-    ctx = Context(trace, probes, roots)
+    ctx = Context(trace, probes, roots, target=options.target)
     with collection_paused():
         findings, skipped = evaluate_rules(ctx, [r for r in rules if r.scope == "trace"])
         summaries = [summarize(trace, ctx)] if trace is not None else []

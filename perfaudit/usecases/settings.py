@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .. import baseline as baseline_file
 from ..collect.options import RunOptions
-from ..config import DEVICES, Config, apply_to_rules, load_config
+from ..config import DEVICES, Config, apply_to_rules, checked_target, load_config
 from ..engine.loader import Rule, load_rules
 from ..errors import UsageError
 from ..gate import GateOptions
@@ -56,12 +56,15 @@ def run_options(settings: Settings, warmup: int | None = None, steps: int | None
     cfg = settings.config
     needs = settings.needs if for_rules else set()
     device = extra.pop("device", None) or cfg.device
+    target = checked_target(extra.pop("target", None), "--target") if extra.get("target") else (cfg.target or "auto")
+    extra.pop("target", None)
     if device not in DEVICES:
         raise UsageError(f"--device: expected one of {', '.join(DEVICES)}, not '{device}'")
     options = RunOptions(warmup=warmup if warmup is not None else (cfg.warmup if cfg.warmup is not None else 2),
                          steps=steps if steps is not None else (cfg.steps or 5), full=full,
                          timeout=timeout or None, out_dir=out_dir, with_stack=stack and "stacks" in needs,
-                         record_shapes="shapes" in needs, keep_runs=cfg.keep_runs, device=device)
+                         record_shapes="shapes" in needs, keep_runs=cfg.keep_runs,
+                         device=device, target=target)
     for key, value in extra.items():
         if value is not None:
             setattr(options, key, value)

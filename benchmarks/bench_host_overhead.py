@@ -1,0 +1,85 @@
+"""perfaudit's own cost on the host, measured and taken out: does a profiled step, less what the run's
+calibration says perfaudit added, give the step the script takes without perfaudit?
+
+    python benchmarks/bench_host_overhead.py [--device cpu|emulate-cuda] [SCRIPT ...]
+
+For each script, alternately: `perfaudit run` (the profiled window, stacks on) and a run without the profiler
+(verify's timing child, same window). Prints the profiled step, the step less perfaudit's cost (the
+calibration's µs per recorded event times the events of each step: all of them, or only the Python calls
+and the outermost ops, which is what the projection subtracts from the host's time), and the plain step.
+On `--device cpu` the three are comparable (the same CPU compute in each); the goal: within 10 %.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from perfaudit.api import RunOptions
+from perfaudit.collect.runner import run_script
+from perfaudit.projection.overhead import per_step_us, us_per_event
+from perfaudit.projection.timeline import _Index
+from perfaudit.trace.parser import load_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ["tests/realistic/cnn_classifier.py", "tests/realistic/char_transformer.py",
+           "tests/realistic/trainer_next_iter.py", "tests/realistic/lstm_lm.py", "tests/realistic/gan.py",
+           "tests/realistic/cuda_path_trainer.py"]
+
+
+def profiled(script: str, device: str, out: str) -> tuple[float, float, float]:
+    result = run_script(str(ROOT / script), [], RunOptions(warmup=2, steps=5, out_dir=out, device=device,
+                                                           cwd=str((ROOT / script).parent)))
+    trace = load_trace(result.trace_path)
+    steps = trace.measured_steps
+    measured = statistics.median(s.dur for s in steps) / 1e3
+    every = per_step_us(trace, steps) or [0.0] * len(steps)
+    c = us_per_event(trace) or 0.0
+    index = _Index(trace)
+    outer = [c * (_python(trace, s) + len(index.roots(s))) for s in steps]
+    less_all = statistics.median(s.dur - o for s, o in zip(steps, every)) / 1e3
+    less_outer = statistics.median(s.dur - o for s, o in zip(steps, outer)) / 1e3
+    return measured, less_all, less_outer
+
+
+def _python(trace, step) -> int:
+    return sum(1 for e in trace.python if step.ts <= e.ts < step.end)
+
+
+def plain(script: str, device: str, out: str) -> float:
+    result = run_script(str(ROOT / script), [], RunOptions(warmup=2, steps=5, out_dir=out, device=device,
+                                                           mode="timing", cwd=str((ROOT / script).parent)))
+    return statistics.median(result.timing["step_times_s"]) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("scripts", nargs="*", default=SCRIPTS)
+    opts = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs, --device {opts.device}, "
+          f"{opts.rounds} round(s) alternating; medians, ms per step")
+    print(f"{'script':<28}{'profiled':>9}{'less all':>10}{'less outer':>11}{'plain':>8}{'all/plain':>10}"
+          f"{'outer/plain':>12}")
+    for script in opts.scripts:
+        rows, plains = [], []
+        with tempfile.TemporaryDirectory() as tmp:
+            for r in range(opts.rounds):
+                order = ("p", "t") if r % 2 == 0 else ("t", "p")
+                for kind in order:
+                    if kind == "p":
+                        rows.append(profiled(script, opts.device, f"{tmp}/p{r}"))
+                    else:
+                        plains.append(plain(script, opts.device, f"{tmp}/t{r}"))
+        m, a, o = (statistics.median(x[i] for x in rows) for i in range(3))
+        p = statistics.median(plains)
+        print(f"{Path(script).name:<28}{m:>9.2f}{a:>10.2f}{o:>11.2f}{p:>8.2f}{a / p:>10.2f}{o / p:>12.2f}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

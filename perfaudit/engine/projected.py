@@ -1,0 +1,49 @@
+"""Each finding's saving on the projection's target GPU: the steps replayed with the rule's fix applied
+(the rule's `cost.projects`: data, sync, copies, precision, host). Findings of one kind share that kind's
+saving in proportion to their measured cost; a host-side fix removes its measured host time."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..facts import Context, Missing
+from ..facts.projection import saving_ms
+from ..findings import Finding
+from .loader import Rule
+
+
+def with_projected_costs(findings: list[Finding], rules: list[Rule], ctx: Context) -> list[Finding]:
+    try:
+        projection = ctx.get("projection")
+    except Missing:
+        return findings
+    step, target = projection["step_ms"], projection["target"]
+    rules_by_id = {r.id: r for r in rules}
+    kind_of = {r.id: r.spec.get("cost", {}).get("projects") for r in rules}
+    by_kind: dict[str, list[int]] = {}
+    for i, f in enumerate(findings):
+        kind = kind_of.get(f.rule)
+        if kind:
+            by_kind.setdefault(kind, []).append(i)
+    out = list(findings)
+    for kind, indices in by_kind.items():
+        if kind == "host":
+            for i in indices:
+                measured = findings[i].cost.ms_per_step
+                if measured is None and findings[i].evidence.get("projected"):  # seen on the projection only:
+                    scale = rules_by_id[findings[i].rule].spec.get("cost", {}).get("scale", 1.0)  # its host idle
+                    measured = projection["host_idle_ms"] * (scale if isinstance(scale, (int, float)) else 1.0)
+                if measured:
+                    out[i] = _with(findings[i], saving_ms(ctx, "host", measured), step, target)
+            continue
+        total = saving_ms(ctx, kind)
+        weights = [findings[i].cost.ms_per_step or 0.0 for i in indices]
+        whole = sum(weights)
+        for i, w in zip(indices, weights):
+            part = w / whole if whole else 1.0 / len(indices)
+            out[i] = _with(findings[i], total * part, step, target)
+    return out
+
+
+def _with(f: Finding, ms: float, step_ms: float, target: str) -> Finding:
+    return replace(f, cost=replace(f.cost, projected_ms=ms, projected_share=ms / step_ms if step_ms else None,
+                                   projected_on=target))

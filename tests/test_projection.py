@@ -1,0 +1,159 @@
+"""Projection onto a named GPU (`--target`, docs/projection.md): the device table, the kernel model and the
+simulation on their own, then what a user sees: the header row, the JSON `projection`, each finding's saving
+on the target and the ranking by it, on real GPU traces and on CPU runs of realistic scripts."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import jsonschema
+import pytest
+
+from conftest import ROOT, TRACES, needs_shared, perfaudit
+from perfaudit.projection import devices
+from perfaudit.projection.kernels import Work, kernel_us, roofline_us
+from perfaudit.projection.simulate import BOTTLENECKS, Pipeline, simulate
+from perfaudit.projection.timeline import Item, StepPlan
+
+SCHEMA = json.loads((ROOT / "docs" / "report-schema.json").read_text())
+RESNET = TRACES / "param" / "resnet_2080ti.json.gz"   # facebookresearch/param, MIT: a data-bound ResNet
+
+
+# -- the device table ----------------------------------------------------------------------------------------------
+def test_targets_are_found_by_the_names_users_type():
+    assert devices.target("h100-sxm").name == devices.target("H100 SXM").name == "H100 SXM"
+    assert devices.target("H100").name == "H100 SXM"
+    assert devices.target("v100").name == "V100 SXM2" and devices.target("a100_80gb").name == "A100 80GB"
+    assert devices.target("NVIDIA GeForce RTX 2080 Ti").name == "RTX 2080 Ti"  # a name a trace reports
+    with pytest.raises(ValueError, match=r"unknown GPU 'H1000'; did you mean .*H100.*\(known: "):
+        devices.target("H1000")
+    for entry in devices.table():
+        assert entry["memory_gbs"] > 0 and entry["sms"] > 0 and entry["pcie"] in (3, 4, 5), entry["name"]
+        assert entry["source"].startswith("https://"), entry["name"]
+
+
+# -- the kernel model -----------------------------------------------------------------------------------------------
+def test_memory_bound_ops_follow_bandwidth_and_matrix_ops_the_peak_for_their_precision():
+    h100, a100, v100 = devices.target("H100 SXM"), devices.target("A100"), devices.target("V100")
+    copy = Work("memory", bytes=1 << 30)
+    assert kernel_us(copy, a100) / kernel_us(copy, h100) == pytest.approx(h100.memory_gbs / a100.memory_gbs, rel=0.01)
+    gemm = Work("matmul", flops=2.0 * 8192 ** 3, bytes=3 * 2 * 8192 ** 2, precision="bf16", gemm=(1, 8192, 8192, 8192))
+    assert kernel_us(gemm, h100) > roofline_us(gemm, h100)           # no kernel reaches the peak
+    assert kernel_us(gemm, v100) > 5 * kernel_us(gemm, h100)         # a V100 has no bf16 units: fp32 math
+    tiny = Work("memory", bytes=64)
+    assert kernel_us(tiny, h100) == pytest.approx(kernel_us(tiny, v100), rel=1e-3)   # a launch's floor, any GPU
+
+
+def test_a_matrix_op_too_small_to_fill_the_sms_runs_far_below_the_peak():
+    h100 = devices.target("H100 SXM")
+
+    def per_flop(b, m, n, k):
+        flops = 2.0 * b * m * n * k
+        return kernel_us(Work("matmul", flops=flops, precision="bf16", gemm=(b, m, n, k)), h100) / flops
+    assert per_flop(1, 128, 128, 4096) > 3 * per_flop(1, 8192, 8192, 4096)
+    assert per_flop(h100.sms + 1, 128, 128, 4096) > per_flop(h100.sms, 128, 128, 4096)   # a second, near-empty wave
+
+
+# -- the simulation -------------------------------------------------------------------------------------------------
+def _steps(items, n=4):
+    return [StepPlan(i, 0.0, [replace(it) for it in items]) for i in range(n)]
+
+
+def test_queued_kernels_overlap_the_host_and_a_sync_serialises_them():
+    work = [Item("launch", host_us=10, gpu_us=100) for _ in range(10)]
+    gpu_bound = simulate(_steps(work))
+    assert gpu_bound.bottleneck == "gpu" and gpu_bound.step_us == pytest.approx(1000, rel=0.02)
+    synced = simulate(_steps([x for k in work for x in (k, Item("sync"))]))
+    assert synced.step_us == pytest.approx(1100, rel=0.02)            # host and GPU take turns
+    host_bound = simulate(_steps([Item("launch", host_us=100, gpu_us=10) for _ in range(10)]))
+    assert host_bound.bottleneck == "host" and host_bound.gpu_busy_share == pytest.approx(0.1, abs=0.02)
+
+
+def test_workers_slower_than_the_projected_step_make_it_wait_for_data():
+    step = [Item("data"), *[Item("launch", host_us=5, gpu_us=100) for _ in range(5)]]
+    slow = simulate(_steps(step, n=8), Pipeline(workers=2, batch_us=4000))   # a batch every 2 ms, a 0.5 ms step
+    assert slow.bottleneck == "data" and slow.step_us == pytest.approx(2000, rel=0.1) and slow.data_share > 0.6
+    fast = simulate(_steps(step, n=8), Pipeline(workers=8, batch_us=2000))
+    assert fast.bottleneck == "gpu" and fast.data_share < 0.1
+
+
+# -- real GPU traces ------------------------------------------------------------------------------------------------
+def _analyze(path, *extra, tmp_path):
+    out = tmp_path / "report.json"
+    proc = perfaudit("analyze", str(path), "-f", f"json={out}", *extra)
+    assert proc.returncode in (0, 1), proc.stderr
+    report = json.loads(out.read_text())
+    jsonschema.validate(report, SCHEMA)
+    return report, proc.stdout
+
+
+def test_a_gpu_trace_projected_onto_its_own_gpu_gives_its_measured_step(tmp_path):
+    """The identity check: param's ResNet on an RTX 2080 Ti (data-bound: half of each step waits for the
+    DataLoader), replayed from its own kernels and host timeline."""
+    report, console = _analyze(needs_shared(RESNET), tmp_path=tmp_path)
+    p = report["projection"]
+    assert p["target"] == "RTX 2080 Ti" and p["identity"] and p["why_target"] == "recorded"
+    assert p["step_ms"] == pytest.approx(p["measured_step_ms"], rel=0.10)
+    gpu = report["run"]["gpu_breakdown_ms"]
+    assert p["bottleneck"] == "data" and abs(p["data_share"] - gpu["data_wait"] / gpu["step"]) < 0.1
+    assert "the GPU it ran on: a check of the model" in console
+
+
+def test_a_faster_gpu_shrinks_the_math_not_the_loading_and_the_fixes_follow(tmp_path):
+    own, _ = _analyze(needs_shared(RESNET), tmp_path=tmp_path)
+    h100, console = _analyze(RESNET, "--target", "h100-sxm", tmp_path=tmp_path)
+    p = h100["projection"]
+    assert p["target"] == "H100 SXM" and not p["identity"] and p["error_pct"] > 0
+    assert p["step_ms"] < own["projection"]["step_ms"] and p["data_share"] > own["projection"]["data_share"] + 0.1
+    assert p["bottleneck"] == "data" and p["gpu_busy_share"] < 0.25
+    first = h100["findings"][0]
+    assert first["rule"] == "DATA002" and first["projected_ms_per_step"] > 0.5 * p["step_ms"]
+    savings = [f["projected_ms_per_step"] for f in h100["findings"] if f["severity"] == "warning"]
+    assert savings == sorted(savings, reverse=True)                      # ranked by the saving on the H100
+    assert "then biggest saving on H100 SXM (projected)" in console and "projected on H100 SXM:" in console
+
+
+def test_projection_is_off_with_target_none_and_an_unknown_gpu_is_one_clear_line(tmp_path):
+    report, _ = _analyze(needs_shared(RESNET), "--target", "none", tmp_path=tmp_path)
+    assert report["projection"] is None and all(f["projected_ms_per_step"] is None for f in report["findings"])
+    proc = perfaudit("analyze", str(RESNET), "--target", "H1000")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "unknown GPU 'H1000'; did you mean" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    config = tmp_path / "perfaudit.toml"
+    for bad in ("42", '"Z80"', '""'):
+        config.write_text(f"target = {bad}\n")
+        proc = perfaudit("analyze", str(RESNET), "--config", str(config))
+        assert proc.returncode == 2 and "target" in proc.stderr and "Traceback" not in proc.stderr, bad
+
+
+# -- CPU runs of the CUDA path --------------------------------------------------------------------------------------
+@pytest.mark.timing
+def test_a_cpu_run_of_a_cuda_path_is_projected_onto_the_default_gpu(realistic_reports):
+    report = realistic_reports["cuda_path_trainer.py"]["run"]
+    jsonschema.validate(report, SCHEMA)
+    p = report["projection"]
+    assert p["target"] == "H100 SXM" and p["why_target"] == "default" and "shapes" in p["method"]
+    assert p["bottleneck"] in BOTTLENECKS and 0 <= p["data_share"] <= 1 and 0 <= p["gpu_busy_share"] <= 1
+    assert math.isclose(sum(p["shares"].values()), 1.0, rel_tol=0.35)
+    projected = [f for f in report["findings"] if f["projected_ms_per_step"] is not None]
+    assert {f["rule"] for f in projected} >= {"DATA001", "SYNC001"}
+    for severity in ("warning", "info"):
+        order = [f["projected_ms_per_step"] for f in report["findings"]
+                 if f["severity"] == severity and f["projected_ms_per_step"] is not None]
+        assert order == sorted(order, reverse=True)
+
+
+@pytest.mark.timing
+def test_loading_a_rounding_error_on_the_cpu_is_the_first_fix_on_the_gpu(realistic_reports):
+    """A torchvision-style classifier that augments each sample in the training process: its convolutions
+    take the CPU step and the wait for data is a few percent of it, below DATA001's threshold; projected on an
+    H100 the same wait is most of the step, and DATA001 fires on that evidence, first, saying so."""
+    report = realistic_reports["augmented_images.py"]["run"]
+    p = report["projection"]
+    data = next(f for f in report["findings"] if f["rule"] == "DATA001")
+    assert data["message"].startswith("Projected on H100 SXM (±") and data["cost"]["ms_per_step"] is None
+    assert p["data_share"] > 0.2 and data["projected_ms_per_step"] > 0.1 * p["step_ms"]
+    assert report["findings"][0]["rule"] == "DATA001"
+    measured_share = report["run"]["breakdown_ms"]["data"] / report["run"]["step_ms"]
+    assert measured_share < 0.05 < p["data_share"]
