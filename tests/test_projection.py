@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import replace
 
 import jsonschema
@@ -157,3 +158,53 @@ def test_loading_a_rounding_error_on_the_cpu_is_the_first_fix_on_the_gpu(realist
     assert report["findings"][0]["rule"] == "DATA001"
     measured_share = report["run"]["breakdown_ms"]["data"] / report["run"]["step_ms"]
     assert measured_share < 0.05 < p["data_share"]
+
+
+# -- hostile traces -------------------------------------------------------------------------------------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_number = st.one_of(st.integers(-10, 1 << 50), st.floats(allow_nan=True, allow_infinity=True), st.none(),
+                    st.text(max_size=3), st.booleans())
+_dims = st.lists(st.one_of(st.lists(st.one_of(st.integers(-4, 4096), _number), max_size=5), _number), max_size=4)
+_types = st.lists(st.sampled_from(["float", "c10::Half", "c10::BFloat16", "long int", "TensorList", "Scalar", "",
+                                   "weird"]) | _number, max_size=4)
+_op = st.fixed_dictionaries({
+    "ph": st.just("X"), "cat": st.just("cpu_op"), "pid": st.just(1), "tid": st.integers(1, 2),
+    "name": st.sampled_from(["aten::mm", "aten::addmm", "aten::bmm", "aten::convolution", "aten::add_",
+                             "aten::_softmax", "aten::embedding", "aten::scaled_dot_product_attention",
+                             "aten::_local_scalar_dense", "aten::linear", "enumerate(DataLoader)#_x.__next__"]),
+    "ts": st.integers(0, 900), "dur": st.integers(0, 300),
+    "args": st.fixed_dictionaries({"Input Dims": _dims, "Input type": _types})})
+_calibration = st.fixed_dictionaries({"iterations": st.integers(0, 10), "bare_s": _number, "instrumented_s": _number})
+
+
+@settings(max_examples=int(os.environ.get('PROJECTION_EXAMPLES', 40)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_op, max_size=30), _calibration, st.sampled_from(["H100 SXM", "L4", "V100"]))
+def test_hostile_op_shapes_and_calibration_give_a_finite_projection_or_none(tmp_path_factory, ops, calibration, target):
+    """A trace is the user's file: shapes of any size and type, a calibration record of any value. The
+    projection is finite and within its bounds, or absent; never a crash, a NaN or a negative time."""
+    from perfaudit.api import analyze
+    from perfaudit.errors import TraceError
+    steps = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": i * 1000,
+              "dur": 1000} for i in range(3)]
+    shifted = [{**op, "ts": op["ts"] + 1000 * k} for k in range(3) for op in ops]
+    trace = {"perfaudit": {"probes": {"host_overhead": calibration,
+                                      "environment": {"emulated_cuda": True}, "cuda_emulation": {"copies": [],
+                                      "reads": [], "calls": [], "autocast": []}}},
+             "traceEvents": steps + shifted + [{"ph": "X", "cat": "user_annotation", "name": "perfaudit#calibration",
+                                                 "pid": 1, "tid": 1, "ts": -500, "dur": 100}]}
+    path = tmp_path_factory.mktemp("hostile") / "t.json"
+    path.write_text(json.dumps(trace))
+    try:
+        report = analyze([str(path)], target=target)
+    except TraceError:
+        return
+    p = report.traces[0].projection if report.traces else None
+    if p is None:
+        return
+    assert math.isfinite(p["step_ms"]) and p["step_ms"] >= 0
+    assert 0 <= p["data_share"] <= 1 and 0 <= p["gpu_busy_share"] <= 1.0001
+    for f in report.findings:
+        assert f.cost.projected_ms is None or (math.isfinite(f.cost.projected_ms) and f.cost.projected_ms >= 0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import cache
-from math import ceil
+from math import ceil, isfinite
 
 import yaml
 
@@ -61,7 +61,7 @@ def gemm_utilisation(gemm: tuple, sms: int, cal: dict) -> float:
 def kernel_us(work: Work, device: Device, cal: dict | None = None) -> float:
     """The kernel's time on `device`, µs."""
     cal = cal or calibration()
-    if work.kind == "none":
+    if work.kind == "none" or not (isfinite(work.flops) and isfinite(work.bytes)):
         return 0.0
     floor = cal["kernel_floor_us"] * work.kernels
     memory = work.bytes / (device.memory_gbs * 1e3 * cal["memory_efficiency"])   # GB/s -> bytes/µs
@@ -70,8 +70,8 @@ def kernel_us(work: Work, device: Device, cal: dict | None = None) -> float:
         eff = cal[work.kind]["tensor" if tensor else "fp32"]
         util = gemm_utilisation(work.gemm, device.sms, cal) * (1.0 if tensor else device.fp32_sustained)
         math = work.flops / (device.peak_flops(work.precision) * 1e-6 * eff * util)
-        return max(math, memory) + floor
-    return memory + floor
+        return max(math, memory, 0.0) + floor
+    return max(memory, 0.0) + floor
 
 
 def roofline_us(work: Work, device: Device) -> float:

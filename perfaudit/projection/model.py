@@ -11,8 +11,8 @@ from ..trace.model import Event, Step, Trace
 from .devices import Device
 from .kernels import MATH_KINDS, Work, calibration, kernel_us
 from .overhead import in_python_time
-from .simulate import Pipeline, Projection, simulate
-from .timeline import Item, StepPlan, from_kernels, from_shapes, plan
+from .simulate import Pipeline, Projection, scaled, simulate
+from .timeline import Item, StepPlan, from_kernels, from_shapes, plan, window
 from .work import work_of
 
 HALF = "bf16"   # what autocast's matrix math runs in, for the precision what-if
@@ -86,10 +86,16 @@ class Projector:
 
     def __init__(self, trace: Trace, steps: list[Step], target: Device, inputs: Inputs,
                  recorded_on: Device | None = None):
+        self.own_cost = in_python_time(trace)   # measured on the whole trace (its calibration precedes the steps)
+        self.on_gpu = trace.has_gpu
+        self.measured_ms = sum(s.dur for s in steps) / max(len(steps), 1) / 1e3
+        trace, steps = window(trace, steps)
+        # a large trace replays a run of its steps: what it projects is scaled to the mean measured step
+        self.scale = self.measured_ms / (sum(s.dur for s in steps) / len(steps) / 1e3)
         self.trace, self.steps, self.target, self.inputs = trace, steps, target, inputs
         self.recorded_on = recorded_on
         self.cal = calibration()
-        if trace.has_gpu:
+        if self.on_gpu:
             if recorded_on is None:
                 raise ValueError("the GPU this trace was recorded on is not in perfaudit's table")
             self.method = (f"the kernels measured on {recorded_on.name}" + ("" if recorded_on == target else
@@ -100,8 +106,8 @@ class Projector:
 
     # -- the plans ---------------------------------------------------------------------------------------------
     def _plans(self, precision: str | None = None) -> list[StepPlan]:
-        own_cost = in_python_time(self.trace)
-        if self.trace.has_gpu:
+        own_cost = self.own_cost
+        if self.on_gpu:
             return plan(self.trace, self.steps, from_kernels(self.trace, self._kernel_scale(precision),
                                                              self._copy_scale(), self._op_ratio(precision)), own_cost)
         target, cal = self.target, self.cal
@@ -110,7 +116,8 @@ class Projector:
             if precision and work.kind in MATH_KINDS and work.precision in ("fp32", "tf32"):
                 work = replace(work, precision=precision)
             return kernel_us(work, target, cal)
-        plans = plan(self.trace, self.steps, from_shapes(model, cal["host_us_per_kernel"], self.inputs.tf32_matmul,
+        host_us = cal["host_us_per_kernel" if own_cost is not None else "host_us_per_kernel_profiled"]
+        plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
                                                          self.inputs.tf32_conv), own_cost)
         if self.inputs.workers and not self.inputs.worker_ms_per_batch:
             _hand_off_only(plans)
@@ -163,10 +170,14 @@ class Projector:
 
     # -- replays -----------------------------------------------------------------------------------------------
     def run(self) -> Result:
-        projection = simulate(self.plans, _pipeline(self.inputs))
-        measured = sum(s.dur for s in self.steps) / max(len(self.steps), 1) / 1e3
-        return Result(self.target.name, self.method, projection, measured,
-                      error_pct=self.cal["expected_error_pct"]["gpu_trace" if self.trace.has_gpu else "cpu_run"])
+        projection = scaled(simulate(self.plans, _pipeline(self.inputs)), self.scale)
+        return Result(self.target.name, self.method, projection, self.measured_ms,
+                      error_pct=self.cal["expected_error_pct"][self._error_kind()])
+
+    def _error_kind(self) -> str:
+        if not self.on_gpu:
+            return "cpu_run"
+        return "gpu_trace" if self.recorded_on == self.target else "gpu_trace_other_gpu"
 
     def savings(self) -> dict[str, float]:
         """Each kind of fix's projected saving per step (ms)."""
@@ -179,7 +190,7 @@ class Projector:
         math in half precision (precision), or `host_saved_us` of the host's own time per step gone (host)."""
         if kind == "precision":  # autocast's 16-bit type: bf16 where the target has it, else fp16
             half = HALF if HALF in self.target.tflops else "fp16"
-            return simulate(self._plans(half), _pipeline(self.inputs))
+            return scaled(simulate(self._plans(half), _pipeline(self.inputs)), self.scale)
         plans = []
         for p in self.plans:
             items = []
@@ -199,7 +210,7 @@ class Projector:
                     item = replace(item, host_us=item.host_us * max(1 - host_saved_us / host_total, 0.0))
                 items.append(item)
             plans.append(StepPlan(p.number, p.measured_us, items))
-        return simulate(plans, None if kind == "data" else _pipeline(self.inputs))
+        return scaled(simulate(plans, None if kind == "data" else _pipeline(self.inputs)), self.scale)
 
     def _pinned_ratio(self) -> float:
         """A pageable copy's time made pinned: the target link's pageable rate over its pinned rate."""

@@ -4,10 +4,13 @@ bare and inside the trace's `perfaudit#calibration` range), times the events eac
 from __future__ import annotations
 
 from bisect import bisect_left
+from math import isfinite
+from operator import attrgetter
 
 from ..trace.model import Step, Trace
 
 CALIBRATION = "perfaudit#calibration"
+_TS = attrgetter("ts")
 
 
 def us_per_event(trace: Trace) -> float | None:
@@ -18,8 +21,9 @@ def us_per_event(trace: Trace) -> float | None:
     if not isinstance(record, dict):
         return None
     bare, instrumented = record.get("bare_s"), record.get("instrumented_s")
-    ranges = [e for e in trace.host if e.name == CALIBRATION]
-    if not isinstance(bare, (int, float)) or not isinstance(instrumented, (int, float)) or not ranges:
+    ranges = trace.names().get(CALIBRATION) or []
+    if not ranges or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and isfinite(v) and v >= 0
+                             for v in (bare, instrumented)):
         return None
     r = ranges[0]
     events = _count(trace, r.ts, r.end)
@@ -29,19 +33,8 @@ def us_per_event(trace: Trace) -> float | None:
 
 
 def _count(trace: Trace, start: float, end: float) -> int:
-    n = 0
-    for events in (trace.host, trace.python):
-        starts = _starts(trace, events)
-        n += bisect_left(starts, end) - bisect_left(starts, start)
-    return n
-
-
-def _starts(trace: Trace, events: list) -> list[float]:
-    cache = trace.__dict__.setdefault("_projection_starts", {})
-    hit = cache.get(id(events))
-    if hit is None or hit[0] is not events:
-        hit = cache[id(events)] = (events, [e.ts for e in events])
-    return hit[1]
+    return sum(bisect_left(events, end, key=_TS) - bisect_left(events, start, key=_TS)
+               for events in (trace.host, trace.python))
 
 
 def per_step_us(trace: Trace, steps: list[Step]) -> list[float] | None:
@@ -59,9 +52,9 @@ def in_python_time(trace: Trace):
     per_event = us_per_event(trace)
     if per_event is None:
         return None
-    starts = _starts(trace, trace.python)
+    python = trace.python
 
     def cost(step: Step, roots: int) -> float:
-        calls = bisect_left(starts, step.end) - bisect_left(starts, step.ts)
+        calls = bisect_left(python, step.end, key=_TS) - bisect_left(python, step.ts, key=_TS)
         return per_event * (calls + roots)
     return cost

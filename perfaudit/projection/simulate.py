@@ -5,7 +5,7 @@ copy holds it until the copy is done; a DataLoader with workers hands over batch
 made it. What the GPU is doing, and what the host is doing while the GPU idles, give the bottleneck."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .timeline import StepPlan
 
@@ -138,3 +138,12 @@ def _summarise(c: _Clock, plans: list[StepPlan], ends: list[float]) -> Projectio
     shares = {k: (v / step if step else 0.0) for k, v in weights.items()}
     return Projection(step, per_step, busy, idle, bottleneck, gpu_busy / step if step else 0.0,
                       idle["data"] / step if step else 0.0, shares)
+
+
+def scaled(p: Projection, factor: float) -> Projection:
+    """The projection of a run of steps scaled to the mean step (times and per-step figures; shares hold)."""
+    if factor == 1.0:
+        return p
+    return replace(p, step_us=p.step_us * factor, per_step_us=[s * factor for s in p.per_step_us],
+                   busy_us={k: v * factor for k, v in p.busy_us.items()},
+                   idle_us={k: v * factor for k, v in p.idle_us.items()})

@@ -7,13 +7,16 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable
+from copy import copy
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from ..trace.model import Event, Step, Trace
 from .kernels import Work
 from .work import GROUP_OPS, SYNC_OPS, launches, work_of
 
 WAIT_RUNTIME = ("Synchronize", "cudaMemcpy", "hipMemcpy")   # a runtime call the host waits in
+_TS = attrgetter("ts")
 DATALOADER = "enumerate(DataLoader)#"
 
 
@@ -69,6 +72,34 @@ def _groups(node: _Node) -> list[Event]:
 
 def _has_sync(node: _Node) -> bool:
     return node.op.name in SYNC_OPS or any(_has_sync(c) for c in node.children)
+
+
+MAX_EVENTS = 30_000   # host events replayed at most: every measured step, or a run of them that holds this many
+
+
+def window(trace: Trace, steps: list[Step]) -> tuple[Trace, list[Step]]:
+    """The measured steps, or in a large trace the contiguous run of them that holds about MAX_EVENTS host
+    events and whose mean duration is nearest the mean of them all (steps vary: one that waited for a new
+    epoch's workers is no typical step); and the trace cut to them: its host and Python events in their span,
+    its device events up to one span later (a GPU runs behind). The projection then costs what those steps
+    hold, whatever the size of the trace."""
+    events = bisect_left(trace.host, steps[-1].end, key=_TS) - bisect_left(trace.host, steps[0].ts, key=_TS)
+    if events > MAX_EVENTS:
+        k = max(1, int(len(steps) * MAX_EVENTS / events))
+        mean = sum(s.dur for s in steps) / len(steps)
+        first = min(range(len(steps) - k + 1), key=lambda i: abs(sum(s.dur for s in steps[i:i + k]) / k - mean))
+        steps = steps[first:first + k]
+    start, end = steps[0].ts, steps[-1].end
+    cut = copy(trace)
+    cut.host = _between(trace.host, start, end)
+    cut.python = _between(trace.python, start, end)
+    cut.device = _between(trace.device, start, end + (end - start))
+    cut._host_by_name = None
+    return cut, steps
+
+
+def _between(events: list[Event], start: float, end: float) -> list[Event]:
+    return events[bisect_left(events, start, key=_TS):bisect_left(events, end, key=_TS)]
 
 
 class _Index:

@@ -105,10 +105,9 @@ def _numel(dims) -> int:
         return 0
     if isinstance(dims[0], list):
         return sum(_numel(d) for d in dims)
-    try:
-        return prod(int(d) for d in dims)
-    except (TypeError, ValueError):
+    if not all(type(d) is int and 0 <= d < 1 << 40 for d in dims):  # a trace's numbers: hostile until checked
         return 0
+    return prod(dims)
 
 
 def input_bytes(op: Event) -> list[int]:
@@ -133,7 +132,13 @@ def precision(op: Event, tf32: bool) -> str:
 
 def _gemm(op: Event) -> tuple:
     """A matrix op's (batch, m, n, k); a convolution's implicit GEMM (a row per output pixel, a column per
-    output channel, the reduction over input channels and the kernel window); attention's score product."""
+    output channel, the reduction over input channels and the kernel window); attention's score product.
+    () when the recorded dims are not four sizes (a hostile or odd trace)."""
+    shape = _gemm_dims(op)
+    return shape if all(type(d) is int and 0 < d < 1 << 40 for d in shape) else ()
+
+
+def _gemm_dims(op: Event) -> tuple:
     dims = op.args.get("Input Dims") or []
     name = op.name
     try:
@@ -187,36 +192,30 @@ def work_of(op: Event, tf32_matmul: bool = False, tf32_conv: bool = True) -> Wor
 
 def _row(op: Event) -> int:
     try:
-        return int((op.args.get("Input Dims") or [[0]])[0][-1])
-    except (TypeError, ValueError, IndexError):
+        row = (op.args.get("Input Dims") or [[0]])[0][-1]
+    except (TypeError, IndexError, KeyError):
         return 0
+    return row if type(row) is int else 0
 
 
 def _output_bytes(op: Event, sizes: list[int]) -> int:
     """A matrix op's output (m x n per batch), a convolution's or attention's the size of its largest
     input (a close bound); the element size of the first input."""
-    dims, types = op.args.get("Input Dims") or [], op.args.get("Input type") or []
+    types = op.args.get("Input type") or []
     size = ELEMENT_BYTES.get(types[0], 4) if types and isinstance(types[0], str) else 4
-    try:
-        name = op.name
-        if name == "aten::mm":
-            return dims[0][0] * dims[1][1] * size
-        if name == "aten::addmm":
-            return dims[1][0] * dims[2][1] * size
-        if name == "aten::bmm":
-            return dims[0][0] * dims[0][1] * dims[1][2] * size
-        if name == "aten::baddbmm":
-            return dims[1][0] * dims[1][1] * dims[2][2] * size
-    except (TypeError, ValueError, IndexError):
-        pass
+    gemm = _gemm(op) if op.name in MM_OPS else ()
+    if gemm:
+        batch, m, n, _ = gemm
+        return batch * m * n * size
     return max(sizes, default=0)
 
 
 def _embedding_out(op: Event) -> int:
     dims, types = op.args.get("Input Dims") or [], op.args.get("Input type") or []
     try:
-        return _numel(dims[1]) * int(dims[0][-1]) * ELEMENT_BYTES.get(types[0], 4)
-    except (TypeError, ValueError, IndexError):
+        width = dims[0][-1]
+        return _numel(dims[1]) * width * ELEMENT_BYTES.get(types[0], 4) if type(width) is int and width >= 0 else 0
+    except (TypeError, IndexError):
         return 0
 
 

@@ -56,6 +56,10 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
                       f"[{style}]{said}[/]", highlight=False)
         console.print(f"             95% interval of the change {_interval(s.low_ms, s.high_ms)}, "
                       f"{s.n_a} + {s.n_b} steps", highlight=False)
+        if verdict.projected_ms is not None:
+            console.print(f"  on {escape(verdict.projected_on or 'the target')}  projected saving "
+                          f"{verdict.projected_ms:.2f} ms/step (the audit's model of that GPU, not measured here)",
+                          highlight=False)
         rates = v.flop_rates(verdict)
         if rates:
             console.print(f"  {_rates_text(rates)}", highlight=False)
@@ -109,6 +113,7 @@ def to_dict(v: Verification) -> dict:
                    "changes": [{"rule": c.rule, "path": c.path, "line": c.line, "what": c.what, "kind": c.kind}
                                for c in x.changes],
                    "speed": speed(x.speed), "predicted_saved_ms_per_step": x.predicted_ms,
+                   "projected_saved_ms_per_step": x.projected_ms, "projected_on": x.projected_on,
                    "flop_rates": v.flop_rates(x),
                    "past_the_window": [{"path": e.path, "ended": e.ended, "not_exercised": e.missed_edits,
                                         "uses_not_reached": [{"line": n, "code": c} for n, c in e.missed_uses]}

@@ -171,6 +171,10 @@ def context_notes(ctx: Context) -> list[str]:
 
 
 PARALLEL_FROM_BYTES = 32 << 20  # by default, traces are parsed in parallel from this total size
+# --target naming a GPU: every op's shapes are kept, so that a GPU trace's kernels are scaled by their op's
+# modelled time on both GPUs; above this size (on disk) by their names only (+51 % time, x2.3 memory on a
+# 1 GB trace otherwise: benchmarks/bench_projection.py)
+OP_SHAPES_MAX_BYTES = 128 << 20
 
 
 def _size(path: str) -> int:
@@ -199,7 +203,7 @@ def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job
     trace itself is dropped afterwards, so memory does not grow with the number of ranks. `op_times`: the
     summary carries the time per op or kernel name too (what `diff` compares)."""
     try:
-        trace = load_trace(path, op_shapes=target not in ("auto", "none"))
+        trace = load_trace(path, op_shapes=target not in ("auto", "none") and _size(path) <= OP_SHAPES_MAX_BYTES)
         if not trace.has_gpu and target == "auto" and emulated_run(trace):
             trace = load_trace(path, op_shapes=True)  # a CPU run of a CUDA path: projected from op shapes
     except TraceError as exc:

@@ -128,6 +128,10 @@ def verify(script: str, args: list[str], audit_options: RunOptions, timing_optio
         savings = [f.saving_ms for f in report.findings
                    if f.rule in v.rules and f.evidence.get("origin") != "static" and f.saving_ms is not None]
         v.predicted_ms = sum(savings) if savings else None
+        projected = [f for f in report.findings if f.rule in v.rules and f.cost.projected_ms is not None]
+        if projected:
+            v.projected_ms = sum(f.cost.projected_ms for f in projected)
+            v.projected_on = projected[0].cost.projected_on
     first = report.traces[0] if report.traces else None
     verification.flops = first.mfu if first is not None and first.mfu else None
     report.findings = rank([_with_figures(f, verification) for f in report.findings])

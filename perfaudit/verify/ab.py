@@ -73,6 +73,8 @@ class FixVerdict:
     broke: str | None = None       # B failed where A ran: what happened
     exercises: list[Exercise] = field(default_factory=list)
     predicted_ms: float | None = None  # the saving per step the audit's findings for these rules estimated
+    projected_ms: float | None = None  # the saving per step the audit projected on its target GPU (a model)
+    projected_on: str | None = None
 
     @property
     def passed(self) -> bool:
