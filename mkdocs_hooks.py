@@ -1,6 +1,8 @@
 """MkDocs hook: one page per rule, generated from the rule's own file (rules/*.yaml) when the site is
 built, as ruff does, plus the rules' index. Nothing generated is committed, so the pages cannot drift
-from the rules; a rule whose docs are missing fails the strict build."""
+from the rules; a rule whose docs are missing fails the strict build. The tip catalogue (docs/tips.md) is
+committed, so that the README's link to it works on a forge too: `python mkdocs_hooks.py` writes it from
+perfaudit/tips.py and the rules, and a test fails when it is stale."""
 from __future__ import annotations
 
 from mkdocs.structure.files import File
@@ -41,6 +43,24 @@ def index_page(rules) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tips_page(rules) -> str:
+    """The tip catalogue: what each tip asks, the rules that check it, and where it comes from."""
+    from perfaudit.tips import ASKS, SOURCES, TIPS
+    lines = ["# The tip catalogue", "",
+             "perfaudit turns performance tips into rules. Each tip below is what a training script is asked to "
+             "do; the rules that check it link to their pages, whose references are the tip's sources (a tip "
+             "without a rule is advice perfaudit gives in its reports).", "",
+             "| tip | what it asks | rules | references |", "|---|---|---|---|"]
+    for tip, title in TIPS.items():
+        checking = [r for r in rules if tip in r.tips]
+        names = ", ".join(f"[{r.id}](rules/{r.id}.md)" for r in checking) or "advice"
+        refs = sorted({ref for r in checking for ref in r.docs.references})
+        links = ", ".join(f"[{i}]({ref})" for i, ref in enumerate(refs, 1)) or "see Sources"
+        lines.append(f"| {tip} | **{title}**. {ASKS[tip]} | {names} | {links} |")
+    lines += ["", "## Sources", ""] + [f"- {s}" for s in SOURCES]
+    return "\n".join(lines) + "\n"
+
+
 def on_files(files, config):
     rules = _rules()
     files.append(File.generated(config, "rules/index.md", content=index_page(rules)))
@@ -48,3 +68,7 @@ def on_files(files, config):
         files.append(File.generated(config, f"rules/{rule.id}.md", content=rule_page(rule)))
     return files
 
+
+if __name__ == "__main__":
+    from pathlib import Path
+    (Path(__file__).parent / "docs" / "tips.md").write_text(tips_page(_rules()))

@@ -4,7 +4,7 @@
     python benchmarks/bench.py --size-mb 40    # small (CI)
 
 1. Builds a large uncompressed trace by replicating the ProfilerSteps of a real one
-   (../shared/traces/hta/negative_queue_a100_rank0.json.gz), shifted in time.
+   (tests/data/gpu_traces/hta/negative_queue_a100_rank0.json.gz), shifted in time.
 2. Analyses it with `perfaudit analyze` and loads it with plain `json.load`, each in a fresh process,
    and prints wall time and peak RSS of both and their ratios.
 3. Loads the original trace and two real ones of a few MB with HolisticTraceAnalysis' TraceAnalysis and its
@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT.parent / "shared" / "traces" / "hta" / "negative_queue_a100_rank0.json.gz"
+TRACES = ROOT / "tests" / "data" / "gpu_traces"
+SOURCE = TRACES / "hta" / "negative_queue_a100_rank0.json.gz"
 SAMPLE = ROOT / "sample_scripts" / "sync_bad.py"
 
 
@@ -112,7 +113,7 @@ def bench_gzip(path: Path) -> dict:
     return out
 
 
-RANKS = ROOT.parent / "shared" / "traces" / "param" / "dlrm_8ranks"
+RANKS = TRACES / "param" / "dlrm_8ranks"
 
 
 def bench_ranks(counts=(1, 16, 64)) -> list[tuple]:
@@ -132,8 +133,8 @@ def bench_ranks(counts=(1, 16, 64)) -> list[tuple]:
 
 
 # the HTA comparison's traces: the shared A100 trace the large one is built from, and real ones of a few MB
-HTA_TRACES = [SOURCE, ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver_v100_rank1.json.gz",
-              ROOT.parent / "shared" / "traces" / "hta" / "nccl_data_a100_rank0.json.gz"]
+HTA_TRACES = [SOURCE, TRACES / "hta" / "df_index_resolver_v100_rank1.json.gz",
+              TRACES / "hta" / "nccl_data_a100_rank0.json.gz"]
 
 
 def hta_version(python: str) -> str | None:

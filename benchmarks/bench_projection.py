@@ -31,7 +31,7 @@ from perfaudit.projection.work import work_of  # noqa: E402
 from perfaudit.trace.parser import load_trace  # noqa: E402
 
 ROOT = Path(sys.argv[sys.argv.index("--traces") + 1]) if "--traces" in sys.argv else \
-    Path(__file__).resolve().parents[2] / "shared" / "traces"
+    Path(__file__).resolve().parents[1] / "tests" / "data" / "gpu_traces"
 SHAPED = ["hta/trace_diff_control_a100_rank3", "hta/trace_diff_test_v100_rank1", "hta/negative_queue_a100_rank0",
           "tracelens_h100/bert_small_inference_h100", "tracelens_h100/owlv2_inference_h100",
           "tracelens_h100/qwen_0.5b_inference_h100", "param/dlrm_8ranks/worker0"]

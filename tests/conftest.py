@@ -15,8 +15,8 @@ import pytest
 os.environ["PERFAUDIT_STRICT"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
-TRACES = SHARED / "traces"
+SHARED = ROOT.parent / "shared"   # beside the repository in this workplace only: never needed
+TRACES = ROOT / "tests" / "data" / "gpu_traces"   # real GPU traces of other projects, with their licenses
 SAMPLES = ROOT / "sample_scripts"
 
 
@@ -35,6 +35,16 @@ def perfaudit(*args: str, cwd: Path | None = None, timeout: float = 300, env: di
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def sarif_schemas() -> list[dict]:
+    """The SARIF schemas a log is checked against: the fields perfaudit relies on (its own, always), and the
+    official OASIS schema where a copy sits beside the repository (this project's workplace)."""
+    schemas = [json.loads((ROOT / "tests" / "data" / "sarif-fields.schema.json").read_text())]
+    official = SHARED / "schemas" / "sarif-schema-2.1.0.json"
+    if official.exists():
+        schemas.append(json.loads(official.read_text()))
+    return schemas
+
+
 def needs_program(*names: str, why: str) -> str:
     """The path of the first program found. Outside CI a missing program skips the test with the
     reason (the README's two commands do not install it); under CI (`CI=true`, set by .ci/run, which
@@ -51,8 +61,8 @@ def needs_program(*names: str, why: str) -> str:
 
 
 def needs_shared(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path} not present (shared/ sits beside the repo in CI)")
+    """A file the tests carry (tests/data/gpu_traces): missing, the clone is broken, not the machine."""
+    assert path.exists(), f"{path} is missing from the repository"
     return path
 
 
@@ -131,7 +141,7 @@ def job_report(run_dir):
 def trace_report(run_dir):
     """report(relative trace path under shared/) -> the JSON report of `perfaudit analyze` (cached)."""
     def get(rel: str) -> dict:
-        path = needs_shared(ROOT.parent / rel[3:]) if rel.startswith("../") else ROOT / rel
+        path = needs_shared(ROOT / rel)
         return _run_json("analyze", str(path), run_dir)
     return get
 

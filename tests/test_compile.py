@@ -59,7 +59,7 @@ def test_clean_compiled_model_reports_neither_and_shows_compile_time_apart(sampl
 
 def test_fuse_and_util_say_whether_torch_compile_is_the_fix(trace_report):
     """On a GPU trace with no compiled region, the rules that torch.compile answers say it is the fix."""
-    report = trace_report("../shared/traces/hta/negative_queue_a100_rank0.json.gz")
+    report = trace_report("tests/data/gpu_traces/hta/negative_queue_a100_rank0.json.gz")
     [fuse] = _rule(report, "FUSE001")
     assert any("Nothing in the measured steps ran compiled code" in n for n in fuse["notes"])
 

@@ -1,4 +1,4 @@
-"""Golden findings on real GPU traces recorded by other projects (../shared/traces, sources and licenses
+"""Golden findings on real GPU traces recorded by other projects (tests/data/gpu_traces, sources and licenses
 in its README: HolisticTraceAnalysis, PARAM and TraceLens, all MIT). The expected rules, severities and
 costs are in golden/expected.json (regenerate with tests/golden/regenerate.py and review the diff)."""
 from __future__ import annotations

@@ -14,7 +14,7 @@ from perfaudit.facts.flops import device_peak, peak_table
 from perfaudit.facts.registry import Context, Missing
 from perfaudit.trace.parser import load_trace
 
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = ROOT / "tests" / "data" / "gpu_traces"
 
 
 def gpt_flops(batch, block, layers, dim, vocab, **_) -> float:

@@ -1,4 +1,4 @@
-"""Small traces derived from the real ones in ../shared/traces, each showing one case no shared trace
+"""Small traces derived from the real ones in tests/data/gpu_traces, each showing one case no shared trace
 shows as it is. The outputs in tests/data/derived/ are committed; this script says exactly how each
 was made (run it again to rebuild them: `python tests/data/derive_fixtures.py`).
 
@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SHARED = HERE.parents[2] / "shared" / "traces"
+SHARED = HERE / "gpu_traces"
 OUT = HERE / "derived"
 
 

@@ -1,4 +1,4 @@
-"""Regenerate expected.json from the current analysis of ../shared/traces (review the diff before committing).
+"""Regenerate expected.json from the current analysis of tests/data/gpu_traces (review the diff before committing).
 
     python tests/golden/regenerate.py
 """
@@ -8,7 +8,7 @@ from pathlib import Path
 from perfaudit.api import analyze
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = ROOT / "tests" / "data" / "gpu_traces"
 
 
 def targets():
