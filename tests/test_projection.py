@@ -158,6 +158,9 @@ def test_loading_a_rounding_error_on_the_cpu_is_the_first_fix_on_the_gpu(realist
     assert report["findings"][0]["rule"] == "DATA001"
     measured_share = report["run"]["breakdown_ms"]["data"] / report["run"]["step_ms"]
     assert measured_share < 0.05 < p["data_share"]
+    mfu = report["mfu"]["projected"]   # MFU and its ledger drawn on the projected step, at the H100's bf16 peak
+    assert mfu["target"] == "H100 SXM" and 0 < mfu["mfu"] < 1 and mfu["precision"] == "bf16"
+    assert sum(b["ms_per_step"] for b in mfu["ledger"]) == pytest.approx(p["step_ms"], rel=0.25)
 
 
 # -- hostile traces -------------------------------------------------------------------------------------------------

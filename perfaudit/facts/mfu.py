@@ -3,6 +3,7 @@ time of the model's FLOPs at the device's 16-bit peak plus one bar per cause, ea
 another rule measures, and a residual "kernel efficiency" (the matrix kernels slower than peak)."""
 from __future__ import annotations
 
+from ..projection import devices
 from . import intervals as iv
 from .device_steps import per_step, traits
 from .flop_split import worst_ops
@@ -66,10 +67,37 @@ def _ledger(ctx: Context, flops: float, tflops: dict) -> list[dict]:
         [{"name": name, "ms_per_step": parts[name], "rule": rule} for name, rule in BARS]
 
 
+def _projected(ctx: Context, flops: float) -> dict | None:
+    """MFU and its ledger on the projected step (a CPU run projected onto a GPU, facts.projection), at the
+    target's 16-bit peak: the ideal step, then the GPU's time beyond it and what the GPU idles for. A model."""
+    try:
+        p = ctx.get("projection")
+    except Missing:
+        return None
+    entry = devices.entry_for(p["target"]) or {}
+    tflops = entry.get("tflops") or {}
+    precision = "bf16" if "bf16" in tflops else "fp16"
+    peak = tflops.get(precision)
+    if not peak or not p["step_ms"]:
+        return None
+    ideal = flops / (peak * 1e12) * 1000.0
+    ledger = [{"name": "ideal at peak", "ms_per_step": ideal, "rule": None},
+              {"name": "GPU time beyond the ideal", "ms_per_step": max(p["busy_ms"]["compute"] - ideal, 0.0),
+               "rule": "AMP002"},
+              {"name": "host-bound idle", "ms_per_step": p["idle_ms"]["host"], "rule": "UTIL001"},
+              {"name": "data wait", "ms_per_step": p["idle_ms"]["data"], "rule": "DATA001"},
+              {"name": "sync wait", "ms_per_step": p["idle_ms"]["sync"], "rule": "SYNC001"},
+              {"name": "copies", "ms_per_step": p["busy_ms"]["copies"], "rule": "COPY001"}]
+    return {"target": p["target"], "precision": precision, "peak_tflops": peak, "step_ms": p["step_ms"],
+            "mfu": flops / (p["step_ms"] / 1000.0) / (peak * 1e12), "error_pct": p["error_pct"], "ledger": ledger}
+
+
 @fact("mfu", "Model FLOPs utilisation: FLOPs per step, achieved TFLOP/s, the device's peak at the precision the "
-             "matrix kernels used (peaks.yaml) and MFU; on a GPU trace of a known device, the ledger from the "
+             "matrix kernels used (projection/devices.yaml) and MFU; on a GPU trace of a known device, the ledger from the "
              "ideal step to the measured one (bars in ms per step with the rule that measures each). On a CPU "
-             "run or an unknown device, FLOPs and achieved TFLOP/s only, and why.", needs=("shapes",))
+             "run or an unknown device, FLOPs and achieved TFLOP/s only, and why; a CPU run projected onto a GPU "
+             "gets `projected`: MFU and the ledger on the projected step, at the target's 16-bit peak.",
+      needs=("shapes",))
 def model_flops_utilisation(ctx: Context) -> dict:
     counted = ctx.get("flops.per_step")
     flops, step_ms = counted["per_step"], ctx.step_ms
@@ -81,6 +109,7 @@ def model_flops_utilisation(ctx: Context) -> dict:
     if not ctx.is_gpu:
         out["why_no_mfu"] = "a CPU run: MFU and its ledger need a GPU run or trace"
         out["worst_ops"] = worst_ops(ctx, counted_ops(ctx), op_flops, None)
+        out["projected"] = _projected(ctx, flops)
         return out
     name = device_name(ctx)
     entry = device_peak(name)

@@ -140,7 +140,15 @@ def mfu_text(m: dict) -> str:
     rate = f"{achieved:.1f} TFLOP/s" if achieved >= 1 else f"{achieved * 1000:.1f} GFLOP/s"
     flops = f"{m['flops_per_step'] / 1e9:.2f} GFLOP/step ({m['flops_source']})"
     if m.get("mfu") is None:
-        return f"{flops}, {rate} achieved; no MFU: {m['why_no_mfu']}"
+        text = f"{flops}, {rate} achieved; no MFU: {m['why_no_mfu']}"
+        p = m.get("projected")
+        if p:
+            lost = sorted(p["ledger"][1:], key=lambda b: -b["ms_per_step"])[:3]
+            text += (f"; projected on {p['target']} (±{p['error_pct']:.0f}%): MFU {100 * p['mfu']:.1f} % of its "
+                     f"{p['precision'].upper()} peak, the step beyond the ideal " + ", ".join(
+                         f"{b['name']} {b['ms_per_step']:.2f} ms ({100 * b['ms_per_step'] / p['step_ms']:.0f}%)"
+                         for b in lost))
+        return text
     text = (f"MFU {100 * m['mfu']:.1f} % ({m['precision'].upper()} peak {m['peak_tflops']:.0f} TFLOP/s of "
             f"{m['device']}, {rate} achieved); {flops}")
     lost = sorted((b for b in m["ledger"] if b["rule"] or b["name"] == "kernel efficiency"),
