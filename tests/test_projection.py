@@ -211,3 +211,16 @@ def test_hostile_op_shapes_and_calibration_give_a_finite_projection_or_none(tmp_
     assert 0 <= p["data_share"] <= 1 and 0 <= p["gpu_busy_share"] <= 1.0001
     for f in report.findings:
         assert f.cost.projected_ms is None or (math.isfinite(f.cost.projected_ms) and f.cost.projected_ms >= 0)
+
+
+@pytest.mark.timing
+def test_device_memory_is_weighed_against_the_target_gpu(realistic_reports, tmp_path):
+    """The emulated run's memory against the GPU the run is projected onto: an L4 has 24 GB, not 80."""
+    trace = f"{realistic_reports['augmented_images.py']['run_dir']}/trace.json.gz"
+    report, console = _analyze(trace, "--target", "L4", tmp_path=tmp_path)
+    memory = report["memory"]
+    assert memory["target"] == "L4 24 GB" and memory["device_total_bytes"] == 24 << 30
+    assert memory["headroom_bytes"] == memory["device_total_bytes"] - memory["peak_reserved_bytes"]
+    assert "of an L4 24 GB" in console.replace("\n", " ")
+    default, _ = _analyze(trace, tmp_path=tmp_path)
+    assert default["memory"]["target"] == "H100 80 GB"

@@ -3,9 +3,10 @@ host-to-device copies as the script's GPU branch makes them, at the user's line,
 Copies are not timed (a CPU has no PCIe link): their cost is the bytes over a typical bandwidth."""
 from __future__ import annotations
 
+from ..projection import devices
 from ..trace.op_names import MM_OPS
 from .flops import op_flops
-from .registry import Context, fact
+from .registry import Context, Missing, fact
 from .sites import Site, SiteCollector, site_from_probe
 
 # typical effective host-to-device bandwidths, used only to estimate on a CPU run what a copy costs on
@@ -147,23 +148,37 @@ def fp32_math_sites(ctx: Context) -> list[Site]:
     return sites[:1]  # where most of it is issued: the model's call in the step
 
 
-# the GPU the emulated run's memory is weighed against until a run names one: an H100 80 GB (SXM), its
-# total memory as torch reports it there
+# the GPU the emulated run's memory is weighed against unless the run is projected onto another (--target):
+# an H100 80 GB (SXM), its total memory as torch reports it there
 TARGET_NAME = "H100 80 GB"
 TARGET_MEMORY = 85_045_231_616
+DEFAULT_DEVICE = "H100 SXM"
+
+
+def _memory_target(ctx: Context) -> tuple[str, int]:
+    """The GPU the memory is weighed against: the projection's target (its datasheet memory), else an H100."""
+    try:
+        name = ctx.get("projection")["target"]
+    except Missing:
+        return TARGET_NAME, TARGET_MEMORY
+    device = devices.target(name)
+    if device.name == DEFAULT_DEVICE or not device.memory_gib:
+        return TARGET_NAME, TARGET_MEMORY
+    return f"{device.name} {device.memory_gib:g} GB", int(device.memory_gib * (1 << 30))
 
 
 @fact("memory.emulated", "On the emulated CUDA path, the device memory of two warm-up steps: peak allocated "
                          "and reserved bytes, what held them at the peak (parameters, gradients, optimizer state, "
-                         "activations, batches, temporaries) and the user's lines that made them, against an "
-                         "H100 80 GB (collect/device_memory.py).")
+                         "activations, batches, temporaries) and the user's lines that made them, against the "
+                         "projection's target GPU, else an H100 80 GB (collect/device_memory.py).")
 def emulated_memory(ctx: Context) -> dict | None:
     seen = ctx.probes.get("device_memory")
     if not emulated(ctx) or not isinstance(seen, dict) or not seen.get("peak_allocated_bytes"):
         return None
     sites = [{"file": ctx.source.display_path(s["path"]), "line": s["line"], "bytes": s["bytes"],
               "categories": s.get("categories") or {}} for s in seen.get("top_sites") or [] if s.get("path")]
+    name, total = _memory_target(ctx)
     return {"source": "emulated CUDA device, the last two warm-up steps (an estimate of what a GPU holds)",
             "peak_allocated_bytes": seen["peak_allocated_bytes"], "peak_reserved_bytes": seen["peak_reserved_bytes"],
-            "by_category": dict(seen.get("by_category") or {}), "top_sites": sites, "target": TARGET_NAME,
-            "device_total_bytes": TARGET_MEMORY, "headroom_bytes": TARGET_MEMORY - seen["peak_reserved_bytes"]}
+            "by_category": dict(seen.get("by_category") or {}), "top_sites": sites, "target": name,
+            "device_total_bytes": total, "headroom_bytes": total - seen["peak_reserved_bytes"]}

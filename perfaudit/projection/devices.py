@@ -18,6 +18,7 @@ class Device:
     pcie: int             # the host link's PCIe generation
     match: tuple
     fp32_sustained: float = 1.0   # share of the nominal FP32 peak a long FP32 GEMM sustains (devices.yaml)
+    memory_gib: float = 0.0       # its memory (datasheet)
 
     def peak_flops(self, precision: str) -> float:
         """FLOP/s of the matrix units for `precision`; a precision the device has no units for runs at the
@@ -56,7 +57,8 @@ def entry_for(name: str | None) -> dict | None:
 
 def _device(entry: dict) -> Device:
     return Device(entry["name"], dict(entry["tflops"]), float(entry["memory_gbs"]), int(entry["sms"]),
-                  int(entry["pcie"]), tuple(entry["match"]), float(entry.get("fp32_sustained", 1.0)))
+                  int(entry["pcie"]), tuple(entry["match"]), float(entry.get("fp32_sustained", 1.0)),
+                  float(entry.get("memory_gib", 0.0)))
 
 
 def device_named(name: str | None) -> Device | None:
