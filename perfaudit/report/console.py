@@ -123,6 +123,11 @@ def _bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def _article(name: str) -> str:
+    """'an' before a GPU name read letter by letter from a vowel sound (an H100, an L4, an MI300X), else 'a'."""
+    return "an" if name[:1].upper() in "AEFHILMNORSX" else "a"
+
+
 def memory_text(m: dict) -> str:
     """Device memory of one step on the emulated CUDA path: the peak, what held it, the top line."""
     held = ", ".join(f"{k} {_bytes(v)}" for k, v in list(m["by_category"].items())[:4])
@@ -130,7 +135,8 @@ def memory_text(m: dict) -> str:
     line = f"; most from {top['file']}:{top['line']} ({_bytes(top['bytes'])})" if top else ""
     free = 100 * m["headroom_bytes"] / m["device_total_bytes"]
     return (f"peak {_bytes(m['peak_allocated_bytes'])} allocated, {_bytes(m['peak_reserved_bytes'])} reserved "
-            f"(estimated on the emulated device over two warm-up steps); {free:.0f}% of an {m['target']} free; "
+            f"(estimated on the emulated device over two warm-up steps); {free:.0f}% of {_article(m['target'])} "
+            f"{m['target']} free; "
             f"at the peak: {held}{line}")
 
 
