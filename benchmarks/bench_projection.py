@@ -26,7 +26,7 @@ from calibrate_projection import main as neusight_main  # noqa: E402
 from perfaudit.projection import devices  # noqa: E402
 from perfaudit.projection.kernels import calibration, kernel_us, roofline_us  # noqa: E402
 from perfaudit.projection.model import Inputs, Projector, kernel_precision  # noqa: E402
-from perfaudit.projection.timeline import Launched, _groups, _roots_in  # noqa: E402
+from perfaudit.projection.timeline import Launched, _groups, _Index  # noqa: E402
 from perfaudit.projection.work import work_of  # noqa: E402
 from perfaudit.trace.parser import load_trace  # noqa: E402
 
@@ -82,10 +82,10 @@ def _without_device(trace):
 
 def per_op(trace) -> dict:
     """(op, shapes, dtypes) -> [occurrences, measured kernel µs, the op] over the measured steps."""
-    launched = Launched(trace)
+    launched, index = Launched(trace), _Index(trace)
     out: dict = {}
     for step in trace.measured_steps:
-        for root in _roots_in(trace, step):
+        for root in index.roots(step):
             for g in _groups(root):
                 us = sum(ev.dur for call in launched.inside(g)
                          for ev in launched.by_corr.get(call.args.get("correlation"), ()) if ev.kind == "kernel")

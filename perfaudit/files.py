@@ -31,10 +31,15 @@ def write_atomic(path: str, data: str | bytes) -> None:
     except OSError as exc:
         raise WriteError(path, exc.errno or 0, why(exc)) from exc
     finally:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
+        remove_if_there(tmp)
+
+
+def remove_if_there(path: str) -> None:
+    """Delete a file perfaudit made (a temporary, a backup), if it is still there; never raises."""
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def append_line(path: str, line: str) -> None:

@@ -8,6 +8,8 @@ import json
 import os
 import shutil
 
+from ..files import remove_if_there
+
 
 def write_json(path: str, data: dict) -> None:
     tmp = path + ".tmp"
@@ -30,9 +32,9 @@ def export_trace(prof, plain: str, meta: dict) -> str:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.replace(tmp, final)
     except OSError:  # the disk filled up, say: the plain trace stays, unembedded but readable
-        _remove(tmp)
+        remove_if_there(tmp)
         return plain
-    _remove(plain)
+    remove_if_there(plain)
     return final
 
 
@@ -41,7 +43,7 @@ def _check_written(plain: str) -> None:
         head = _skip_to_brace(f)
     if head != b"{":
         size = os.path.getsize(plain)
-        _remove(plain)
+        remove_if_there(plain)
         raise OSError(f"the profiler's trace file is {'empty' if not head else 'not JSON'} ({size} bytes)")
 
 
@@ -51,10 +53,3 @@ def _skip_to_brace(f) -> bytes:
     while head and head.isspace():
         head = f.read(1)
     return head
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass

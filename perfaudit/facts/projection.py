@@ -4,7 +4,8 @@ per batch, the batch copied to the device each step and from what memory."""
 from __future__ import annotations
 
 from ..projection import devices
-from ..projection.model import Inputs, Projector, kernel_precision
+from ..projection.model import Inputs, Projector
+from .device_steps import traits
 from .emulated import emulated
 from .registry import Context, Missing, fact
 
@@ -38,8 +39,8 @@ def target_of(ctx: Context) -> tuple[devices.Device, str]:
 def inputs_of(ctx: Context) -> Inputs:
     env = ctx.probes.get("environment") or {}
     trace = ctx.trace
-    if trace.has_gpu:  # the kernels say which math ran
-        tf32 = any(kernel_precision(e.name) == "tf32" for e in trace.device if e.kind == "kernel")
+    if trace.has_gpu:  # the kernels say which math ran (each distinct name classified once, shared with other facts)
+        tf32 = any(t.precision == "tf32" for t in traits(ctx).values())
     else:
         tf32 = bool(env.get("tf32_matmul")) or env.get("float32_matmul_precision") in ("high", "medium")
     inputs = Inputs(tf32_matmul=tf32, tf32_conv=env.get("tf32_cudnn", True) is not False)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from ..files import remove_if_there
 from ..files import why as write_failure
 from ..findings import Finding
 from .catalog import FIX_KINDS
@@ -99,13 +100,13 @@ class FixPlan:
         except OSError as exc:
             kept = _put_back(touched, backups)
             for path in set(backups) - set(kept):
-                _remove(backups[path])
+                remove_if_there(backups[path])
             if kept:
                 names = "; ".join(f"{f.shown}: its original is in {backups[f.path]}" for f in touched if f.path in kept)
                 raise UsageError(f"--write failed ({write_failure(exc)}) and could not put everything back: {names}") from None
             raise UsageError(f"--write: nothing was changed: {write_failure(exc)}") from None
         for backup in backups.values():
-            _remove(backup)
+            remove_if_there(backup)
         return [f.shown for f in self.files]
 
 
@@ -131,13 +132,6 @@ def _put_back(touched: list[FileFix], backups: dict[str, str]) -> set[str]:
         except OSError:
             kept.add(f.path)
     return kept
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass
 
 
 def _is_users(path: str, root: str) -> str | None:

@@ -125,10 +125,6 @@ class _Index:
         return [(e.ts, e.end) for e in self.data[i:j]]
 
 
-def _roots_in(trace: Trace, step: Step) -> list[_Node]:
-    return _Index(trace).roots(step)
-
-
 def _gap_items(start: float, end: float, data: list[tuple[float, float]]) -> list[Item]:
     """Python time between two ops, a DataLoader fetch in it split off as its own item."""
     items, cursor = [], start
