@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from perfaudit.api import RunOptions
-from perfaudit.collect.runner import run_script
+from perfaudit.collect.run.runner import run_script
 from perfaudit.projection.overhead import per_step_us, us_per_event
 from perfaudit.projection.timeline import _Index
 from perfaudit.trace.parser import load_trace

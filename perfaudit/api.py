@@ -18,13 +18,13 @@ if TYPE_CHECKING:  # the names below, imported for real on first use (see __geta
     pass
 
 _WHERE = {
-    "RunOptions": "collect.options", "RunResult": "collect.options",
+    "RunOptions": "collect.run.options", "RunResult": "collect.run.options",
     "Finding": "findings", "Report": "findings", "rank": "findings", "GateOptions": "gate", "gate_fails": "gate",
     "analyze": "usecases.analysis", "evaluate_trace": "usecases.analysis",
     "expand_trace_paths": "usecases.analysis", "looks_like_trace": "usecases.analysis",
     "audit": "usecases.audit", "diff": "usecases.diff",
     "bisect": "usecases.bisect", "history": "usecases.history", "fix": "usecases.fixes", "verify": "usecases.fixes",
-    "project_root": "usecases.fixes", "check_fixable": "usecases.fixes", "check_script": "collect.runner",
+    "project_root": "usecases.fixes", "check_fixable": "usecases.fixes", "check_script": "collect.run.runner",
     "Rounds": "verify", "recorded_report": "usecases.fixes", "lint": "usecases.lint",
     "Settings": "usecases.settings", "prepare": "usecases.settings", "run_options": "usecases.settings",
     "rules_catalogue": "usecases.settings", "rules_for": "usecases.settings",

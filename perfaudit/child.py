@@ -17,8 +17,8 @@ import time
 import traceback
 
 from .collect.internal import record_internal_error
-from .collect.session import Interrupted, Session, Spawned, WindowDone
 from .collect.userframes import raised
+from .collect.window.session import Interrupted, Session, Spawned, WindowDone
 from .outcome import Outcome
 
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -86,7 +86,7 @@ def _exit_result(exc: SystemExit) -> dict:
 
 def _session(config: dict, script: str) -> Session:
     if config.get("mode") == "timing":
-        from .collect.timing import TimingSession, seed_everything, serve_patched_sources
+        from .collect.run.timing import TimingSession, seed_everything, serve_patched_sources
         session = TimingSession(config, script)
         serve_patched_sources(config.get("patched") or {})
         seed_everything(config.get("seed"))
@@ -112,8 +112,8 @@ def _after_window(session: Session, config: dict) -> None:
 
 
 def _setup_failed(config: dict, exc: Exception) -> None:
-    from .collect.export import write_json
-    from .collect.session import launched_rank
+    from .collect.window.export import write_json
+    from .collect.window.session import launched_rank
     record_internal_error("set-up of the audited process", exc)
     rank = launched_rank()
     path = os.path.join(config["run_dir"], "result.json" if rank is None else f"rank{rank}.result.json")

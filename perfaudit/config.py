@@ -41,7 +41,7 @@ class Config:
     rules_dirs: list[str] = field(default_factory=list)
     allow_no_training: bool = False   # the gate passes a run that never reached a training step
     keep_runs: int = 10               # run folders kept under .perfaudit/runs (0: all)
-    device: str = "auto"              # where a run without a GPU runs the script (collect/emulate.py)
+    device: str = "auto"              # where a run without a GPU runs the script (collect/emulation/emulate.py)
     target: str | None = None         # the GPU runs are projected onto (perfaudit/projection/); None: auto
     severity: dict[str, str] = field(default_factory=dict)
     thresholds: dict[str, dict] = field(default_factory=dict)

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from .collect.rundir import prepare_job_run_dir
+from .collect.run.rundir import prepare_job_run_dir
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

@@ -69,7 +69,7 @@ PROBE_FIELDS: dict[str, dict] = {
         "device": {"type": "string"}, "device_name": {"type": "string"}, "capability": {"type": "string"},
         "device_memory": _INT, "cudnn_benchmark": {"type": "boolean"},
         "max_memory_allocated": _INT, "max_memory_reserved": _INT, "emulated_cuda": {"type": "boolean"}}},
-    # the emulated CUDA device's records (collect/placement.py), only when the run emulated one
+    # the emulated CUDA device's records (collect/emulation/placement.py), only when the run emulated one
     "cuda_emulation": {"type": "object", "required": ["copies", "reads", "calls", "autocast"], "properties": {
         "copies": _list_of({"site": _SITE, "origin": {"enum": ["loader", "sample", "made", "host", "data", "thread"]},
                             "calls": _INT, "window_calls": _INT, "bytes": _INT},
@@ -80,21 +80,21 @@ PROBE_FIELDS: dict[str, dict] = {
         "autocast": _list_of({"site": _SITE, "device_type": {"type": "string"}, "calls": _INT,
                               "window_calls": _INT}, {"enabled": {"type": "boolean"}}),
         "params_on_device": _INT, "placements": _INT, "device_ops": _INT}},
-    # the emulated device's memory over one warm-up step (collect/device_memory.py), when it was tracked
+    # the emulated device's memory over one warm-up step (collect/emulation/device_memory.py), when it was tracked
     "device_memory": {"oneOf": [{"type": "null"}, {
         "type": "object", "required": ["peak_allocated_bytes", "peak_reserved_bytes", "by_category", "top_sites"],
         "properties": {"peak_allocated_bytes": _INT, "peak_reserved_bytes": _INT, "start_bytes": _INT,
                        "allocations": _INT, "by_category": {"type": "object", "additionalProperties": _INT},
                        "top_sites": _list_of({"path": {"type": "string"}, "line": _INT, "bytes": _INT},
                                              {"categories": {"type": "object"}})}}]},
-    # FlopCounterMode over one step after the window (collect/flop_probe.py), or why it did not count
+    # FlopCounterMode over one step after the window (collect/probes/flops.py), or why it did not count
     "flops": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["skipped"],
                                            "properties": {"skipped": {"type": ["string", "null"]}}},
                         {"type": "object", "required": ["flops", "forward_flops"], "properties": {
                             "flops": _INT, "forward_flops": _INT, "backward": {"type": "boolean"},
                             "model": {"type": "string"}, "compiled": {"type": "boolean"}, "calls": _INT,
                             "modules": _list_of({"name": {"type": "string"}, "flops": _INT})}}]},
-    # perfaudit's own cost on the host (collect/host_overhead.py): a loop of tiny torch calls timed bare and
+    # perfaudit's own cost on the host (collect/probes/host_overhead.py): a loop of tiny torch calls timed bare and
     # under the profiler, in the trace's `perfaudit#calibration` range
     "host_overhead": {"type": "object", "required": ["iterations", "bare_s", "instrumented_s"], "properties": {
         "iterations": _INT, "bare_s": {"type": ["number", "null"]}, "instrumented_s": {"type": ["number", "null"]}}},

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from conftest import ROOT, TRACES, needs_program, needs_shared, perfaudit, sarif_schemas
-from perfaudit.collect.rundir import MARK, prune_runs
+from perfaudit.collect.run.rundir import MARK, prune_runs
 from perfaudit.errors import TraceError, UsageError
 from perfaudit.fix.plan import FileFix, FixPlan
 from perfaudit.trace import load_trace
@@ -245,7 +245,7 @@ def test_a_running_run_folder_is_never_pruned(tmp_path):
 def test_a_run_folder_the_user_named_is_never_pruned(tmp_path, monkeypatch):
     """A run kept for `diff` with `--out-dir .perfaudit/runs/baseline`: the default runs after it prune
     the oldest of their own folders, never the one the user named, even once it is the oldest."""
-    from perfaudit.collect.rundir import DEFAULT_ROOT, finish_run_dir, make_run_dir
+    from perfaudit.collect.run.rundir import DEFAULT_ROOT, finish_run_dir, make_run_dir
     monkeypatch.chdir(tmp_path)
     named = make_run_dir(os.path.join(DEFAULT_ROOT, "baseline"))
     finish_run_dir(named)

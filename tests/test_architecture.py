@@ -168,3 +168,18 @@ def test_the_cli_is_a_skin_over_the_api():
     direct = sorted(f"{m} imports {t}" for m in skins for t in imports()[m]
                     if t != "perfaudit" and not any(t == a or t.startswith(a + ".") for a in allowed))
     assert not direct, direct
+
+
+MAX_ROOM_MODULES = 16   # a folder holding more modules than this (its __init__ and __main__ aside) ...
+MAX_ROOM_LINES = 2000   # ... or more lines than this is split into sub-rooms (collect/window, facts/gpu, ...)
+
+
+def test_rooms_stay_small():
+    """A reader finds a piece by its room's name, not by reading every file name of a flat folder."""
+    big = []
+    for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+        modules = [p for p in folder.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+        lines = sum(p.read_text(encoding="utf-8").count("\n") for p in modules)
+        if len(modules) > MAX_ROOM_MODULES or lines > MAX_ROOM_LINES:
+            big.append(f"{folder.relative_to(ROOT)}: {len(modules)} modules, {lines} lines")
+    assert not big, big

@@ -9,7 +9,7 @@ import textwrap
 import jsonschema
 
 from conftest import perfaudit
-from perfaudit.collect.compile_probe import CompileProbe, _guard
+from perfaudit.collect.probes.compile import CompileProbe, _guard
 from perfaudit.probe_schema import SNAPSHOT_SCHEMA
 from perfaudit.trace import load_trace
 

@@ -1,4 +1,4 @@
-"""Device memory on the emulated CUDA path (collect/device_memory.py): one warm-up step's peak, by what
+"""Device memory on the emulated CUDA path (collect/emulation/device_memory.py): one warm-up step's peak, by what
 held it and at which line, checked against torch's own MemTracker run on the same step on the CPU."""
 from __future__ import annotations
 

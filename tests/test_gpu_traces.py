@@ -7,7 +7,7 @@ import json
 
 from conftest import ROOT, TRACES, needs_shared, perfaudit
 from perfaudit.facts import Context
-from perfaudit.facts.kernels import architecture, is_collective, kernel_class
+from perfaudit.facts.gpu.kernels import architecture, is_collective, kernel_class
 from perfaudit.trace import load_trace
 
 DERIVED = ROOT / "tests" / "data" / "derived"

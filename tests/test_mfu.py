@@ -10,7 +10,7 @@ import runpy
 import pytest
 
 from conftest import ROOT, needs_shared, perfaudit
-from perfaudit.facts.flops import device_peak, peak_table
+from perfaudit.facts.flops.counted import device_peak, peak_table
 from perfaudit.facts.registry import Context, Missing
 from perfaudit.trace.parser import load_trace
 

@@ -11,11 +11,11 @@ import textwrap
 import pytest
 
 from conftest import ROOT, perfaudit
-from perfaudit.collect.export import export_trace
 from perfaudit.collect.internal import guarded, internal_errors, record_internal_error
-from perfaudit.collect.options import RunOptions, RunResult
-from perfaudit.collect.sizing import fit_budget
-from perfaudit.collect.startup_probe import StartupProbe
+from perfaudit.collect.probes.startup import StartupProbe
+from perfaudit.collect.run.options import RunOptions, RunResult
+from perfaudit.collect.window.export import export_trace
+from perfaudit.collect.window.sizing import fit_budget
 from perfaudit.static.uses import call_requests, host_consumer
 from perfaudit.usecases.audit import run_notes
 
@@ -230,7 +230,7 @@ def test_a_process_that_dies_while_the_profiler_stops_is_named_and_run_again(tmp
     """torch's profiler can crash while it stops (SIGSEGV in _disable_profiler, about 1 run in 15 of a
     closure trainer on a busy machine): the window written to result.json before the export must not
     pass for a complete run. The runner says so and runs the script once more."""
-    from perfaudit.collect import runner
+    from perfaudit.collect.run import runner
     (tmp_path / "result.json").write_text(json.dumps({"outcome": "window_complete", "trace": None,
                                                       "steps_recorded": 7, "profiling_started": True}))
     (tmp_path / "progress.jsonl").write_text('{"phase": "step", "step": 7}\n{"phase": "exporting"}\n')

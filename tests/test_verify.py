@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from conftest import SAMPLES, perfaudit
-from perfaudit.collect.options import RunOptions
+from perfaudit.collect.run.options import RunOptions
 from perfaudit.fix.plan import Change, FileFix, FixPlan
 from perfaudit.verify import Variant, loss_check, run_ab, speed_change
 from perfaudit.verify.ab import Rounds, Runs, _stop_reason

@@ -1,27 +1,22 @@
 """Importing this package registers every fact."""
 from . import (  # noqa: F401
-    comm,
     compiled,
-    copies,
     data,
-    ddp,
     debug,
     emulated,
-    flops,
-    gpu_time,
     grads,
-    mfu,
     model,
     op_times,
     optim,
     probed,
     projection,
-    ranks,
     shapes,
     startup,
     steps,
-    sync,
 )
+from .distributed import comm, ddp, ranks  # noqa: F401
+from .flops import counted, mfu  # noqa: F401
+from .gpu import busy, copies, sync  # noqa: F401
 from .registry import FACTS, Context, Missing, fact
 from .sites import Site
 

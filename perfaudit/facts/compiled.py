@@ -1,6 +1,6 @@
 """torch.compile in the step: graph breaks and recompilations (tips T25, T26).
 
-The compile probe (collect/compile_probe.py) says what dynamo compiled, where it broke and why it
+The compile probe (collect/probes/compile.py) says what dynamo compiled, where it broke and why it
 recompiled; the trace says what it cost: each call of a compiled frame is a `Torch-Compiled Region:
 F/C` range, a frame split by a graph break calls its resume frame from inside its own range, and
 the time of a region not spent in a compiled graph (`CompiledFunction`, `## Call CompiledFxGraph`)

@@ -1,11 +1,11 @@
-"""What the emulated CUDA device saw (`perfaudit run --device emulate-cuda`, collect/placement.py):
+"""What the emulated CUDA device saw (`perfaudit run --device emulate-cuda`, collect/emulation/placement.py):
 host-to-device copies as the script's GPU branch makes them, at the user's line, per measured step.
 Copies are not timed (a CPU has no PCIe link): their cost is the bytes over a typical bandwidth."""
 from __future__ import annotations
 
 from ..projection import devices
 from ..trace.op_names import MM_OPS
-from .flops import op_flops
+from .flops.counted import op_flops
 from .registry import Context, Missing, fact
 from .sites import Site, SiteCollector, site_from_probe
 
@@ -170,7 +170,7 @@ def _memory_target(ctx: Context) -> tuple[str, int]:
 @fact("memory.emulated", "On the emulated CUDA path, the device memory of two warm-up steps: peak allocated "
                          "and reserved bytes, what held them at the peak (parameters, gradients, optimizer state, "
                          "activations, batches, temporaries) and the user's lines that made them, against the "
-                         "projection's target GPU, else an H100 80 GB (collect/device_memory.py).")
+                         "projection's target GPU, else an H100 80 GB (collect/emulation/device_memory.py).")
 def emulated_memory(ctx: Context) -> dict | None:
     seen = ctx.probes.get("device_memory")
     if not emulated(ctx) or not isinstance(seen, dict) or not seen.get("peak_allocated_bytes"):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..trace.nesting import enclosing
-from .gpu import device_events_by_op
+from .gpu.launches import device_events_by_op
 from .registry import Context, fact
 from .sites import SiteCollector
 from .steps import ZERO_GRAD

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ..projection import devices
 from ..projection.model import Inputs, Projector
-from .device_steps import traits
 from .emulated import emulated
+from .gpu.device_steps import traits
 from .registry import Context, Missing, fact
 
 AUTO, OFF = "auto", "none"

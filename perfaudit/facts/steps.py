@@ -1,7 +1,7 @@
 """Step-level facts: how many steps, how long, and where the time goes."""
 from __future__ import annotations
 
-from . import intervals as iv
+from .gpu import intervals as iv
 from .registry import Context, Missing, fact, quartile
 
 DATALOADER_PREFIX = "enumerate(DataLoader)#"

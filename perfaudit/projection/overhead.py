@@ -1,5 +1,5 @@
 """perfaudit's own cost in a recorded step, to take out of the host's time before projecting it: the cost
-per recorded event measured in the run itself (collect/host_overhead.py: a loop of tiny torch calls timed
+per recorded event measured in the run itself (collect/probes/host_overhead.py: a loop of tiny torch calls timed
 bare and inside the trace's `perfaudit#calibration` range), times the events each step recorded."""
 from __future__ import annotations
 

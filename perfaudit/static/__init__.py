@@ -38,7 +38,7 @@ def python_files(paths: list[str]) -> list[str]:
             if not found:
                 raise UsageError(f"no Python files in folder {path}")
             out += found
-        elif os.path.isfile(path):  # a notebook too: its code cells (collect/notebook.py)
+        elif os.path.isfile(path):  # a notebook too: its code cells (collect/inprocess/notebook.py)
             out.append(path)
         else:
             raise UsageError(f"not found: {path}")
@@ -86,7 +86,7 @@ def _lint_notebook(path: str, rules: list, notes: list[str] | None, unread: list
     import shutil
     import tempfile
 
-    from ..collect.notebook import relocate, write_script
+    from ..collect.inprocess.notebook import relocate, write_script
     folder = tempfile.mkdtemp(prefix="perfaudit-nb-")
     try:
         try:

@@ -159,8 +159,10 @@ def sort_by_start(events: list[Event]) -> None:
         i = j + 1
 
 
-# the emulated CUDA device's mode (collect/placement.py) and the registries it reads (collect/tensor_registry.py)
-EMULATION_FRAMES = ("perfaudit/collect/placement.py", "perfaudit/collect/tensor_registry.py")
+# the emulated CUDA device's mode (collect/emulation/placement.py) and the registries it reads
+# (collect/emulation/tensor_registry.py)
+EMULATION_FRAMES = ("perfaudit/collect/emulation/placement.py",
+                    "perfaudit/collect/emulation/tensor_registry.py")
 DISPATCH_FRAME = "torch/overrides.py"  # torch's dispatch to that mode from its Python functions
 
 

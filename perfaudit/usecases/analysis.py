@@ -15,8 +15,8 @@ from ..engine.loader import Rule, load_rules
 from ..engine.projected import with_projected_costs
 from ..errors import TraceError, UsageError
 from ..facts import Context, Missing
+from ..facts.distributed.ranks import rank_stats
 from ..facts.emulated import gpu_branch_ran
-from ..facts.ranks import rank_stats
 from ..findings import Finding, Report, Skipped, TraceSummary
 from ..gate import GateOptions
 from ..trace import Trace, load_trace

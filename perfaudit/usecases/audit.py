@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from .. import gate
-from ..collect.emulation_outcome import emulation_may_cause
-from ..collect.notebook import relocate, write_script
-from ..collect.runner import RunOptions, RunResult, check_script, run_script
+from ..collect.emulation.outcome import emulation_may_cause
+from ..collect.inprocess.notebook import relocate, write_script
+from ..collect.run.runner import RunOptions, RunResult, check_script, run_script
 from ..engine.loader import Rule, builtin_rules_dir, load_rules
 from ..errors import LaunchError, TraceError, WriteError
 from ..facts import Context
@@ -93,7 +93,7 @@ def report_for_run(result: RunResult, script: str, options: RunOptions, rules: l
 
 def _audit_notebook(notebook: str, args: list[str], options: RunOptions, rules: list[Rule],
                     on_progress, gate_options: GateOptions | None, command: str | None) -> Report:
-    """A notebook: its code cells run in order as one script (collect/notebook.py) from the notebook's
+    """A notebook: its code cells run in order as one script (collect/inprocess/notebook.py) from the notebook's
     folder, as its kernel would; the findings then point at the cells, and the script is kept in the
     run folder (notebook.py)."""
     check_script(notebook)  # a syntax error named by cell and line, before anything runs
@@ -205,7 +205,7 @@ def _what_a_step_is(outcome: dict, trace) -> str | None:
 
 
 def framework_note(window: dict, step_source: str | None) -> str | None:
-    """What drove the steps, when a framework did (collect/frameworks.py), and what one step is."""
+    """What drove the steps, when a framework did (collect/window/frameworks.py), and what one step is."""
     framework = window.get("framework") if isinstance(window, dict) else None
     if not isinstance(framework, dict) or not framework.get("name"):
         return None

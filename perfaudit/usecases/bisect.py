@@ -16,8 +16,8 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..collect.options import RunOptions
-from ..collect.rundir import finish_run_dir, make_run_dir
+from ..collect.run.options import RunOptions
+from ..collect.run.rundir import finish_run_dir, make_run_dir
 from ..errors import UsageError
 from ..verify import Rounds, Variant, run_ab
 from ..verify.comparison import SHARE_OF_REGRESSION, BisectResult, Commit, Comparison, Diff

@@ -8,9 +8,9 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..collect.options import RunOptions
-from ..collect.rundir import finish_run_dir, make_run_dir
-from ..collect.runner import check_script
+from ..collect.run.options import RunOptions
+from ..collect.run.rundir import finish_run_dir, make_run_dir
+from ..collect.run.runner import check_script
 from ..engine.loader import Rule, load_rules
 from ..errors import UsageError
 from ..findings import Finding, Report, rank

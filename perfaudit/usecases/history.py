@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Callable
 
 from .. import __version__
-from ..collect.options import RunOptions
+from ..collect.run.options import RunOptions
 from ..engine.loader import Rule, load_rules
 from ..errors import UsageError
 from ..files import append_line

@@ -1,5 +1,5 @@
 """An audit inside the user's own training process: what the Lightning and Hugging Face callbacks and
-the notebook magic share. The framework's hooks say where a step ends; the session (collect/inprocess.py)
+the notebook magic share. The framework's hooks say where a step ends; the session (collect/inprocess/session.py)
 records a bounded window of them; when it closes, the window is analysed here as `perfaudit run` would
 analyse it (the same rules, the static pass over the script, the configuration and gate), the run folder
 gets report.html and report.json, and the training goes on, untouched: perfaudit's hooks are removed.
@@ -17,10 +17,10 @@ import os
 import sys
 from dataclasses import replace
 
-from ..collect.inprocess import InProcessSession, active_session, recorded
-from ..collect.notebook import NotebookScript, relocate
-from ..collect.session import WindowDone
+from ..collect.inprocess.notebook import NotebookScript, relocate
+from ..collect.inprocess.session import InProcessSession, active_session, recorded
 from ..collect.userframes import raised
+from ..collect.window.session import WindowDone
 from ..errors import UsageError
 from ..findings import Report
 from ..gate import gate_fails

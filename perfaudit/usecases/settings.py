@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import baseline as baseline_file
-from ..collect.options import RunOptions
+from ..collect.run.options import RunOptions
 from ..config import DEVICES, Config, apply_to_rules, checked_target, load_config
 from ..engine.loader import Rule, load_rules
 from ..errors import UsageError

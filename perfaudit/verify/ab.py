@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..collect.runner import RunOptions, RunResult, run_script
+from ..collect.run.runner import RunOptions, RunResult, run_script
 from ..fix.catalog import FIX_KINDS
 from ..fix.plan import FixPlan
 from ..outcome import Outcome, describe, is_failure
@@ -291,7 +291,7 @@ def _free_core_threads() -> int | None:
     machine's load changes within them: a pool that takes every core waits a scheduler latency (24 ms
     on Linux) in each parallel region whenever anything else runs, which starved whole runs (3 ms
     steps became 24 ms). None when the OS or OMP_NUM_THREADS decides."""
-    from ..collect.environment import free_cores
+    from ..collect.probes.environment import free_cores
     if os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
         return None
     cpus = os.cpu_count() or 1

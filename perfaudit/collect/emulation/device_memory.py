@@ -1,0 +1,260 @@
+"""Device memory on the emulated CUDA path, over one step: what a GPU would hold, without a GPU.
+
+For the last two warm-up steps (so that one whole iteration, forward to update, lies inside wherever the
+step boundary falls; no measured step pays for it) a TorchDispatchMode sees every aten op,
+forward, the autograd engine's backward and the optimizer's update alike, and notes each storage that an op
+on device tensors makes: its bytes as the caching allocator rounds them (512 B), when it came and when it
+went (a weakref on the storage), what it is (saved for backward, a gradient, optimizer state, a batch, a
+temporary) and the user's line that made it. What was on the device before the step (parameters,
+gradients, optimizer state, kept tensors) is counted from the placement registry. The peak is replayed
+from that timeline; reserved memory is the allocator's segments around what is live at the peak (2 MiB
+segments for blocks up to 1 MiB, 20 MiB for blocks under 10 MiB, larger blocks rounded to 2 MiB): an
+estimate, as the allocator's fragmentation is not modelled.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..internal import record_internal_error
+from ..userframes import user_site
+
+ROUND = 512
+SMALL, SMALL_SEGMENT, MID, MID_SEGMENT, LARGE_ROUND = 1 << 20, 2 << 20, 10 << 20, 20 << 20, 2 << 20
+CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "batches", "temporaries", "other")
+
+
+def rounded(nbytes: int) -> int:
+    return -(-nbytes // ROUND) * ROUND
+
+
+def reserved_for(blocks: list[int]) -> int:
+    """The caching allocator's segments for these live blocks (no fragmentation)."""
+    small = sum(b for b in blocks if b <= SMALL)
+    mid = sum(b for b in blocks if SMALL < b < MID)
+    large = sum(-(-b // LARGE_ROUND) * LARGE_ROUND for b in blocks if b >= MID)
+    return -(-small // SMALL_SEGMENT) * SMALL_SEGMENT + -(-mid // MID_SEGMENT) * MID_SEGMENT + large
+
+
+def _key(t: torch.Tensor):
+    try:
+        storage = t.untyped_storage()
+        return storage.data_ptr(), storage
+    except Exception:  # noqa: BLE001 - a tensor without storage (meta, sparse)
+        return None, None
+
+
+def _tensors(*groups):
+    for group in groups:
+        for a in group:
+            if isinstance(a, torch.Tensor):
+                yield a
+            elif isinstance(a, (list, tuple)):
+                for b in a:
+                    if isinstance(b, torch.Tensor):
+                        yield b
+
+
+class _Tracker(TorchDispatchMode):
+    def __init__(self, memory: DeviceMemory):
+        super().__init__()
+        self.memory = memory
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        try:
+            self.memory.op(args, kwargs, out)
+        except Exception as exc:  # noqa: BLE001 - a record must never break the step
+            record_internal_error("device memory", exc)
+        return out
+
+
+class DeviceMemory:
+    """One step's device memory on the emulated device; `snapshot()` is what the report reads."""
+
+    def __init__(self, placement, optimizers):
+        self.placement = placement
+        self.optimizers = optimizers  # () -> the optimizers the script built
+        self.records: dict = {}      # storage key -> record
+        self.timeline: list = []     # (+1 | -1, record)
+        self.baseline_records: list[dict] = []
+        self.result: dict | None = None
+        self._baseline_keys: set = set()
+        self._mode = None
+        self._saved = None
+
+    # -- the step --------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._mode is not None or self.result is not None:
+            return
+        try:
+            self._count_baseline()
+            self._saved = torch.autograd.graph.saved_tensors_hooks(self._packed, lambda t: t)
+            self._saved.__enter__()
+            self._mode = _Tracker(self)
+            self._mode.__enter__()
+            self.placement.memory = self
+        except Exception as exc:  # noqa: BLE001
+            record_internal_error("device memory", exc)
+
+    def stop(self) -> None:
+        if self._mode is None:
+            return
+        self.placement.memory = None
+        try:
+            self._mode.__exit__(None, None, None)
+            self._saved.__exit__(None, None, None)
+            self._mode = None
+            self.result = self._replay()
+        except Exception as exc:  # noqa: BLE001
+            record_internal_error("device memory", exc)
+            self._mode = None
+
+    def op(self, args, kwargs, out) -> None:
+        # every aten op of the tracked steps passes here (and the profiler records each Python frame):
+        # a plain walk of the arguments, no pytree
+        for a in _tensors(args, kwargs.values() if kwargs else ()):
+            if self._on_device(a):
+                break
+        else:
+            return
+        if isinstance(out, torch.Tensor):
+            self._allocated(out, "temporaries")
+        elif isinstance(out, (list, tuple)):
+            for t in out:
+                if isinstance(t, torch.Tensor):
+                    self._allocated(t, "temporaries")
+
+    def placed(self, t: torch.Tensor, category: str = "other") -> None:
+        """The placement mode put `t` on the device in the tracked step (a copy of a batch, a factory
+        with device=): its storage is device memory from its allocation on."""
+        if self._mode is None:
+            return
+        key, _ = _key(t)
+        record = self.records.get(key)
+        if record is None:
+            self._allocated(t, category)
+        else:
+            record["device"] = True
+            if record["category"] == "temporaries":
+                record["category"] = category
+
+    # -- records ----------------------------------------------------------------------------------
+    def _on_device(self, t) -> bool:
+        if self.placement.on_device.has(t):
+            return True
+        key, _ = _key(t)
+        record = self.records.get(key)
+        return (record is not None and record["device"]) or key in self._baseline_keys
+
+    def _allocated(self, t: torch.Tensor, category: str) -> None:
+        key, storage = _key(t)
+        if key is None or key in self.records or key in self._baseline_keys or not storage.nbytes():
+            return
+        record = {"bytes": rounded(storage.nbytes()), "category": category, "device": True,
+                  "site": user_site(3), "key": key}
+        self.records[key] = record
+        self.timeline.append((1, record))
+        record["ref"] = weakref.ref(storage, self._gone(record))
+
+    def _packed(self, t):
+        if self._on_device(t):
+            key, _ = _key(t)
+            record = self.records.get(key)
+            if record is not None and record["category"] == "temporaries":
+                record["category"] = "activations"
+        return t
+
+    def _count_baseline(self) -> None:
+        """What is on the device as the step begins, each storage once, by what it is; each is followed
+        to its end like the step's own (zero_grad frees gradients, backward frees activations)."""
+        kinds: dict = {}
+        for opt in self.optimizers():
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    kinds.setdefault(_key(p)[0], "parameters")
+                    if p.grad is not None:
+                        kinds.setdefault(_key(p.grad)[0], "gradients")
+            for state in opt.state.values():
+                for v in state.values() if isinstance(state, dict) else ():
+                    if isinstance(v, torch.Tensor):
+                        kinds.setdefault(_key(v)[0], "optimizer state")
+        self._baseline_keys, self.baseline_records = set(), []
+        for ref, _ in list(self.placement.on_device._refs.values()):
+            t = ref()
+            if t is None:
+                continue
+            key, storage = _key(t)
+            if key is None or key in self._baseline_keys or not storage.nbytes():
+                continue
+            self._baseline_keys.add(key)
+            kind = kinds.get(key) or ("parameters" if isinstance(t, torch.nn.Parameter)
+                                      else "activations" if t.grad_fn is not None else "other")
+            record = {"bytes": rounded(storage.nbytes()), "category": kind, "device": True, "site": None, "key": key}
+            self.records[key] = record
+            self.baseline_records.append(record)
+            record["ref"] = weakref.ref(storage, self._gone(record))
+
+    def _gone(self, record: dict):
+        def gone(_ref):  # freed: its address may be reused by the next allocation, which is another block
+            self.timeline.append((-1, record))
+            if self.records.get(record["key"]) is record:
+                del self.records[record["key"]]
+                self._baseline_keys.discard(record["key"])
+        return gone
+
+    def _final_categories(self) -> None:
+        """What step allocations turned out to be once the step ended: a parameter's gradient, optimizer
+        state (created at the first step), or still what they were noted as."""
+        for opt in self.optimizers():
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        self._recategorize(p.grad, "gradients")
+            for state in opt.state.values():
+                for v in state.values() if isinstance(state, dict) else ():
+                    if isinstance(v, torch.Tensor):
+                        self._recategorize(v, "optimizer state")
+
+    def _recategorize(self, t, category: str) -> None:
+        record = self.records.get(_key(t)[0])
+        if record is not None:
+            record["category"] = category
+
+    def _replay(self) -> dict:
+        self._final_categories()
+        base = sum(r["bytes"] for r in self.baseline_records)
+        now, peak, peak_at = base, base, -1
+        for i, (sign, record) in enumerate(self.timeline):
+            if record["device"]:
+                now += sign * record["bytes"]
+                if now >= peak:  # the last time it is reached: that iteration's gradients are still known
+                    peak, peak_at = now, i
+        live = {id(r): r for r in self.baseline_records}
+        for sign, record in self.timeline[:peak_at + 1]:
+            if sign > 0:
+                live[id(record)] = record
+            else:
+                live.pop(id(record), None)
+        live_records = [r for r in live.values() if r["device"]]
+        by_category: dict = {}
+        sites: dict = {}
+        for r in live_records:
+            by_category[r["category"]] = by_category.get(r["category"], 0) + r["bytes"]
+            site = r["site"]
+            if site:
+                where = (site["path"], site["line"])
+                entry = sites.setdefault(where, {"path": site["path"], "line": site["line"], "bytes": 0,
+                                                 "categories": {}})
+                entry["bytes"] += r["bytes"]
+                entry["categories"][r["category"]] = entry["categories"].get(r["category"], 0) + r["bytes"]
+        reserved = reserved_for([r["bytes"] for r in live_records])
+        top = sorted(sites.values(), key=lambda s: -s["bytes"])[:10]
+        return {"peak_allocated_bytes": peak, "peak_reserved_bytes": max(reserved, peak), "start_bytes": base,
+                "by_category": {k: v for k, v in sorted(by_category.items(), key=lambda kv: -kv[1]) if v},
+                "top_sites": top, "allocations": sum(1 for s, _ in self.timeline if s > 0)}
+
+    def snapshot(self) -> dict | None:
+        return self.result

@@ -1,0 +1,290 @@
+"""`--device emulate-cuda`: the script's CUDA branch, run on the CPU and recorded.
+
+Composes the CUDA API shim (cuda_shim.py) and the placement mode (placement.py) with the probes:
+DataLoader batches are tagged as the loader's, pinned memory is pinned, autocast and GradScaler are
+noted, and a job's NCCL process group runs on gloo. The mode is pushed on the main thread before the
+script starts and never popped: the process ends with the script.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+
+import torch
+
+from ..internal import record_internal_error
+from ..wrap import on_undo, patch, wrap
+from . import cuda_shim
+from .device_memory import DeviceMemory
+from .placement import Placement
+
+
+def wanted(config: dict) -> bool:
+    """Whether this run emulates CUDA: asked for, and no GPU here (on a GPU nothing is emulated)."""
+    return config.get("device") == "emulate-cuda" and not cuda_shim.gpu_present()
+
+
+def install(probes, steps_ended) -> Placement:
+    """Emulate one CUDA device for the script; `steps_ended()` counts the steps so far (a tensor made
+    in the step that moves it is the COPY002 pattern; one kept from an earlier step is data)."""
+    mode = Placement()
+    mode.window_step = probes.window_step
+    mode.step_clock = steps_ended
+    cuda_shim.install(mode)
+    _pinning(mode)
+    _autocast(mode)
+    _compiled_code_without_the_mode(mode)
+    _host_fetches_without_the_mode(mode)
+    _cpu_branch_without_the_mode(mode)
+    _threads_follow(mode)
+    _data_parallel(mode)
+    _distributed()
+    probes.add("cuda_emulation", mode)
+    probes.placement = mode
+    probes.device_memory = DeviceMemory(mode, lambda: [info["_ref"] for info in probes.optimizers.values()])
+    probes.add("device_memory", probes.device_memory)
+    mode.__enter__()
+    os.register_at_fork(after_in_child=lambda: _leave(mode))
+    return mode
+
+
+def _on_top(mode: Placement) -> bool:
+    """Whether the placement mode is the innermost torch function mode (False on a torch that cannot say)."""
+    depth = getattr(torch._C, "_len_torch_function_stack", lambda: 0)()
+    return bool(depth) and torch._C._get_function_stack_at(depth - 1) is mode
+
+
+def _leave(mode: Placement) -> None:
+    """A forked child (a DataLoader worker) prepares batches on the host: it runs without the mode,
+    whose records would stay in the child and whose cost would compete with the step for the CPUs."""
+    try:
+        if _on_top(mode):
+            torch._C._pop_torch_function_stack()
+    except Exception as exc:  # noqa: BLE001
+        record_internal_error("CUDA emulation", exc)
+
+
+def _pinning(mode: Placement) -> None:
+    """pin_memory() pins (a pinning DataLoader's thread calls it too, outside the mode's thread)."""
+    def pin_memory(self, device=None):
+        mode.pinned.add(self)
+        return self
+
+    torch.Tensor.pin_memory = pin_memory
+    torch.Tensor.is_pinned = lambda self, device=None: mode.pinned.has(self)
+
+
+def _autocast(mode: Placement) -> None:
+    def entered(args, kwargs):
+        region = args[0]
+        mode.autocast_entered(region.device, getattr(region, "fast_dtype", None), getattr(region, "_enabled", True))
+
+    wrap(torch.amp.autocast_mode.autocast, "__enter__", entered, probe="CUDA emulation")
+
+
+def _compiled_code_without_the_mode(mode: Placement) -> None:
+    """torch.compile traces every active TorchFunctionMode into the graph, and the placement mode's own
+    bookkeeping would break the script's graphs (COMPILE001 on lines that break nowhere on a GPU).
+    Compiled code runs with the mode set aside; what it returns is on the device when what it was given
+    (or the module it runs) is."""
+    original_compile = torch.compile
+    patched = []
+
+    def patch_dynamo() -> None:
+        from torch._dynamo.eval_frame import OptimizeContext
+        original_call = OptimizeContext.__call__
+
+        def __call__(self, fn):
+            compiled = original_call(self, fn)
+            if isinstance(compiled, torch.nn.Module) or not callable(compiled):
+                return compiled
+            owner = getattr(fn, "__self__", None)
+
+            @functools.wraps(compiled)
+            def run_compiled(*args, **kwargs):
+                from torch.utils._pytree import tree_leaves
+                inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+                param = next(owner.parameters(), None) if isinstance(owner, torch.nn.Module) else None
+                placed = (any(mode.on_device.has(t) for t in inputs) or (param is not None and mode.on_device.has(param))
+                          or (not inputs and bool(mode.on_device)))
+                aside = torch.overrides._pop_mode_temporarily() if _on_top(mode) else contextlib.nullcontext()
+                with aside:
+                    out = compiled(*args, **kwargs)
+                if placed:
+                    for t in tree_leaves(out):
+                        if isinstance(t, torch.Tensor):
+                            mode.on_device.add(t)
+                return out
+            return run_compiled
+
+        OptimizeContext.__call__ = __call__
+
+    @functools.wraps(original_compile)
+    def compile(*args, **kwargs):
+        if not patched:
+            try:
+                patch_dynamo()
+            except Exception as exc:  # noqa: BLE001 - a torch without this class: graphs trace the mode
+                record_internal_error("CUDA emulation", exc)
+            patched.append(True)
+        return original_compile(*args, **kwargs)
+
+    torch.compile = compile
+
+
+def _names_cuda(exc: BaseException) -> bool:
+    """Whether an exception is torch refusing a CUDA call (this build has no CUDA)."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(k in text for k in ("cuda", "nvidia", "cudnn", "nccl"))
+
+
+def _host_fetches_without_the_mode(mode: Placement) -> None:
+    """A Dataset's per-sample work (decoding, transforms, collate) in the main process is host work on
+    host tensors: once a loader's first fetches showed it never touches the device, its fetches run with
+    the mode set aside, at native speed (Placement.fetch_begins). A map-style fetch that reaches for the
+    device after all is run again, same indices, under the mode."""
+    from torch.utils.data._utils import fetch as fetchers
+
+    def aside(original, retry: bool):
+        @functools.wraps(original)
+        def fetch(self, index):
+            if not mode.fetch_aside or not _on_top(mode):
+                return original(self, index)
+            try:
+                with torch.overrides._pop_mode_temporarily(), _memory_aside(mode):
+                    return original(self, index)
+            except Exception as exc:
+                if not _names_cuda(exc):
+                    raise
+                mode.fetch_touched_device()
+                if not retry:
+                    raise
+            mode.fetch_aside = False
+            return original(self, index)
+        return fetch
+
+    for cls, retry in ((fetchers._MapDatasetFetcher, True), (fetchers._IterableDatasetFetcher, False)):
+        patch(cls, "fetch", aside(cls.fetch, retry))
+
+
+def _memory_aside(mode: Placement):
+    """A host-only fetch while the device's memory is tracked: the tracker's dispatch mode set aside too."""
+    if mode.memory is None:
+        return contextlib.nullcontext()
+    from torch.utils._python_dispatch import _disable_current_modes
+    return _disable_current_modes()
+
+
+def _cpu_branch_without_the_mode(mode: Placement) -> None:
+    """A script whose first optimizer step ran with nothing ever put on the device took its CPU branch
+    (an opt-in --cuda left off, a config's device): from then on its host work runs without the mode,
+    at native speed. Should it still move a tensor to "cuda" later (`.to`, `.cuda()`), the mode comes
+    back for that call and stays."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    decided = []
+
+    def after_step(opt, args, kwargs):
+        if decided:  # once, at the first step (the hook stays: torch iterates its hooks while calling them)
+            return
+        decided.append(True)
+        try:
+            if mode.placements or threading.get_ident() != mode._main_thread or not _on_top(mode):
+                return
+            torch._C._pop_torch_function_stack()
+            mode.aside = True
+            _back_on_a_move_to_cuda(mode)
+        except Exception as exc:  # noqa: BLE001
+            record_internal_error("CUDA emulation", exc)
+
+    on_undo(register_optimizer_step_post_hook(after_step).remove)
+
+
+def _back_on_a_move_to_cuda(mode: Placement) -> None:
+    def back(name: str):
+        original = getattr(torch.Tensor, name)
+
+        @functools.wraps(original)
+        def moved(self, *args, **kwargs):
+            if mode.aside and (name == "cuda" or _targets_cuda(args, kwargs)):
+                mode.aside = False
+                torch._C._push_on_torch_function_stack(mode)
+            return original(self, *args, **kwargs)
+        patch(torch.Tensor, name, moved)
+
+    for name in ("to", "cuda"):
+        back(name)
+
+
+def _targets_cuda(args, kwargs) -> bool:
+    target = kwargs.get("device", args[0] if args else None)
+    return (isinstance(target, str) and target.startswith("cuda")) or (
+        isinstance(target, torch.device) and target.type == "cuda")
+
+
+def _threads_follow(mode: Placement) -> None:
+    """The mode is per thread: a thread the script starts (a prefetcher copying the next batch to the
+    device on a side stream, a pool of loaders) sees the device the main thread sees."""
+    original = getattr(threading.Thread, "_bootstrap_inner", None)
+    if original is None:  # an interpreter without it: threads run without the mode
+        return
+
+    def _bootstrap_inner(self):
+        try:
+            if not mode.aside:
+                torch._C._push_on_torch_function_stack(mode)
+        except Exception as exc:  # noqa: BLE001
+            record_internal_error("CUDA emulation", exc)
+        return original(self)
+
+    patch(threading.Thread, "_bootstrap_inner", _bootstrap_inner)
+
+
+def _data_parallel(mode: Placement) -> None:
+    """nn.DataParallel over the one emulated device: torch runs the module itself after scattering the
+    inputs to device 0, a copy of every host tensor among them (the scatter's C++ has no CPU path)."""
+    from torch.nn.parallel import DataParallel
+    from torch.utils._pytree import tree_map
+
+    def scatter(self, inputs, kwargs, device_ids):
+        def to_device(t):
+            return t.to(self.src_device_obj) if isinstance(t, torch.Tensor) and not mode.on_device.has(t) else t
+        if len(device_ids) != 1:
+            return original(self, inputs, kwargs, device_ids)
+        return (tree_map(to_device, tuple(inputs)),), (tree_map(to_device, dict(kwargs or {})),)
+
+    original = DataParallel.scatter
+    patch(DataParallel, "scatter", scatter)
+
+
+def _distributed() -> None:
+    """NCCL is the GPU's collective library: the emulated job runs its collectives on gloo, and DDP
+    wraps a module that is really on the CPU (no device_ids)."""
+    if not torch.distributed.is_available():
+        return
+    import torch.distributed as dist
+    original_init = dist.init_process_group
+
+    @functools.wraps(original_init)
+    def init_process_group(*args, **kwargs):
+        backend = kwargs.get("backend", args[0] if args else None)
+        if backend is None or "nccl" in str(backend):
+            kwargs["backend"] = "gloo"
+            args = args[1:] if args else args
+        kwargs.pop("device_id", None)
+        return original_init(*args, **kwargs)
+
+    dist.init_process_group = init_process_group
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    original_ddp = DDP.__init__
+
+    @functools.wraps(original_ddp)
+    def __init__(self, module, *args, **kwargs):
+        kwargs.pop("device_ids", None)
+        kwargs.pop("output_device", None)
+        args = (None, None, *args[2:]) if args else args  # device_ids, output_device come first
+        return original_ddp(self, module, *args, **kwargs)
+
+    DDP.__init__ = __init__

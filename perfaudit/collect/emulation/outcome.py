@@ -1,0 +1,47 @@
+"""Whether an emulated run's failure is the emulation's or the script's (runner.py reruns the script on
+its CPU path only for the first): an error that names CUDA, or the emulation's code on its traceback,
+may be the emulated device's; one the CPU path raises at the same line too is the script's own."""
+from __future__ import annotations
+
+import os
+import re
+
+from ...outcome import Outcome
+from ..run.options import RunOptions, RunResult
+
+
+def same_failure(emulated: dict, plain: dict) -> bool:
+    """Whether the CPU path's run failed as the emulated one did (same exception at the same line)."""
+    return (plain.get("outcome") == emulated.get("outcome") and plain.get("exception") == emulated.get("exception")
+            and (plain.get("site") or {}).get("line") == (emulated.get("site") or {}).get("line"))
+
+
+_CUDA_WORDS = re.compile(r"cuda|cudnn|nccl|nvidia|gpu|torch\.backends|emulat", re.I)
+_EMULATION_FRAMES = re.compile(r"perfaudit[/\\]collect[/\\]emulation[/\\](?:placement|tensor_registry|cuda_shim|emulate)\.py")
+
+
+def emulation_may_cause(outcome: dict) -> bool:
+    """Whether the emulated device may be what failed: the error names CUDA (a call it does not serve),
+    or the emulation's own code is on the traceback. Otherwise the error is the script's own."""
+    text = f"{outcome.get('exception') or ''} {outcome.get('message') or ''}"
+    return bool(_CUDA_WORDS.search(text) or _EMULATION_FRAMES.search(outcome.get("traceback") or "")
+                or outcome.get("outcome") != Outcome.RAISED)
+
+
+def emulation_failure(result: RunResult, options: RunOptions) -> str | None:
+    """Why an emulated run is not to be reported (it failed before its window was recorded), in one
+    line naming the exception and where it was raised; None when it is."""
+    if options.device != "emulate-cuda" or result.stop_signal is not None:
+        return None
+    outcome = result.outcome
+    if outcome.get("outcome") not in (Outcome.RAISED, Outcome.INTERNAL_ERROR, Outcome.CRASHED):
+        return None
+    if (outcome.get("steps_recorded") or 0) > (outcome.get("warmup") or 0):
+        return None  # measured steps were recorded: they are reported, with the failure
+    if not emulation_may_cause(outcome):
+        return None  # the script's own error (a ValueError in its code): reported as the script's
+    site = outcome.get("site") or {}
+    where = f" at {os.path.basename(site['path'])}:{site['line']}" if site.get("path") else ""
+    what = outcome.get("exception") or outcome.get("signal") or outcome.get("outcome")
+    message = f": {outcome['message']}" if outcome.get("message") else ""
+    return f"{what}{message}{where}"

@@ -1,0 +1,398 @@
+"""Where the script puts its tensors when it runs on an emulated CUDA device, and what that would cost.
+
+A TorchFunctionMode sees every torch call of the audited process's main thread. A tensor placed on
+"cuda" (a `.to(device)`, `.cuda()`, a factory with `device="cuda"`, an op on such tensors) is computed
+on the CPU and remembered by identity, so the script sees `x.device == cuda:0` and `x.is_cuda`, and
+torch's own Python code (the optimizer's foreach/fused choice, GradScaler, DDP) takes its CUDA path.
+Every crossing of the host/device line is recorded as a GPU run would perform it: host-to-device
+copies (bytes, pinned or pageable source, non_blocking, where the source came from, per step, at the
+user's line), device-to-host reads that synchronise, and the CUDA calls that block.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from ..internal import record_internal_error
+from ..userframes import is_user_file, user_site
+from .cuda_shim import LEGACY_TYPES
+from .tensor_registry import TAGGABLE, Registry, first_placed, is_cuda, tag, tensor_bytes
+
+CUDA = torch.device("cuda", 0)
+CPU = torch.device("cpu")
+Tensor = torch.Tensor
+
+# calls that build a tensor from host data: with device="cuda" they copy that data over (pageable)
+_FROM_DATA = {torch.tensor, torch.as_tensor, torch.asarray, Tensor.new_tensor}
+# calls that make a new host tensor from nothing on the device (the COPY002 pattern when moved after)
+_FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm, torch.zeros, torch.ones, torch.full,
+              torch.empty, torch.arange, torch.linspace, torch.logspace, torch.eye, torch.tensor,
+              torch.as_tensor, torch.from_numpy, torch.normal, torch.bernoulli, torch.multinomial,
+              torch.randn_like, torch.rand_like, torch.zeros_like, torch.ones_like, torch.full_like,
+              torch.empty_like, torch.randint_like, Tensor.new_tensor, Tensor.new_zeros, Tensor.new_ones,
+              Tensor.new_full, Tensor.new_empty}
+# reads of a device value by the host: each waits for the device (tip T01)
+_READS = {Tensor.item: ".item()", Tensor.tolist: ".tolist()", Tensor.__bool__: "bool(tensor)",
+          Tensor.__int__: "int(tensor)", Tensor.__float__: "float(tensor)", Tensor.__index__: "index(tensor)",
+          Tensor.__format__: "format(tensor)", Tensor.__repr__: "print(tensor)", Tensor.numpy: ".numpy()",
+          Tensor.nonzero: ".nonzero()", torch.nonzero: "torch.nonzero", torch.masked_select: "masked_select",
+          Tensor.masked_select: ".masked_select()"}
+
+
+class Placement(TorchFunctionMode):
+    """The emulated device's bookkeeping: the mode, the registries of tensors, and the records the report
+    reads (snapshot())."""
+
+    def __init__(self):
+        super().__init__()
+        self.on_device = Registry()   # tensors the script placed on "cuda"
+        self.pinned = Registry()      # host tensors in pinned memory (pin_memory(), a pinning DataLoader)
+        self.from_loader = Registry() # host tensors that came out of a DataLoader (or were made from one)
+        self.made = Registry()        # host tensors a factory of the user's code made: value = its site
+        self._on_device_refs, self._from_loader_refs = self.on_device._refs, self.from_loader._refs
+        self._made_refs = self.made._refs
+        self.copies: dict[tuple, dict] = {}
+        self.reads: dict[tuple, dict] = {}
+        self.calls: dict[tuple, dict] = {}
+        self.autocast: dict[tuple, dict] = {}
+        self.window_step = lambda: None
+        self.step_clock = lambda: 0   # steps ended so far
+        self.in_fetch = False         # inside DataLoader.__next__ (a Dataset's __getitem__ runs there)
+        self.placements = 0           # tensors put on the device (moves, factories with device=, legacy types)
+        self.fetch_aside = False      # this fetch runs without the mode (fetch_begins)
+        self._fetches: dict = {}      # loader id -> [clean fetches, touched the device]
+        self._main_thread = threading.get_ident()
+        self.aside = False            # the script took its CPU branch: the mode is off (emulate.py)
+        self.memory = None            # device_memory.DeviceMemory while one step's memory is tracked
+        self.device_ops = 0           # torch calls on tensors on the device
+        self._user_code: dict = {}
+        self.handlers = {
+            Tensor.to: self._to, Tensor.cuda: self._cuda, Tensor.cpu: self._cpu,
+            Tensor.is_cuda.__get__: lambda f, a, k: self.on_device.has(a[0]),
+            Tensor.device.__get__: lambda f, a, k: CUDA if self.on_device.has(a[0]) else f(*a, **k),
+            Tensor.get_device: lambda f, a, k: 0 if self.on_device.has(a[0]) else f(*a, **k),
+            Tensor.grad.__get__: self._grad,
+            Tensor.data.__set__: self._set_data,
+            Tensor.record_stream: lambda f, a, k: None,
+            Tensor.new_tensor: self._new_tensor,
+            Tensor.type: self._type,
+        }
+        for func, name in _READS.items():
+            self.handlers[func] = self._reader(name)
+
+    # -- the mode --------------------------------------------------------------------------------
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        # the hot path of every torch call the script makes: few Python calls (each is also an event of
+        # the profiler's Python tracer), registries read as their dicts
+        handler = self.handlers.get(func)
+        if handler is not None:
+            return handler(func, args, kwargs or {})
+        if kwargs:
+            device = kwargs.get("device")
+            if device is not None and is_cuda(device):
+                return self._made_on_device(func, args, kwargs)
+            out = func(*args, **kwargs)
+        else:
+            out = func(*args)
+        if not isinstance(out, TAGGABLE):  # sizes, dims, Python numbers: nothing to follow
+            return out
+        on_device = self._on_device_refs
+        if on_device:
+            for a in args:
+                if isinstance(a, Tensor):
+                    entry = on_device.get(id(a))
+                    if entry is not None and entry[0]() is a:
+                        break
+                elif isinstance(a, (list, tuple)) and first_placed(a, self.on_device):
+                    break
+            else:
+                a = None
+            if a is not None:
+                self.device_ops += 1
+                if isinstance(out, Tensor):
+                    on_device[id(out)] = (weakref.KeyedRef(out, self.on_device._gone, id(out)), True)
+                else:
+                    tag(out, self.on_device)
+                return out
+        if self._from_loader_refs and first_placed(args, self.from_loader):
+            tag(out, self.from_loader)
+        elif func in _FACTORIES:
+            self._host_made(out)
+        elif self._made_refs:  # made from a made tensor (a slice, a stack, a cast): made when and where it was
+            made = first_placed(args, self.made)
+            if made is not None:
+                tag(out, self.made, made)
+        return out
+
+    def _made_on_device(self, func, args, kwargs):
+        out = func(*args, **{**kwargs, "device": "cpu"})
+        self._placed(out)
+        tag(out, self.on_device)
+        data = args[1] if func is Tensor.new_tensor and len(args) > 1 else (args[0] if args else None)
+        if func in _FROM_DATA and data is not None and not isinstance(data, Tensor):
+            self._copy_in(None, tensor_bytes(out), non_blocking=False, api=getattr(func, "__name__", "tensor") + "(device=)")
+        return out
+
+    def _host_made(self, out, depth: int = 2) -> None:
+        """A factory called by the user's code made `out` on the host: noted with where and in which step
+        (`depth`: the caller's frame, counted from here)."""
+        caller = sys._getframe(depth).f_code.co_filename
+        mine = self._user_code.get(caller)
+        if mine is None:
+            mine = self._user_code[caller] = is_user_file(caller)
+        site = user_site(2) if mine else None
+        if site is not None:
+            tag(out, self.made, (site, self.step_clock()))
+
+    # -- moves -----------------------------------------------------------------------------------
+    def _to(self, func, args, kwargs):
+        src, rest = args[0], list(args[1:])
+        target, non_blocking = None, bool(kwargs.get("non_blocking", False))
+        if "device" in kwargs:
+            target = "cuda" if is_cuda(kwargs["device"]) else "cpu"
+            kwargs = {**kwargs, "device": "cpu"}
+        for i, a in enumerate(rest):
+            if isinstance(a, (torch.device, str)) or (isinstance(a, int) and not isinstance(a, bool) and i == 0):
+                target = "cuda" if is_cuda(a) else "cpu"
+                rest[i] = CPU
+            elif isinstance(a, Tensor) and i == 0:
+                target = "cuda" if self.on_device.has(a) else "cpu"
+            elif isinstance(a, bool) and i > 0:
+                non_blocking = a
+        out = func(src, *rest, **kwargs)
+        was_on = self.on_device.has(src)
+        if target == "cuda":
+            if not was_on:
+                out = out.clone() if out is src else out
+                self._copy_in(src, tensor_bytes(src), non_blocking, "to")
+                self._placed(out, src)
+            tag(out, self.on_device)
+        elif target == "cpu" and was_on:
+            out = out.clone() if out is src else out
+            self._read(".to(cpu)" if not non_blocking else ".to(cpu, non_blocking=True)", blocking=not non_blocking)
+        elif was_on:
+            tag(out, self.on_device)
+        return out
+
+    def _cuda(self, func, args, kwargs):
+        src = args[0]
+        if self.on_device.has(src):
+            return src
+        out = src.clone(memory_format=kwargs.get("memory_format", torch.preserve_format))
+        self._copy_in(src, tensor_bytes(src), bool(kwargs.get("non_blocking", False)), "cuda")
+        self._placed(out, src)
+        tag(out, self.on_device)
+        return out
+
+    def _cpu(self, func, args, kwargs):
+        src = args[0]
+        out = func(*args, **kwargs)
+        if self.on_device.has(src):
+            self._read(".cpu()", blocking=True)
+            out = out.clone() if out is src else out
+        return out
+
+    def _type(self, func, args, kwargs):
+        """`x.type(torch.cuda.FloatTensor)` / `x.type("torch.cuda.HalfTensor")`: a cast and a move to the
+        device; `x.type()` names a device tensor's type as CUDA does."""
+        src = args[0]
+        target = args[1] if len(args) > 1 else kwargs.get("dtype")
+        on = self.on_device.has(src)
+        if target is None:
+            name = func(src)
+            return name.replace("torch.", "torch.cuda.", 1) if on and not name.startswith("torch.cuda.") else name
+        name = target if isinstance(target, str) else getattr(target, "__name__", None)
+        cuda_type = (target.startswith("torch.cuda.") if isinstance(target, str)
+                     else getattr(target, "is_emulated_cuda_type", False))
+        if not cuda_type:
+            host_type = not isinstance(target, torch.dtype)  # torch.FloatTensor, "torch.FloatTensor": the host's
+            if host_type and on:  # a cast and a copy back to the host
+                self._read(".type(host type)", blocking=True)
+            out = func(src, *args[1:], **kwargs)
+            if on and not host_type:
+                tag(out, self.on_device)
+            return out
+        dtype = LEGACY_TYPES.get(name.rsplit(".", 1)[-1]) if isinstance(name, str) else None
+        out = src.to(dtype=dtype) if dtype is not None else src
+        if not on:
+            out = out.clone() if out is src else out
+            self._copy_in(src, tensor_bytes(src), bool(kwargs.get("non_blocking", False)), "type")
+        self._placed(out, src)
+        tag(out, self.on_device)
+        return out
+
+    def _placed(self, out, src=None) -> None:
+        """A tensor put on the device; the step whose memory is tracked (device_memory.py) is told."""
+        self.placements += 1
+        if self.memory is not None and isinstance(out, Tensor):
+            batch = src is not None and (self.in_fetch or self.from_loader.has(src))
+            self.memory.placed(out, "batches" if batch else "temporaries")
+
+    def _grad(self, func, args, kwargs):
+        grad = func(*args, **kwargs)
+        if grad is not None and self.on_device.has(args[0]) and not self.on_device.has(grad):
+            self.on_device.add(grad)  # autograd made it in C++: it lives where its parameter does
+        return grad
+
+    def _new_tensor(self, func, args, kwargs):
+        """`x.new_tensor(data)` on a device tensor copies the host data over, like torch.tensor(data, device=…)."""
+        device = kwargs.get("device")
+        if device is not None and is_cuda(device):
+            return self._made_on_device(func, args, kwargs)
+        out = func(*args, **kwargs)
+        if device is None and self.on_device.has(args[0]):
+            tag(out, self.on_device)
+            data = args[1] if len(args) > 1 else kwargs.get("data")
+            if not isinstance(data, Tensor):
+                self._copy_in(None, tensor_bytes(out), non_blocking=False, api="new_tensor")
+        elif not self.on_device.has(args[0]):
+            self._host_made(out, depth=3)
+        return out
+
+    def _set_data(self, func, args, kwargs):
+        # nn.Module.to() swaps each parameter's data: the parameter is where its new data is
+        out = func(*args, **kwargs)
+        if self.on_device.has(args[1]):
+            self.on_device.add(args[0])
+        return out
+
+    def _reader(self, name: str):
+        def read(func, args, kwargs):
+            if args and isinstance(args[0], Tensor) and self.on_device.has(args[0]):
+                self._read(name, blocking=True)
+            return func(*args, **kwargs)
+        return read
+
+    # -- records ---------------------------------------------------------------------------------
+    def _entry(self, table: dict, key_extra: str, site: dict | None, **fields) -> dict | None:
+        if site is None:
+            return None
+        key = (site["path"], site["line"], key_extra)
+        entry = table.get(key)
+        if entry is None:
+            entry = table[key] = {"site": site, "calls": 0, "window_calls": 0, "by_step": {}, **fields}
+        entry["calls"] += 1
+        step = self.window_step()
+        if step is not None:
+            entry["window_calls"] += 1
+            entry["by_step"][str(step)] = entry["by_step"].get(str(step), 0) + 1
+        return entry
+
+    def _copy_in(self, src, nbytes: int, non_blocking: bool, api: str) -> None:
+        try:
+            if threading.get_ident() != self._main_thread:
+                origin, made_at = "thread", None  # a prefetching thread's: it overlaps the step by design
+            elif src is None:
+                origin, made_at = "data", None
+            elif self.in_fetch:
+                origin, made_at = "sample", None  # a Dataset's __getitem__ moves each sample
+            elif self.from_loader.has(src):
+                origin, made_at = "loader", None
+            else:  # made in this step and moved: COPY002; kept on the host from before: data
+                made = self.made.get(src)
+                made_at = made[0] if made is not None else None
+                origin = "made" if made is not None and made[1] == self.step_clock() else "host"
+            pinned = src is not None and self.pinned.has(src)
+            entry = self._entry(self.copies, origin, user_site(3), api=api, origin=origin, bytes=0,
+                                window_bytes=0, pinned=True, non_blocking=True, made_at=made_at)
+            if entry is None:
+                return
+            entry["bytes"] = max(entry["bytes"], nbytes)
+            if self.window_step() is not None:
+                entry["window_bytes"] += nbytes
+            entry["pinned"] = entry["pinned"] and pinned
+            entry["non_blocking"] = entry["non_blocking"] and non_blocking
+        except Exception as exc:  # noqa: BLE001  a record must never break the script
+            record_internal_error("CUDA emulation", exc)
+
+    def _read(self, name: str, blocking: bool) -> None:
+        try:
+            self._entry(self.reads, name, user_site(3), api=name, blocking=blocking)
+        except Exception as exc:  # noqa: BLE001
+            record_internal_error("CUDA emulation", exc)
+
+    def cuda_call(self, api: str) -> None:
+        try:
+            self._entry(self.calls, api, user_site(3), api=api)
+        except Exception as exc:  # noqa: BLE001
+            record_internal_error("CUDA emulation", exc)
+
+    def autocast_entered(self, device_type: str, dtype, enabled: bool) -> None:
+        self._entry(self.autocast, device_type, user_site(3), device_type=device_type,
+                    dtype=str(dtype).replace("torch.", "") if dtype is not None else None, enabled=bool(enabled))
+
+    # -- DataLoader fetches -----------------------------------------------------------------------
+    LEARNING_FETCHES = 2  # fetches a loader makes under the mode before its host work runs without it
+
+    def fetch_begins(self, loader) -> tuple:
+        """A main-process DataLoader fetch begins (its Dataset's __getitem__ and collate run now). The
+        first fetches of each loader run under the mode: a Dataset that touches the device (moves each
+        sample there, indexes a tensor kept there) is seen doing so. A loader whose first fetches never
+        did has its later fetches run with the mode set aside (`fetch_aside`): host work on host
+        tensors at native speed, no bookkeeping for tensors that never reach the device."""
+        state = self._fetches.setdefault(loader, [0, False])  # [clean fetches, touched the device]
+        self.in_fetch = True
+        self.fetch_aside = state[0] >= self.LEARNING_FETCHES and not state[1]
+        return state, self.placements + self.device_ops
+
+    def fetch_ends(self, begun: tuple) -> None:
+        state, before = begun
+        self.in_fetch = self.fetch_aside = False
+        if self.placements + self.device_ops != before:
+            state[1] = True
+        elif state[0] < self.LEARNING_FETCHES:
+            state[0] += 1
+
+    def fetch_touched_device(self) -> None:
+        """A fetch run with the mode aside needed the device after all: that loader keeps the mode."""
+        for state in self._fetches.values():
+            state[1] = True
+
+    # -- DataLoader batches ------------------------------------------------------------------------
+    def loader_batch(self, batch, depth: int = 0) -> None:
+        if depth > 4:
+            return
+        if isinstance(batch, Tensor):
+            self.from_loader.add(batch)
+        elif isinstance(batch, dict):
+            for v in batch.values():
+                self.loader_batch(v, depth + 1)
+        elif isinstance(batch, (list, tuple)):
+            for v in batch:
+                self.loader_batch(v, depth + 1)
+
+    def snapshot(self) -> dict:
+        def rows(table):
+            return [dict(v) for v in table.values()][:200]
+        return {"copies": rows(self.copies), "reads": rows(self.reads), "calls": rows(self.calls),
+                "autocast": rows(self.autocast), "params_on_device": len(self.on_device),
+                "placements": self.placements, "device_ops": self.device_ops}
+
+    def device_bytes(self) -> int:
+        """The bytes the tensors on the device hold now, each storage once (views share theirs)."""
+        seen, total = set(), 0
+        for ref, _ in list(self.on_device._refs.values()):
+            t = ref()
+            if t is None:
+                continue
+            try:
+                storage = t.untyped_storage()
+                key = storage.data_ptr()
+                if key not in seen:
+                    seen.add(key)
+                    total += -(-storage.nbytes() // 512) * 512  # the allocator's 512-byte rounding
+            except Exception:  # noqa: BLE001 - a tensor without storage (meta, sparse): its elements
+                total += tensor_bytes(t)
+        return total
+
+    def place(self, t, copied_from_host: bool = False):
+        """Place `t` on the emulated device from outside the mode (torch.cuda.FloatTensor(...))."""
+        self.on_device.add(t)
+        self._placed(t)
+        if copied_from_host:
+            self._copy_in(None, tensor_bytes(t), non_blocking=False, api="torch.cuda.*Tensor(data)")
+        return t

@@ -1,0 +1,75 @@
+"""What perfaudit's own instruments add to the host's time, measured in the run itself: a loop of tiny
+torch calls timed bare (no profiler, the emulated device's mode set aside) just before the profiler starts,
+and again under the profiler (the mode back, when the run emulates CUDA) inside a `perfaudit#calibration`
+range. The analysis counts the events the loop recorded in that range, and so has the cost per recorded
+event on this machine, under this load: what a projection onto a GPU subtracts from the host's time
+(facts/projection.py), as the script's own Python runs there without perfaudit."""
+from __future__ import annotations
+
+import contextlib
+from time import perf_counter
+
+from ..internal import record_internal_error
+
+CALIBRATION = "perfaudit#calibration"   # the range the loop runs in under the profiler
+ITERATIONS = 100
+
+
+def _layer(torch, x, weight, bias):
+    return torch.relu(torch.nn.functional.linear(x, weight, bias))
+
+
+def _loop(torch, n: int) -> float:
+    """A small layer's Python function called n times: a call, a matmul and a pointwise op, as a training
+    step's Python is made of (bare builtin calls cost the Python tracer less per event). No nn.Module: a
+    module call would count as the script's own model call (the inference step detection)."""
+    weight, bias, x = torch.ones(8, 8), torch.zeros(8), torch.ones(2, 8)
+    with torch.no_grad():
+        start = perf_counter()
+        for _ in range(n):
+            x = _layer(torch, x, weight, bias)
+        return perf_counter() - start
+
+
+class HostOverhead:
+    """Probe: `bare()` before the profiler starts, `instrumented()` right after; snapshot() the two times."""
+
+    def __init__(self, torch, placement=None):
+        self.torch, self.placement = torch, placement
+        self.bare_s: float | None = None
+        self.instrumented_s: float | None = None
+
+    def _mode_aside(self):
+        mode = self.placement
+        if mode is None or mode.aside:
+            return contextlib.nullcontext()
+        depth = getattr(self.torch._C, "_len_torch_function_stack", lambda: 0)()
+        if not depth or self.torch._C._get_function_stack_at(depth - 1) is not mode:
+            return contextlib.nullcontext()
+        return self.torch.overrides._pop_mode_temporarily()
+
+    def bare(self) -> None:
+        with self._mode_aside():
+            _loop(self.torch, 20)   # warm: the first calls allocate
+            self.bare_s = _loop(self.torch, ITERATIONS)
+
+    def instrumented(self) -> None:
+        with self.torch.profiler.record_function(CALIBRATION):
+            self.instrumented_s = _loop(self.torch, ITERATIONS)
+
+    def around(self, start_profiler, probes) -> None:
+        """Time the loop bare, start the profiler, time it again inside; added to `probes` when both ran (a
+        failure is perfaudit's own, recorded, and never stops the profiler from starting)."""
+        try:
+            self.bare()
+        except Exception as exc:  # noqa: BLE001
+            record_internal_error("host overhead calibration", exc)
+        start_profiler()
+        try:
+            self.instrumented()
+            probes.add("host_overhead", self)
+        except Exception as exc:  # noqa: BLE001
+            record_internal_error("host overhead calibration", exc)
+
+    def snapshot(self) -> dict:
+        return {"iterations": ITERATIONS, "bare_s": self.bare_s, "instrumented_s": self.instrumented_s}

@@ -1,0 +1,338 @@
+"""Facts from the live process that a trace cannot show.
+
+Each probe wraps a torch entry point to note *where in the user's code* it was called and with what
+settings, then calls through unchanged. Nothing in the user's script is modified.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import weakref
+
+import torch
+
+from ..emulation.cuda_shim import gpu_present
+from ..internal import record_internal_error
+from ..userframes import is_user_file, user_site
+from ..window.profilers import neutralise_profilers
+from ..wrap import patch, wrap
+from . import worker_timing
+from .ddp import DDPProbe
+from .environment import environment
+from .loader import LoaderProbes, loader_settings
+
+
+class Probes(LoaderProbes):
+    """Installs the probes and holds what they saw."""
+
+    def __init__(self):
+        self.optimizers: dict[int, dict] = {}
+        self.loaders: dict[int, dict] = {}
+        self.debug_calls: list[dict] = []
+        self.empty_cache: dict[tuple, dict] = {}
+        self.anomaly_in_window = False
+        self.layer_sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.bias_before_norm: list[dict] = []
+        self.module_order: list[str] = []
+        self.executed: dict[tuple, int] = {}   # (path, line) -> times run, over one warm-up step
+        self._line_trace = False
+        self._outputs: dict[int, torch.nn.Module] = {}
+        self._module_hook = None
+        self.on_optimizer_built = lambda: None
+        self.on_spawn = lambda api: None  # the script starts its training in other processes
+        self.own_profiler = None          # perfaudit's profiler; every other one is neutralised
+        self.data_parallel: list[dict] = []
+        self.schedulers: list[dict] = []
+        self.flag_sets: list[dict] = []   # cudnn flags the script set: {flag, value, site}
+        self.window_step = lambda: None   # returns the current step index, or None outside the window
+        self.sync_debug: dict[tuple, int] = {}
+        self._sync_debug = None
+        self.on_batch = lambda loader_id: None
+        self.on_iter = lambda loader_id: None
+        self.before_batch = lambda: None
+        self.worker_dir: str | None = None  # where DataLoader workers leave their batch times
+        self.placement = None             # the emulated CUDA device (emulate.py), when there is one
+        self.device_memory = None         # its memory over one warm-up step (device_memory.py)
+        self.ddp = DDPProbe(self)         # DistributedDataParallel models: options and synced forwards
+        # probes of other modules, added by the session before install() (the compile probe, the
+        # start-up sampler): each has install() and snapshot(), reported under its name
+        self.extra: dict[str, object] = {}
+
+    def add(self, name: str, probe) -> None:
+        self.extra[name] = probe
+
+    # -- installation ------------------------------------------------------------------------
+    def install(self) -> None:
+        wrap(torch.optim.Optimizer, "__init__", self._optimizer_init)
+        self._install_loader_probes()
+        for owner, name in ((torch.nn.modules.conv._ConvNd, "__init__"), (torch.nn.Linear, "__init__")):
+            self._track_layer_site(owner, name)
+        self._debug(torch.autograd.set_detect_anomaly, "__init__", "set_detect_anomaly",
+                    lambda a, k: bool(a[1] if len(a) > 1 else k.get("mode", True)))
+        self._debug(torch.autograd.detect_anomaly, "__init__", "detect_anomaly", lambda a, k: True)
+        neutralise_profilers(self)
+        for fn in ("gradcheck", "gradgradcheck"):
+            self._debug_function(torch.autograd, fn)
+        wrap(torch.cuda, "empty_cache", self._empty_cache)
+        wrap(torch.nn.DataParallel, "__init__", lambda a, k: self.data_parallel.append(
+            {"site": user_site(3), "class": type(a[0]).__name__}))
+        import torch.multiprocessing as tmp
+        for name in ("spawn", "start_processes"):
+            if hasattr(tmp, name):
+                self._guard_spawn(tmp, name)
+        wrap(torch.optim.lr_scheduler.LRScheduler, "__init__", lambda a, k: self.schedulers.append(
+            {"site": user_site(3), "class": type(a[0]).__name__}))
+        self.ddp.install()
+        self._watch_flags()
+        if self.worker_dir:
+            try:
+                worker_timing.install(self.worker_dir)
+            except Exception as exc:
+                record_internal_error("DataLoader worker timing", exc)
+        for probe in self.extra.values():
+            install = getattr(probe, "install", None)
+            if install is not None:
+                install()
+
+    def _watch_flags(self) -> None:
+        """Where the script sets torch.backends.cudnn.benchmark / .deterministic, and to what: the lines
+        that ran (a flag set in a branch not taken is never reported as set, nor edited by `fix`)."""
+        from torch.backends import ContextProp, cudnn
+        probes = self
+        cls = type(cudnn)
+        for name in ("benchmark", "deterministic"):
+            original = cls.__dict__.get(name)
+            if not isinstance(original, ContextProp):
+                continue
+
+            class Watched(ContextProp):
+                def __set__(self, obj, value, _original=original, _name=name):
+                    try:
+                        probes.flag_sets.append({"flag": f"cudnn.{_name}", "value": bool(value), "site": user_site(2)})
+                    except Exception as exc:  # noqa: BLE001
+                        record_internal_error("flag probe", exc)
+                    _original.__set__(obj, value)
+
+            watched = Watched.__new__(Watched)
+            watched.__dict__.update(original.__dict__)
+            patch(cls, name, watched)
+
+    def _guard_spawn(self, module, name):
+        """torch.multiprocessing.spawn starts fresh interpreters that perfaudit does not watch: say so at
+        once instead of waiting for a timeout."""
+        original = getattr(module, name)
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            self.on_spawn(f"torch.multiprocessing.{name}")
+            return original(*args, **kwargs)
+
+        patch(module, name, wrapper)
+
+    def _track_layer_site(self, owner, name):
+        def before(args, kwargs):
+            site = user_site(3)
+            if site and args:
+                self.layer_sites[args[0]] = site
+        wrap(owner, name, before)
+
+    def _debug(self, owner, name, api, enabled):
+        def before(args, kwargs):
+            self.debug_calls.append({"api": api, "enabled": enabled(args, kwargs), "site": user_site(3)})
+        wrap(owner, name, before)
+
+    def _debug_function(self, module, name):
+        def before(args, kwargs):
+            self.debug_calls.append({"api": name, "enabled": True, "site": user_site(3)})
+        wrap(module, name, before)
+
+    # -- probe callbacks -----------------------------------------------------------------------
+    def _optimizer_init(self, args, kwargs, site: dict | None | bool = False):
+        opt = args[0]
+        if id(opt) not in self.optimizers:
+            site = user_site(3) if site is False else site
+            self.optimizers[id(opt)] = {"class": type(opt).__name__, "site": site, "_ref": opt}
+            self.on_optimizer_built()
+
+    def optimizer_stepping(self, opt) -> None:
+        """An optimizer steps: one built before the session (a callback's) is taken in, its site unknown."""
+        if id(opt) not in self.optimizers:
+            self._optimizer_init((opt,), {}, site=None)
+
+    def _empty_cache(self, args, kwargs):
+        site = user_site(3) or {}
+        key = (site.get("path"), site.get("line"))
+        entry = self.empty_cache.setdefault(key, {"site": site, "calls": 0, "window_calls": 0})
+        entry["calls"] += 1
+        if self.window_step() is not None:
+            entry["window_calls"] += 1
+
+    # -- module order over one step --------------------------------------------------------------
+    def start_module_trace(self) -> None:
+        norm_types = (torch.nn.modules.batchnorm._BatchNorm,)
+        layer_types = (torch.nn.modules.conv._ConvNd, torch.nn.Linear)
+
+        def hook(module, inputs, output):
+            if len(self.module_order) < 5000:
+                self.module_order.append(type(module).__name__)
+            if isinstance(module, layer_types) and isinstance(output, torch.Tensor):
+                self._outputs[id(output)] = (module, output)
+            elif isinstance(module, norm_types) and inputs and isinstance(inputs[0], torch.Tensor):
+                producer = self._outputs.get(id(inputs[0]))
+                if producer and producer[1] is inputs[0] and getattr(producer[0], "bias", None) is not None:
+                    layer = producer[0]
+                    entry = {"layer": type(layer).__name__, "norm": type(module).__name__,
+                             "bias_params": int(layer.bias.numel()), "site": self.layer_sites.get(layer)}
+                    if entry not in self.bias_before_norm:
+                        self.bias_before_norm.append(entry)
+
+        self._module_hook = torch.nn.modules.module.register_module_forward_hook(hook)
+
+    def start_device_memory(self) -> None:
+        """Over the last two warm-up steps (a whole iteration inside, wherever its step boundary falls)."""
+        if self.device_memory is not None and not self.placement.aside:  # the GPU branch, emulated
+            self.device_memory.start()
+
+    def stop_module_trace(self) -> None:
+        if self.device_memory is not None:
+            self.device_memory.stop()
+        if self._module_hook is not None:
+            self._module_hook.remove()
+            self._module_hook = None
+        self._outputs.clear()
+        self.stop_line_trace()
+
+    # -- which lines of the user's code run in a step (the locator counts only those) ------------
+    def start_line_trace(self) -> None:
+        """Line events for the user's files only, over one warm-up step: a branch never taken in a
+        step (an `except StopIteration`, a logging interval) is then never reported as running."""
+        executed, user = self.executed, {}
+
+        def local(frame, event, arg):
+            if event == "line" and len(executed) < 20000:
+                key = (frame.f_code.co_filename, frame.f_lineno)
+                executed[key] = executed.get(key, 0) + 1
+            return local
+
+        def global_trace(frame, event, arg):
+            code = frame.f_code
+            mine = user.get(code)
+            if mine is None:
+                mine = user[code] = is_user_file(code.co_filename)
+            return local if mine else None
+
+        frame = sys._getframe(1)
+        while frame is not None:  # the training loop's frame is already running: trace it too
+            if is_user_file(frame.f_code.co_filename):
+                frame.f_trace, frame.f_trace_lines = local, True
+            frame = frame.f_back
+        sys.settrace(global_trace)
+        self._line_trace = True
+
+    def stop_line_trace(self) -> None:
+        if self._line_trace:
+            sys.settrace(None)
+            self._line_trace = False
+
+    def start_sync_debug(self) -> None:
+        """On a GPU, let torch itself flag synchronising calls (set_sync_debug_mode("warn")) and note
+        the user line of each warning: confirmation of the syncs the trace shows."""
+        if not gpu_present() or self._sync_debug is not None:
+            return
+        import warnings
+        previous = warnings.showwarning
+
+        def showwarning(message, category, filename, lineno, file=None, line=None):
+            if "synchroniz" in str(message):
+                site = user_site(2) or {"path": filename, "line": lineno}
+                key = (site["path"], site["line"])
+                self.sync_debug[key] = self.sync_debug.get(key, 0) + 1
+                return
+            previous(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = showwarning
+        warnings.simplefilter("always", UserWarning)
+        self._sync_debug = previous
+        torch.cuda.set_sync_debug_mode("warn")
+
+    def stop_sync_debug(self) -> None:
+        if self._sync_debug is not None:
+            import warnings
+            torch.cuda.set_sync_debug_mode("default")
+            warnings.showwarning = self._sync_debug
+            self._sync_debug = None
+
+    def sample_window_state(self) -> None:
+        self.anomaly_in_window = self.anomaly_in_window or torch.is_anomaly_enabled()
+
+    # -- export ----------------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        optimizers = []
+        for info in self.optimizers.values():
+            opt = info["_ref"]
+            defaults = {k: v for k, v in getattr(opt, "defaults", {}).items()
+                        if isinstance(v, (bool, int, float, str, type(None)))}
+            groups = getattr(opt, "param_groups", [])
+            n_params = sum(len(g["params"]) for g in groups)
+            numel = sum(p.numel() for g in groups for p in g["params"] if isinstance(p, torch.Tensor))
+            entry = {"class": info["class"], "site": info["site"], "options": defaults, "param_tensors": n_params,
+                     "param_numel": numel}
+            if self.placement is not None:  # torch chose its implementation as on CUDA for these
+                entry["on_emulated_device"] = any(self.placement.on_device.has(p) for g in opt.param_groups
+                                                  for p in g["params"])
+            optimizers.append(entry)
+        loaders = []
+        timed = worker_timing.read(self.worker_dir) if self.worker_dir else {}
+        for info in self.loaders.values():
+            loader = info["_ref"]()
+            settings = loader_settings(loader) if loader is not None else info.get("settings")
+            if settings is None or not info["batches"]:
+                continue
+            settings = dict(settings)
+            workers = timed.get(settings.pop("_dataset", None))
+            loaders.append({
+                "site": info["site"], **settings, "batches_seen": info["batches"],
+                "window_batches": info["window_batches"],
+                "window_batches_by_step": dict(info.get("window_batches_by_step") or {}),
+                "batch_bytes": info["batch_bytes"], "batch_pinned": info["pinned"],
+                # the workers' own time to make a batch (worker_timing.py), when they were timed
+                "worker_ms_per_batch": 1000.0 * workers["own_s"] / workers["batches"] if workers else None,
+                "worker_wall_ms_per_batch": 1000.0 * workers["wall_s"] / workers["batches"] if workers else None,
+                "worker_cpu_ms_per_batch": 1000.0 * workers["cpu_s"] / workers["batches"] if workers else None,
+            })
+        return {
+            "optimizers": optimizers,
+            "dataloaders": loaders,
+            "debug_apis": self.debug_calls,
+            "anomaly_enabled_in_window": self.anomaly_in_window,
+            "empty_cache": list(self.empty_cache.values()),
+            "bias_before_norm": self.bias_before_norm,
+            "data_parallel": self.data_parallel,
+            "schedulers": self.schedulers,
+            "flag_sets": self.flag_sets[:50],
+            "user_files": _user_modules(),
+            "sync_debug": [{"path": p, "line": l, "count": n} for (p, l), n in self.sync_debug.items()],
+            "module_order": self.module_order[:200],
+            "ddp": self.ddp.snapshot(),
+            **{name: _snapshot(probe) for name, probe in self.extra.items()},
+            "executed_lines": [{"path": p, "line": l, "count": n} for (p, l), n in self.executed.items()],
+            "environment": environment(),
+        }
+
+
+def _snapshot(probe):
+    try:
+        return probe.snapshot()
+    except Exception as exc:  # perfaudit's own error: that probe's data is left out, the rest kept
+        record_internal_error(type(probe).__name__, exc)
+        return None
+
+
+def _user_modules() -> list[str]:
+    """The user's own modules the script imported (a helper that picks the device, say), by path."""
+    out = []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path.endswith(".py") and is_user_file(path):
+            out.append(path)
+    return sorted(set(out))[:200]

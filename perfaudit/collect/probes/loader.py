@@ -1,0 +1,115 @@
+"""The DataLoader probe: where each loader was built and with what settings, how many batches of what
+size it gave in the window, and the hook that marks a batch fetched (a flush point for the session).
+A loader built before the session (a callback's) is taken in when it is iterated, its site unknown; one a
+library rebuilds from the user's (accelerate's prepare(), Lightning adding a sampler) is located where the
+user built the original."""
+from __future__ import annotations
+
+import sys
+import weakref
+
+import torch
+
+from ..internal import record_internal_error
+from ..userframes import is_user_file, user_site
+from ..wrap import patch, wrap
+
+
+def loader_settings(loader) -> dict:
+    return {"num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
+            "persistent_workers": loader.persistent_workers, "prefetch_factor": loader.prefetch_factor,
+            "batch_size": loader.batch_size, "_dataset": id(loader.dataset)}
+
+
+def _tensors_nbytes(obj, depth: int = 0) -> tuple[int, bool]:
+    """Bytes of the tensors in a batch and whether they are all pinned."""
+    if depth > 4:
+        return 0, True
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size(), bool(obj.is_pinned()) if obj.device.type == "cpu" else True
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    total, pinned = 0, True
+    for item in items:
+        n, p = _tensors_nbytes(item, depth + 1)
+        total, pinned = total + n, pinned and p
+    return total, pinned
+
+
+class LoaderProbes:
+    """Mixed into Probes (probes.py), which holds `loaders`, `placement`, `window_step` and the hooks."""
+
+    def _install_loader_probes(self) -> None:
+        dl = torch.utils.data.DataLoader
+        wrap(dl, "__init__", self._loader_init)
+        original_iter = dl.__iter__
+
+        def __iter__(loader):
+            iterator = original_iter(loader)
+            try:
+                iterator._perfaudit_loader = id(loader)
+                if id(loader) not in self.loaders:  # built before the session (a callback's): no site known
+                    self._loader_init((loader,), {}, site=None)
+                # the settings it iterates with: `iter(make_loader())` keeps only the iterator alive
+                self.loaders[id(loader)]["settings"] = loader_settings(loader)
+                self.on_iter(id(loader))
+            except Exception as exc:
+                record_internal_error("DataLoader probe", exc)
+            return iterator
+
+        patch(dl, "__iter__", __iter__)
+        it = torch.utils.data.dataloader._BaseDataLoaderIter
+        original_next = it.__next__
+        probes = self
+
+        def __next__(self_it):
+            probes.before_batch()
+            placement = probes.placement
+            if placement is None:
+                batch = original_next(self_it)
+            else:  # a Dataset's __getitem__ runs in here: what it moves to the device, it moves per sample
+                begun = placement.fetch_begins(getattr(self_it, "_perfaudit_loader", None))
+                try:
+                    batch = original_next(self_it)
+                finally:
+                    placement.fetch_ends(begun)
+            try:
+                if placement is not None:
+                    placement.loader_batch(batch)
+                probes._batch(self_it, batch)
+            except Exception as exc:
+                record_internal_error("DataLoader probe", exc)
+            return batch
+
+        patch(it, "__next__", __next__)
+
+    def _loader_init(self, args, kwargs, site: dict | None | bool = False):
+        site = (self._rebuilt_from() or user_site(3)) if site is False else site
+        self.loaders[id(args[0])] = {"site": site, "_ref": weakref.ref(args[0]),
+                                     "batches": 0, "window_batches": 0, "batch_bytes": 0, "pinned": True}
+
+    def _rebuilt_from(self) -> dict | None:
+        """A DataLoader a library rebuilds from the user's (accelerate's prepare(), Lightning adding a
+        distributed sampler) is located where the user built the original: its settings came from there."""
+        frame = sys._getframe(3)
+        while frame is not None and not is_user_file(frame.f_code.co_filename):
+            for value in list(frame.f_locals.values()):
+                known = self.loaders.get(id(value)) if isinstance(value, torch.utils.data.DataLoader) else None
+                if known and known.get("site"):
+                    return known["site"]
+            frame = frame.f_back
+        return None
+
+    def _batch(self, iterator, batch):
+        info = self.loaders.get(getattr(iterator, "_perfaudit_loader", None))
+        if info is not None:
+            nbytes, pinned = _tensors_nbytes(batch)
+            info["batches"] += 1
+            step = self.window_step()
+            if step is not None:
+                info["window_batches"] += 1
+                by_step = info.setdefault("window_batches_by_step", {})
+                by_step[str(step)] = by_step.get(str(step), 0) + 1
+            info["batch_bytes"] = max(info["batch_bytes"], nbytes)
+            info["pinned"] = info["pinned"] and pinned
+        self.on_batch(getattr(iterator, "_perfaudit_loader", None))
+

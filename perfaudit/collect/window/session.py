@@ -1,0 +1,399 @@
+"""The audited process's session: where steps end, and the bounded profiler window over them.
+
+The session installs the probes and the step hooks, sizes one step, records `warmup + steps` steps under
+torch.profiler and then ends the script (WindowDone), unless asked to let it run on. Whatever happens
+to the script (it finishes, raises, calls sys.exit or os._exit, is interrupted), `finish()` writes what
+was recorded to the run folder: `trace.json.gz` (the Kineto trace with the probes embedded under the
+`perfaudit` key) and `result.json` (the outcome). perfaudit.child composes it and runs the script.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import time
+
+from ...outcome import Outcome
+from ..emulation.cuda_shim import gpu_present
+from ..internal import internal_errors, record_internal_error
+from ..probes.compile import CompileProbe
+from ..probes.environment import fit_threads_to_free_cores
+from ..probes.flops import FlopProbe
+from ..probes.host_overhead import HostOverhead
+from ..probes.live import Probes
+from ..probes.startup import StartupProbe
+from .clock import OwnClock
+from .export import export_trace, write_json
+from .frameworks import detect as detect_framework
+from .selection import StepMarks
+from .sizing import Sizer, fit_budget
+from .step_hooks import Interrupted, Spawned, StepHooks, WindowDone, hold_sigint, restore_sigint
+from .steps import StepDetector
+
+# torch.compile: the window starts after this many steps without a new compile, and warm-up (and the
+# sizing step) grows by at most MAX_COMPILE_WARMUP steps for it (a frame recompiling every step would
+# otherwise never let the window start; it is then measured, and reported, as it is)
+QUIET_STEPS_AFTER_COMPILE = 2
+MAX_COMPILE_WARMUP = 10
+
+
+__all__ = ["Interrupted", "Session", "Spawned", "WindowDone", "launched_rank", "running_session"]
+
+_INSTALLED: list = []  # the sessions whose hooks are in this process
+
+
+def running_session():
+    """The session recording this process (`perfaudit run`'s child, a callback's), if one is."""
+    return next((s for s in _INSTALLED if not s.finished), None)
+
+
+class Session(StepHooks):
+    profiling = True  # TimingSession (verify) measures plain step times instead
+
+    def __init__(self, config: dict, script: str):
+        import torch
+
+        self.torch = torch
+        self.config = config
+        self.script = script
+        self.run_dir = config["run_dir"]
+        self.warmup, self.steps, self.full = config["warmup"], config["steps"], config["full"]
+        self.wanted_steps = self.steps  # measured steps asked for (after the trace budget)
+        self.pid = os.getpid()       # DataLoader workers fork this process: they must not report
+        self.probes = Probes()
+        self.compile = CompileProbe()
+        self.startup = StartupProbe()
+        self.probes.add("compile", self.compile)
+        self.probes.add("startup", self.startup)
+        self.flops = FlopProbe()
+        self.probes.add("flops", self.flops)
+        self.marks = StepMarks(self)  # what makes a step unlike a training step (an evaluation pass …)
+        self.detector = StepDetector(self._step_boundary, self._restart)
+        self.prof = None
+        self.export_error: str | None = None
+        self.step_rf = None
+        self.step_index = 0          # steps completed inside the profiled window
+        self.window_closed = False
+        self.finished = False
+        self.exporting = False       # signals wait while the trace is written
+        self.pending = False         # a step ended; its boundary waits for the next flush point
+        self.clock = OwnClock()      # the recording budget counts this process's time, not other processes'
+        self.budget_s = config.get("record_budget_s")  # recording stops after this many seconds
+        self.budget_hit = False
+        self.trace_budget = config.get("trace_budget_mb")  # MB of uncompressed trace the window may write
+        self.sizing: Sizer | None = None
+        self.trimmed: dict = {}
+        self.restarts: list[str] = []
+        self._forward_hooks = None
+        self._depth = 0
+        self.steps_ended = 0         # every step the detector saw end, before the window too
+        self.compile_warmup = 0      # warm-up steps added because the step was still compiling
+        self.sizing_retries = 0
+        self.optimizer_counts: dict[str, int] = {}  # optimizer steps in the measured steps, per optimizer
+        self.framework: dict | None = None  # Lightning, Hugging Face's Trainer, Accelerate (frameworks.py)
+        self.trace_path: str | None = None
+        self.rank = self._launched_rank()  # under torchrun: every rank writes rank<R>.* files in the run folder
+        self.probes.worker_dir = self._path("workers")
+        self._progress = open(self._path("progress.jsonl"), "a", buffering=1)
+        self.threads = _threads(torch, config, self.rank is None and self.profiling and self.fits_threads)
+
+    fits_threads = True  # on a busy machine, fit the intra-op threads to the free cores (not in-process)
+    counts_flops = True  # FlopCounterMode over one step after the window (the script ends then; not in-process)
+
+    def _launched_rank(self) -> int | None:
+        return launched_rank()
+
+    def install(self) -> None:
+        super().install()
+        _INSTALLED.append(self)
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.run_dir, name if self.rank is None else f"rank{self.rank}.{name}")
+
+    def _say(self, phase: str, **extra) -> None:
+        self._progress.write(json.dumps({"phase": phase, "t": time.time(), **extra}) + "\n")
+
+    def _where(self) -> tuple[str, int]:
+        """The phase and step a compile falls in: before the first step ended, before the window
+        (sizing and warm-up), in the measured window, or after it."""
+        if self.steps_ended == 0:
+            return "startup", 0
+        if self.prof is None or self.step_index < self.warmup:
+            return ("after" if self.window_closed else "warmup"), self.steps_ended
+        return ("after" if self.window_closed else "window"), self.steps_ended
+
+    stop_after_export: str | None = None
+
+    # -- the window ------------------------------------------------------------------------------
+    def _start_profiler(self) -> None:
+        if self.prof is not None or self.window_closed:
+            return
+        from torch.profiler import ProfilerActivity, profile
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu_present() else [])
+        self.startup.stop()  # the first steps have ended: start-up is over in any case
+        try:
+            self.framework = detect_framework()
+        except Exception as exc:
+            record_internal_error("framework detection", exc)
+        self._say("profiling", device="cuda" if gpu_present() else "cpu")
+        self.prof = profile(activities=activities, with_stack=self.config["with_stack"],
+                            record_shapes=self.config["record_shapes"])
+        self.probes.own_profiler = self.prof
+        self.marks.window_started()
+        HostOverhead(self.torch, self.probes.placement).around(self.prof.start, self.probes)
+        self.clock.start()
+        self._open_step()
+
+    @property
+    def _module_trace_step(self) -> int:
+        """Module order is watched over one step: the last warm-up step (its hooks cost time)."""
+        return max(self.warmup - 1, 0)
+
+    def _open_step(self) -> None:
+        if self.step_index == max(self._module_trace_step - 1, 0) and not self.compile.active:
+            self.probes.start_device_memory()  # over two warm-up steps; not under compiled code
+        if self.step_index == self._module_trace_step:
+            if not self.compile.active:  # a global module hook would make compiled code recompile
+                self.probes.start_module_trace()
+            if self.counts_flops:
+                self.flops.start_compiled_capture() if self.compile.active else self.flops.start_capture()
+            self.probes.start_line_trace()
+        self.marks.step_opened(self.step_index)
+        self.step_rf = self.torch.profiler.record_function(f"ProfilerStep#{self.step_index}")
+        self.step_rf.__enter__()
+
+    def _fit_budget(self, events: int, calls: int) -> None:
+        """Fewer recorded steps (and, only if one step alone is too big, no Python stacks) when the
+        window would write more than the trace budget (sizing.py)."""
+        fit = fit_budget(events, calls, self.trace_budget, self.warmup, self.steps, self.config["with_stack"],
+                         bool(self.config.get("keep_stacks")))
+        self.warmup, self.steps, self.config["with_stack"] = fit.warmup, fit.steps, fit.with_stack
+        self.wanted_steps = fit.steps
+        self.trimmed.update(fit.trimmed)
+        self.marks.mb_per_step = fit.mb_per_step
+        self._say("sized", mb_per_step=fit.mb_per_step, warmup=self.warmup, steps=self.steps)
+
+    def _restart(self, why: str) -> None:
+        """The steps counted so far belong to another phase (pre-training, a weaker step marker) or the
+        iteration was cut mid-way: warm up again from here, so the measured steps are this phase's.
+        The current step is mixed, so it does not count as warm-up."""
+        if self.prof is None or self.window_closed:
+            return
+        self.restarts.append(why)
+        self.warmup = max(self.warmup, self.step_index + 1 + self.config["warmup"])
+        self._say("restart", why=why, warmup=self.warmup)
+
+    def _close_step(self) -> None:
+        if self.step_rf is not None:
+            self.step_rf.__exit__(None, None, None)
+            self.step_rf = None
+
+    def _step_boundary(self) -> None:
+        """A step ended. Its boundary is placed at the next flush point (next batch, zero_grad,
+        backward or optimizer step), so that work after optimizer.step() stays in its step and
+        the Optimizer.step range is not cut."""
+        if not self.window_closed:
+            self.pending = True
+
+    def flush(self, raise_done: bool = True) -> None:
+        if not self.pending or os.getpid() != self.pid:
+            return
+        self.pending = False
+        compiled = self.compile.compiled_since_last_check()  # tagged with the step that ended
+        self.steps_ended += 1
+        if self.prof is None:
+            if raise_done:
+                self._size_next_step(compiled)
+            return
+        if self.step_index >= self.warmup:
+            self.probes.sample_window_state()
+        self._close_step()
+        if self.step_index == self._module_trace_step:
+            self.probes.stop_module_trace()
+            self.flops.stop_capture()
+        if self.marks.step_closed(self.step_index, self.step_index >= self.warmup):
+            self.steps += 1  # not a training step: one more in its place, bounded
+        self.step_index += 1
+        if compiled and self.step_index <= self.warmup:  # still compiling: warm up on, within a bound
+            extended = min(self.step_index + QUIET_STEPS_AFTER_COMPILE, self.config["warmup"] + MAX_COMPILE_WARMUP)
+            if extended > self.warmup:
+                self.compile_warmup += extended - self.warmup
+                self.warmup = extended
+                self._say("compiling", warmup=self.warmup)
+        if self.step_index == self.warmup:
+            self.probes.start_sync_debug()  # measured steps only: the warnings cost time
+        self._say("step", step=self.step_index, warmup=self.warmup, steps=self.steps)
+        done = self.step_index >= self.warmup + self.steps  # a window that ends here was not cut short
+        over_budget = (not done and bool(self.budget_s) and self.step_index > self.warmup
+                       and self.clock.elapsed() > self.budget_s)
+        over_size = not done and self.marks.over_trace_budget(self.trace_budget)
+        if over_budget:
+            self.budget_hit = True
+        if over_size and self.step_index < self.warmup + self.wanted_steps:  # not only the extra steps cut
+            self.trimmed["cut_at_step"] = self.step_index
+        if done or over_budget or over_size:
+            self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
+            if not self.full and raise_done:
+                raise WindowDone()
+            return
+        self._open_step()
+
+    def _size_next_step(self, compiled: bool) -> None:
+        """The first step ended: size the second; once a sized step did not compile and was a
+        training step, record from the next."""
+        if self.sizing is None:
+            self.sizing = Sizer(self.torch, self._own_profiler)
+            self.marks.sizing_started()
+            self.sizing.start()
+            return
+        sized = self.sizing.stop()
+        unlike = self.marks.sizing_unlike_training()
+        if (compiled or unlike) and self.sizing_retries < MAX_COMPILE_WARMUP:  # not a fair sample: again
+            self.sizing_retries += 1
+            self.marks.sizing_started()
+            self.sizing.start()
+            return
+        self._fit_budget(*sized)
+        self._start_profiler()
+
+    def _own_profiler(self, prof) -> None:
+        self.probes.own_profiler = prof
+
+    def _close_window(self, result: dict) -> None:
+        if self.window_closed:
+            return
+        self.window_closed = True
+        self.probes.stop_module_trace()
+        self.probes.stop_sync_debug()
+        if self.step_rf is not None and result.get("outcome") != Outcome.WINDOW_COMPLETE and self.rank is None:
+            self.marks.cut_short(self.step_index)  # stopped mid-step: that step is not averaged in
+        self._close_step()
+        self.marks.settle(self.warmup, self.wanted_steps)
+        self.trace_path = None
+        # result.json first: a trace lost in export still leaves the outcome (and the probes) on disk
+        self._write_result(result, None, with_probes=True)
+        if self.prof is not None:
+            self._say("exporting")
+            self.exporting = True
+            previous_sigint = hold_sigint(self)
+            try:
+                try:
+                    self.prof.stop()
+                except Exception:
+                    pass
+                try:
+                    self.trace_path = export_trace(self.prof, self._path("trace.json"), self._meta(result))
+                except Exception as exc:  # nothing recorded, or the exporter failed (a full disk, say)
+                    self.export_error = f"{type(exc).__name__}: {exc}"[:300]
+                    self._say("export_failed", error=str(exc))
+            finally:
+                self.exporting = False
+                restore_sigint(previous_sigint)
+            self._write_result(result, self.trace_path, with_probes=self.trace_path is None)
+        if self.stop_after_export and not self.finished:  # a signal came while the trace was written
+            raise Interrupted(self.stop_after_export)
+
+    def _count_flops(self) -> None:
+        """The model's FLOPs, counted once the script has ended and the window is saved (no torch context
+        of the script is open any more, and a crash in torch here loses nothing): added to result.json,
+        from which the report takes them."""
+        self._say("counting_flops")
+        # no cycle collection from here to the process's exit: collecting the stopped window's leftovers (a
+        # RecordFunction of the step the window closed in, held by WindowDone's traceback) crashes torch
+        gc.disable()
+        self.flops.count()
+        path = self._path("result.json")
+        with open(path) as f:
+            recorded = json.load(f)
+        recorded["flops_counted"] = self.flops.snapshot()
+        write_json(path, recorded)
+
+    def _meta(self, result: dict) -> dict:
+        return {
+            "version": 1,
+            "rank": self.rank,
+            "world_size": int(os.environ["WORLD_SIZE"]) if self.rank is not None and "WORLD_SIZE" in os.environ else None,
+            "script": os.path.abspath(self.script),
+            "argv": sys.argv[1:],
+            "cwd": os.getcwd(),
+            "source_roots": [os.path.dirname(os.path.abspath(self.script)), os.getcwd()],
+            "path_aliases": self.config.get("path_aliases") or {},
+            "window": self._window(),
+            "outcome": result,
+            "probes": self.probes.snapshot(),
+        }
+
+    def _window(self) -> dict:
+        return {"warmup": self.warmup, "steps": self.steps, "recorded": self.step_index,
+                "step_source": self.detector.source, "restarts": self.restarts,
+                "budget_s": self.budget_s, "budget_hit": self.budget_hit, "trimmed": self.trimmed,
+                "compile_warmup": self.compile_warmup, "clock": self.clock.summary(),
+                "optimizer_steps": self.optimizer_counts, "threads": self.threads, "framework": self.framework,
+                **self.marks.summary()}
+
+    def _write_result(self, result: dict, trace_path: str | None, with_probes: bool = False) -> None:
+        out = {**result, "trace": trace_path, "steps_recorded": self.step_index,
+               "warmup": self.warmup, "step_source": self.detector.source,
+               "profiling_started": self.prof is not None, "budget_hit": self.budget_hit,
+               "trimmed": self.trimmed, "window": self._window(),
+               "optimizers_built": self.detector.optimizers_built, "internal_errors": internal_errors()}
+        if self.export_error:
+            out["export_error"] = self.export_error
+        if with_probes:
+            out["probes"] = self.probes.snapshot()
+        write_json(self._path("result.json"), out)
+
+    def result_extra(self, result: dict) -> dict:
+        """More for result.json once the script has ended (the timing session's exercise run)."""
+        return {}
+
+    def finish(self, result: dict) -> None:
+        """Called once whatever happened: close the window if still open, then record the outcome."""
+        if self.finished or os.getpid() != self.pid:
+            return
+        self.finished = True
+        self.startup.stop("the script ended")
+        if self.sizing is not None and self.prof is None and self.sizing.prof is not None:
+            self.sizing.stop()
+        try:
+            self.flush(raise_done=False)
+        except Exception as exc:
+            record_internal_error("step detection", exc)
+        if not self.window_closed:
+            self._close_window(result)
+        else:
+            path = self._path("result.json")
+            with open(path) as f:
+                previous = json.load(f)
+            if result["outcome"] not in (Outcome.COMPLETED, Outcome.WINDOW_COMPLETE):
+                previous["after_window"] = result
+            previous["internal_errors"] = internal_errors()
+            previous.update(self.result_extra(result))
+            write_json(path, previous)
+        # not after a stop (Ctrl-C, a timeout, a crash): the user waits for the report, not for one more step
+        ended_well = Outcome.of(result) in (Outcome.WINDOW_COMPLETE, Outcome.COMPLETED)
+        if self.counts_flops and self.trace_path and self.rank is None and ended_well:
+            try:
+                self._count_flops()
+            except Exception as exc:  # the report counts from the op shapes instead
+                record_internal_error("FLOP count", exc)
+        self._say("done")
+
+
+def _threads(torch, config: dict, fit: bool) -> dict | None:
+    """The intra-op threads: as `verify` chose them for all its runs, or fitted to a busy machine's free cores."""
+    if config.get("threads"):
+        torch.set_num_threads(int(config["threads"]))
+        return {"used": int(config["threads"]), "set_by": "verify"}
+    return fit_threads_to_free_cores(torch) if fit else None
+
+
+def launched_rank() -> int | None:
+    """This process's rank when torchrun (torch.distributed.run) started it, else None."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ and "LOCAL_RANK" not in os.environ:
+        return None
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return None

@@ -1,0 +1,226 @@
+"""The hooks a session puts into torch: optimizer steps, zero_grad, backward, DataLoader batches,
+top-level module calls without gradients (inference), os._exit and the stop signals. Each marks a
+flush point or a step boundary for the session; perfaudit's own error in one never reaches the
+user's script (it is recorded, and the window closes with what it has)."""
+from __future__ import annotations
+
+import os
+import signal
+
+from ...outcome import Outcome
+from ..emulation import emulate
+from ..internal import record_internal_error
+from ..wrap import on_undo, patch
+
+
+# The profiler window's own exception: a BaseException so `except Exception` in user code lets it pass.
+class WindowDone(BaseException):
+    pass
+
+
+class Interrupted(BaseException):
+    pass
+
+
+class Spawned(BaseException):
+    """The script hands its training to other processes (torch.multiprocessing.spawn)."""
+
+
+class StepHooks:
+    """Mixed into Session: the hooks, installed once the session exists."""
+
+    owns_signals = True  # a stop signal ends the script (the child's); in-process, the script keeps its own
+    samples_startup = True  # the script's start-up is sampled (START001); in-process it began before perfaudit
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def install(self) -> None:
+        torch = self.torch
+        self.probes.on_optimizer_built = self._optimizer_built
+        self.probes.on_spawn = self._spawned
+        self.probes.window_step = lambda: (self.step_index if self.prof is not None and not self.window_closed
+                                           and self.step_index >= self.warmup else None)
+        self.probes.on_batch = self._batch_fetched
+        self.probes.on_iter = self.marks.new_epoch
+        self.probes.before_batch = self._hook(self._training_activity)
+        self.compile.where = self._where
+        # global module hooks added or removed under torch.compile make compiled code recompile
+        self.compile.on_activate = self._stop_inference_watch
+        if emulate.wanted(self.config):  # before the probes: they wrap the CUDA calls it serves
+            emulate.install(self.probes, lambda: self.steps_ended)
+        self.probes.install()
+        self.marks.install()
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        def before_step(opt, args, kwargs):
+            # torch passes (optimizer, *step args): LBFGS.step(closure) gives (optimizer, closure)
+            self.probes.optimizer_stepping(opt)
+            closure = (kwargs or {}).get("closure") or next((a for a in args if a is not opt), None)
+            if callable(closure):
+                self.detector.closure_step()
+            self._training_activity()
+
+        on_undo(register_optimizer_step_pre_hook(self._hook(before_step)).remove)
+        def after_step(opt, args, kwargs):
+            self._count_optimizer_step(opt)
+            self.detector.optimizer_stepped(_role(opt))
+
+        on_undo(register_optimizer_step_post_hook(self._hook(after_step)).remove)
+        original_zero_grad = torch.optim.Optimizer.zero_grad
+        flush = self._hook(self.flush)
+
+        def zero_grad(opt, *args, **kwargs):
+            flush()
+            return original_zero_grad(opt, *args, **kwargs)
+
+        patch(torch.optim.Optimizer, "zero_grad", zero_grad)
+        original_backward = torch.autograd.backward
+        before_backward, after_backward = self._hook(self._before_backward), self._hook(self._after_backward)
+
+        def backward(*args, **kwargs):
+            before_backward(args[0] if args else kwargs.get("tensors"))
+            result = original_backward(*args, **kwargs)
+            after_backward()
+            return result
+
+        patch(torch.autograd, "backward", backward)
+        original_exit = os._exit
+
+        def guarded_exit(code=0):
+            if os.getpid() == self.pid:
+                self.finish({"outcome": Outcome.OS_EXIT, "exit_code": code})
+            original_exit(code)
+
+        patch(os, "_exit", guarded_exit)
+        if self.owns_signals:
+            for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
+                signal.signal(sig, self._on_signal)
+        self._start_inference_watch()
+        on_undo(self._stop_inference_watch)
+        if self.profiling and self.samples_startup:
+            self.startup.start()
+
+    def _hook(self, fn):
+        """A step hook as the user's script calls it: perfaudit's own error in it never reaches the
+        script. It is recorded, and the window closes with what it has (exit 4 after the report)."""
+        def hooked(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                record_internal_error("step detection", exc)
+                self._close_on_internal_error()
+        return hooked
+
+    def _close_on_internal_error(self) -> None:
+        if self.window_closed or os.getpid() != self.pid:
+            return
+        try:
+            self._close_window({"outcome": Outcome.WINDOW_COMPLETE, "internal_error": True})
+        except Exception as exc:
+            record_internal_error("writing the trace", exc)
+        if not self.full:
+            raise WindowDone()
+
+    def _count_optimizer_step(self, opt) -> None:
+        """Optimizer steps in the measured steps, per optimizer (class and the line that built it): what
+        one measured step holds when optimizers step at different cadences."""
+        if self.probes.window_step() is None:
+            return
+        site = (self.probes.optimizers.get(id(opt)) or {}).get("site") or {}
+        label = type(opt).__name__ + (f" (line {site['line']})" if site.get("line") else "")
+        self.optimizer_counts[label] = self.optimizer_counts.get(label, 0) + 1
+
+    def _training_activity(self) -> None:
+        """A batch is fetched, backward() or an optimizer step begins: start-up is over, and a step
+        boundary waiting for this point is placed here."""
+        if os.getpid() != self.pid:
+            return
+        self.startup.stop()
+        self.flush()
+
+    def _batch_fetched(self, loader_id=None) -> None:
+        self.marks.batch(loader_id)
+        self.detector.batch_fetched()
+
+    def _before_backward(self, tensors) -> None:
+        self._training_activity()
+        self.backward_called(tensors)
+
+    def _after_backward(self) -> None:
+        self._stop_inference_watch()
+        self.detector.backward_done()
+
+    def backward_called(self, tensors) -> None:
+        """backward() is about to run on `tensors` (TimingSession keeps the loss)."""
+
+    # -- inference: top-level module calls with gradients off, while nothing trains -----------------
+    def _start_inference_watch(self) -> None:
+        torch = self.torch
+        flush, inference_call = self._hook(self.flush), self._hook(self.detector.inference_call)
+
+        def pre(module, inputs):
+            if self._depth == 0 and not torch.is_grad_enabled() and os.getpid() == self.pid:
+                flush()
+            self._depth += 1
+
+        def post(module, inputs, output):
+            self._depth = max(self._depth - 1, 0)
+            if self._depth == 0 and not torch.is_grad_enabled() and os.getpid() == self.pid:
+                inference_call()
+
+        mods = torch.nn.modules.module
+        self._forward_hooks = (mods.register_module_forward_pre_hook(pre), mods.register_module_forward_hook(post))
+
+    def _stop_inference_watch(self) -> None:
+        if self._forward_hooks is not None:
+            for handle in self._forward_hooks:
+                handle.remove()
+            self._forward_hooks = None
+
+    def _optimizer_built(self) -> None:
+        self._stop_inference_watch()
+        self.detector.optimizer_built()
+
+    def _spawned(self, api: str) -> None:
+        if os.getpid() == self.pid and not self.finished:
+            raise Spawned(api)
+
+    def _on_signal(self, signum, frame):
+        if os.getpid() != self.pid:  # a forked worker: behave as it would without perfaudit
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        if self.exporting:  # the trace is being written: finish that, then stop
+            self.stop_after_export = signal.Signals(signum).name
+            return
+        if not self.finished:
+            raise Interrupted(signal.Signals(signum).name)
+
+    stop_after_export: str | None = None
+
+
+def hold_sigint(session):
+    """While the trace is written, Ctrl-C is noted, not raised: the export finishes, then the run stops."""
+    def noted(signum, frame):
+        session.stop_after_export = "SIGINT"
+    try:
+        return signal.signal(signal.SIGINT, noted)
+    except (ValueError, OSError):  # not the main thread
+        return None
+
+
+def restore_sigint(previous) -> None:
+    if previous is not None:
+        try:
+            signal.signal(signal.SIGINT, previous)
+        except (ValueError, OSError):
+            pass
+
+
+def _role(optimizer) -> tuple:
+    """An optimizer's role in the script: its class and first parameter, so that an optimizer rebuilt
+    over the same parameters (every epoch, say) is the same one for step detection."""
+    try:
+        first = id(optimizer.param_groups[0]["params"][0])
+    except (AttributeError, IndexError, KeyError, TypeError):
+        first = id(optimizer)
+    return type(optimizer).__name__, first

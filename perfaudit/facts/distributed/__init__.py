@@ -1,0 +1,1 @@
+"""Distributed jobs: DDP's setup, exposed communication, and several ranks compared."""

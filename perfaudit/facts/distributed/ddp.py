@@ -1,0 +1,73 @@
+"""DistributedDataParallel set up for the worst case (tip T27), from DDP's own record in the live
+process (its options, backend, parameters that got no gradient) and its forwards per optimizer step."""
+from __future__ import annotations
+
+from ..registry import Context, fact
+from ..sites import Site, site_from_probe
+from .ranks import rank_stats
+
+
+def _models(ctx: Context) -> list[dict]:
+    return ctx.probe("ddp")
+
+
+@fact("ddp.unused_search_needless", "DDP models built with find_unused_parameters=True although every "
+                                    "parameter received a gradient (DDP's unused_parameter_size was 0).")
+def unused_search_needless(ctx: Context) -> list[Site]:
+    sites = []
+    for m in _models(ctx):
+        if not m.get("find_unused_parameters"):
+            continue
+        unused = m.get("unused_parameter_size")
+        if unused is None:
+            unused = m.get("params_without_grad")
+        if unused == 0:
+            site = site_from_probe(ctx, m.get("site"), "find_unused_parameters=True, no unused parameter")
+            site.count = 1
+            sites.append(site)
+    return sites
+
+
+@fact("ddp.sync_per_step", "DDP forwards per optimizer step that asked for gradient synchronisation: more "
+                           "than one is gradient accumulation without no_sync() (an all-reduce per micro-step).")
+def sync_per_step(ctx: Context) -> list[Site]:
+    n = len(ctx.steps)
+    sites = []
+    for m in _models(ctx):
+        synced, unsynced = _in_measured_steps(ctx, m, "sync"), _in_measured_steps(ctx, m, "nosync")
+        per_step = synced / n
+        if per_step <= 1.0:
+            continue
+        stats = rank_stats(ctx)
+        collective_ms = (stats or {}).get("collective_ms") or 0.0
+        site = site_from_probe(ctx, m.get("site"), f"{per_step:.1f} synchronised forwards per optimizer step")
+        site.count = synced
+        site.steps_seen = set(range(n))
+        # all but one of the all-reduces of a step are not needed: their share of the collective time
+        site.ms = collective_ms * (per_step - 1) / per_step * n
+        site.extra.update(syncs_per_step=per_step, nosync_per_step=unsynced / n)
+        sites.append(site)
+    return sites
+
+
+def _in_measured_steps(ctx: Context, model: dict, kind: str) -> int:
+    """Forwards of one kind ("sync", "nosync") in the measured steps (a step left out of the figures, an
+    evaluation pass say, is left out here too); the window's total for a probe without per-step counts."""
+    by_step = model.get(f"window_{kind}_forwards_by_step")
+    if isinstance(by_step, dict):
+        return sum(int(by_step.get(str(s.number), 0)) for s in ctx.steps)
+    return int(model.get(f"window_{kind}_forwards", 0))
+
+
+@fact("ddp.bucket_view_off", "DDP models with gradient_as_bucket_view=False (the default): every gradient "
+                             "is copied into DDP's buckets and back; MB of gradients copied.")
+def bucket_view_off(ctx: Context) -> list[Site]:
+    sites = []
+    for m in _models(ctx):
+        if m.get("gradient_as_bucket_view") is False:
+            mb = (m.get("param_bytes") or 0) / 2**20
+            site = site_from_probe(ctx, m.get("site"), f"gradient_as_bucket_view=False ({mb:.1f} MB of gradients)")
+            site.count = 1
+            site.extra.update(gradient_mb=mb)
+            sites.append(site)
+    return sites

@@ -1,0 +1,216 @@
+"""Host-device synchronisation points inside the step (tip T01)."""
+from __future__ import annotations
+
+import re
+from bisect import bisect_left
+
+from ...calls import HOST_READS, NONZERO_CALLS, SCALAR_READ_CALLS, SYNC_CALLS
+from ...static.uses import host_consumer
+from ...trace.model import Event
+from ...trace.nesting import enclosing, innermost
+from ..emulated import emulated, emulated_waits
+from ..registry import Context, fact
+from ..sites import SiteCollector
+from ..steps import data_ranges
+from . import intervals as iv
+
+# Ops that read a device value back to the host: they block until the GPU has caught up.
+SCALAR_OPS = {"aten::_local_scalar_dense"}
+NONZERO_OPS = {"aten::nonzero"}
+SYNC_RUNTIME = {
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
+}
+# What to look for in the user's function when a sync op has no Python call of its own (a slot
+# such as bool(t) or t[mask] called from C): calls by name, then syntactic forms.
+SCALAR_FALLBACK = (SCALAR_READ_CALLS, ("branch",))
+NONZERO_FALLBACK = (NONZERO_CALLS, ("mask",))
+COPY_FALLBACK = (SYNC_CALLS, ())
+
+# On a CPU run a scalar read inside library code (an optimizer's CPU step counter, autograd's anomaly
+# checks) is not a device sync on a GPU; only reads the user's code makes on a tensor count.
+_NOT_USER_READS = {"backward"}
+
+DETAIL = {"aten::_local_scalar_dense": "scalar read (.item(), float(), print or `if` on a tensor)",
+          "aten::nonzero": "nonzero / boolean-mask indexing (output size needs the device)"}
+
+
+def _sync_items(ctx: Context):
+    """(anchor, counted, ms, detail) for every sync point in the measured steps."""
+    host_ops = ctx.host_of("op")
+    items = []
+    if ctx.is_gpu:
+        runtime = ctx.trace.named(SYNC_RUNTIME.__contains__, kind="runtime")
+        owners = innermost(host_ops, runtime, ctx.by_thread(host_ops))
+        exposed = _exposed_idle(ctx, runtime)
+        for rt in runtime:
+            op = owners.get(id(rt))
+            detail = DETAIL.get(op.name, f"{op.name} ({rt.name})") if op else f"{rt.name} called directly"
+            items.append((op or rt, rt, exposed[id(rt)] / 1000.0, detail))
+    else:
+        items += _host_reads(ctx)
+        reads = [e for e in host_ops if e.name in SCALAR_OPS | NONZERO_OPS]
+        nested = innermost(reads, reads)
+        inside_kernel = _read_inside_another_op(host_ops, reads)
+        for op in reads:
+            if id(op) not in nested and id(op) not in inside_kernel:
+                items.append((op, op, op.dur / 1000.0, DETAIL[op.name]))
+    return items
+
+
+# Ops through which the user's own read of a value reaches `_local_scalar_dense` (t.item(), bool(t),
+# torch.equal), and ops that read a device value on every device (their output size or their loop
+# depends on it): a scalar read under any other op is that op's CPU kernel reading a value of its own
+# (std/var read their element count), which its CUDA kernel does not do.
+_READ_PATHS = frozenset({"aten::item", "aten::is_nonzero", "aten::equal", "aten::allclose", "aten::is_same_size",
+                         "aten::repeat_interleave", "aten::_unique", "aten::_unique2", "aten::unique_dim",
+                         "aten::unique_consecutive", "aten::masked_select", "aten::bincount", "aten::histc",
+                         "aten::multinomial", "aten::nonzero", "aten::index", "aten::index_put_",
+                         "aten::_assert_async", "aten::masked_scatter_"})
+
+
+def _read_inside_another_op(host_ops: list[Event], reads: list[Event]) -> set[int]:
+    """ids of the scalar reads that an op outside _READ_PATHS made inside its own CPU kernel."""
+    ops = [e for e in host_ops if e.name.startswith("aten::")]
+    inside = set()
+    for q, stack in enclosing(ops, reads):
+        outer = [e for e in stack if e is not q and e.end >= q.end and e.name not in SCALAR_OPS]
+        if outer and outer[0].name not in _READ_PATHS:
+            inside.add(id(q))
+    return inside
+
+
+# A sync exposes the time the host needs to queue new work; beyond this, idle has other causes (an
+# evaluation loop, checkpointing) that the sync did not create.
+MAX_EXPOSED_US = 10_000.0
+
+
+_HOST_READ = re.compile(rf"^<built-in method ({'|'.join(sorted(HOST_READS - {'item'}))}) of Tensor object")
+
+
+def _host_reads(ctx: Context):
+    """On a CPU run `.cpu()`, `.numpy()` and `.tolist()` copy nothing, so no sync op shows; the Python
+    tracer still records the calls. Each one is a device-to-host copy and sync on a GPU."""
+    items = []
+    reads: dict[str, re.Match | None] = {}  # by name: a name repeats in every step
+    for ev in ctx.trace.python:
+        m = reads[ev.name] if ev.name in reads else reads.setdefault(ev.name, _HOST_READ.match(ev.name))
+        if m and ctx.step_of(ev.ts) is not None:
+            # an anchor just inside the call, so the frame stack ends with the builtin itself
+            anchor = Event("op", ev.name, ev.ts + min(ev.dur, 0.001) / 2, 0.0, ev.pid, ev.tid, {})
+            items.append((anchor, anchor, ev.dur / 1000.0, f".{m.group(1)}() (device-to-host copy on a GPU)"))
+    return items
+
+
+def _exposed_idle(ctx: Context, syncs) -> dict[int, float]:
+    """µs of GPU idle each sync causes: the device drains while the host waits, then sits idle from the
+    moment it drained until the work the host queues after the sync starts. Only that: a sync the device
+    was already idle for (nothing was queued, so nothing drained) causes none, nor does one at the end of
+    a step (the idle after it is the step boundary's, the next step's data or Python), and idle while the
+    host then waits for the DataLoader is the input pipeline's."""
+    data = data_ranges(ctx)
+    device = [e for e in ctx.trace.device if e.kind != "gpu_annotation"]
+    starts = sorted(e.ts for e in device)
+    ends = sorted(e.end for e in device)
+    out = {}
+    for rt in syncs:
+        out[id(rt)] = 0.0
+        i = bisect_left(starts, rt.end)
+        j = bisect_left(ends, rt.end) - 1
+        if i >= len(starts) or j < 0 or ends[j] < rt.ts:
+            continue  # no device work finished while the host waited: the sync waited for nothing
+        drained_at, next_start = ends[j], starts[i]
+        step = ctx.step_of(rt.ts)
+        if step is None or next_start > ctx.steps[step].end:
+            continue  # the next work is the next step's: what idles until then is not this sync's doing
+        gap = (drained_at, max(next_start, drained_at))
+        idle = gap[1] - gap[0] - iv.overlap([gap], data.clip(*gap))
+        out[id(rt)] = min(max(idle, 0.0), MAX_EXPOSED_US)
+    return out
+
+
+@fact("sync.sites", "Host-device sync points in the measured steps, grouped by the user line that "
+                    "caused them; on a GPU trace ms is the GPU idle time each sync exposes (the device "
+                    "drained during the wait until the host launched new work).", needs=("stacks",))
+def sync_sites(ctx: Context):
+    ctx.need_trace()
+    ctx.steps
+    items = _sync_items(ctx)
+    attributions = ctx.frames.attribute_all([anchor for anchor, _, _, _ in items]) if ctx.frames else {}
+    if not ctx.is_gpu and ctx.frames:
+        items = [item for item in items if _user_read(attributions.get(id(item[0])))]
+    items = [_for_module(item, attributions.get(id(item[0]))) for item in items]
+    collector = SiteCollector(ctx, *COPY_FALLBACK)
+    collector.add_all(items, hints={DETAIL["aten::_local_scalar_dense"]: SCALAR_FALLBACK,
+                                    DETAIL["aten::nonzero"]: NONZERO_FALLBACK}, attributions=attributions)
+    sites = collector.result()
+    if not ctx.is_gpu:  # reads of tensors the step itself made on the host are no device sync
+        sites = [s for s in sites if not s.path or not set(s.extra.get("lines") or [s.line])
+                 <= ctx.source.host_iteration_lines(s.path)]
+    confirmed = {(ctx.source.display_path(d["path"]), d["line"]) for d in ctx.probes.get("sync_debug", [])}
+    for site in sites:  # torch's own sync debug mode flagged these lines during the run
+        site.extra["confirmed"] = any((site.path, line) in confirmed for line in site.extra.get("lines", []))
+        _split_by_line(ctx, site)
+    if emulated(ctx):  # waits the CPU trace cannot show: synchronize() and event waits on the CUDA path
+        sites += emulated_waits(ctx)
+    needed = [s for s in sites if _needed_by(ctx, s)]
+    ctx.__dict__["_sync_needed"] = needed
+    return [s for s in sites if s not in needed]
+
+
+def _needed_by(ctx: Context, site) -> str | None:
+    """The code outside torch that needs the value read at this site (`env.step`), when every line of
+    the site feeds such code: a read the program needs, not a sync to remove (static/uses.py)."""
+    if not site.path or not site.exact:
+        return None
+    tree = ctx.source.tree(site.path)
+    if tree is None:
+        return None
+    consumers = [host_consumer(tree, line) for line in site.extra.get("lines") or [site.line]]
+    if not consumers or not all(consumers):
+        return None
+    site.extra["needed_by"] = consumers[0]
+    return consumers[0]
+
+
+def _split_by_line(ctx: Context, site) -> None:
+    """A site of several lines (one function, several reads) gets each line's own count per step, in
+    proportion to how often each line ran in the traced warm-up step."""
+    lines = site.extra.get("lines") or []
+    if len(lines) < 2 or not site.path:
+        return
+    runs = [ctx.source.times_run(site.path, line) for line in lines]
+    if any(r is None for r in runs) or not sum(runs):
+        return
+    total = sum(runs)
+    site.extra["line_share"] = {line: r / total for line, r in zip(lines, runs)}
+
+
+@fact("sync.needed", "Host reads the program needs (a value passed to code outside torch, such as an "
+                     "environment's step()), left out of sync.sites: where, and what needs them.",
+      needs=("stacks",))
+def sync_needed(ctx: Context) -> str | None:
+    ctx.get("sync.sites")
+    needed = ctx.__dict__.get("_sync_needed") or []
+    if not needed:
+        return None
+    return "; ".join(f"{s.path}:{s.line} ({s.count / len(ctx.steps):.1f} per step) feeds "
+                     f"`{s.extra['needed_by']}`" for s in needed)
+
+
+def _for_module(item, att):
+    """A sync torch makes inside a module the user called belongs to that call, said as such."""
+    if att is None or att.module is None:
+        return item
+    anchor, counted, ms, detail = item
+    return anchor, counted, ms, f"made by torch inside {att.module}.forward for this call: {detail}"
+
+
+def _user_read(att) -> bool:
+    """On a CPU run, whether a host read would be a device sync on a GPU: the user's own read of a
+    tensor, or torch's read on behalf of a module the user called (a mask check in
+    nn.TransformerEncoder). A read inside other library code (a DataLoader sampler's `.tolist()`, an
+    optimizer's step counter) is of a CPU tensor there too."""
+    if att is None or att.via in _NOT_USER_READS or att.loading:  # a Dataset's items live on the host
+        return False
+    return att.module is not None or not att.library
