@@ -186,7 +186,7 @@ def _run_once(script: str, args: list[str], options: RunOptions,
     env = dict(os.environ, PYTHONUNBUFFERED="1", PERFAUDIT_CONFIG=json.dumps(config))
     if options.seed is not None:
         env["PYTHONHASHSEED"] = str(options.seed)
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["perfaudit"].__file__ or "")))  # beside perfaudit/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     if options.cwd:  # the script as named is relative to the caller's folder, not the one it runs in
         script = script_path
