@@ -171,7 +171,7 @@ def classification_hits(path: Path) -> str:
     """Kernel-name classification over one analysis: kernel events, distinct names, regex classifications
     (each distinct name once per question: precision, collective, elementwise, architecture), and the share
     of the kernel events classified without running a regex of their own."""
-    code = (f"from perfaudit.api import analyze\nfrom perfaudit.facts import kernels\n"
+    code = (f"from perfaudit.api import analyze\nfrom perfaudit.facts.gpu import kernels\n"
             f"from perfaudit.trace import load_trace\nr = analyze([{str(path)!r}])\n"
             f"k = [e.name for e in load_trace({str(path)!r}).device if e.kind == 'kernel']\n"
             "print(len(k), len(set(k)), kernels.stats['misses'])")

@@ -53,7 +53,7 @@ def dict_literal(node) -> dict | None:
     """The keys of a dict the source spells out (`{"a": 1}`, `dict(a=1)`), values literal or `...`;
     None for anything else."""
     if isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
-        return {k.value: literal(v) for k, v in zip(node.keys, node.values)}
+        return {k.value: literal(v) for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)}
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
         return literal_kwargs(node) if not has_star_kwargs(node) else None
     return None
@@ -67,8 +67,8 @@ def resolved_kwargs(node: ast.Call, dicts: dict[str, dict | None]) -> dict | Non
     for kw in node.keywords:
         if kw.arg is not None:
             out[kw.arg] = literal(kw.value)
-        elif isinstance(kw.value, ast.Name) and dicts.get(kw.value.id) is not None:
-            out.update(dicts[kw.value.id])
+        elif isinstance(kw.value, ast.Name) and (spelled := dicts.get(kw.value.id)) is not None:
+            out.update(spelled)
         else:
             return None
     return out

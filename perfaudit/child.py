@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any
 
 from .collect.internal import record_internal_error
 from .collect.userframes import raised
@@ -56,13 +57,15 @@ def _run_main(script_path: str, patched: str | None) -> None:
     with open(patched, encoding="utf-8") as f:
         code = compile(f.read(), script_path, "exec", dont_inherit=True)
     module = types.ModuleType("__main__")
-    module.__file__, module.__builtins__ = script_path, __builtins__
+    module.__file__ = script_path
+    module.__dict__["__builtins__"] = __builtins__
     previous = sys.modules.get("__main__")
     sys.modules["__main__"] = module
     try:
         exec(code, module.__dict__)
     finally:
-        sys.modules["__main__"] = previous
+        if previous is not None:
+            sys.modules["__main__"] = previous
 
 
 def _describe_exception(exc: BaseException) -> dict:
@@ -148,7 +151,7 @@ def main() -> None:
     try:
         patched = config.get("patched") or {}
         _run_main(script_path, patched.get(os.path.abspath(script_path)) or patched.get(os.path.realpath(script_path)))
-        result = {"outcome": Outcome.COMPLETED}
+        result: dict[str, Any] = {"outcome": Outcome.COMPLETED}
     except WindowDone:
         result = {"outcome": Outcome.WINDOW_COMPLETE}
     except Interrupted as exc:

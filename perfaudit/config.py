@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 
 from .errors import UsageError
@@ -138,9 +139,9 @@ def _mentions_perfaudit(path: str) -> bool:
 
 
 def _read(path: str) -> dict:
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
+    else:  # Python 3.10
         import tomli as tomllib
     try:
         with open(path, "rb") as f:

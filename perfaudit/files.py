@@ -16,7 +16,7 @@ _WHY = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota e
 
 def why(exc: OSError) -> str:
     """What an OSError of a write means, in the words the user reads."""
-    return _WHY.get(exc.errno, exc.strerror or str(exc))
+    return _WHY.get(exc.errno or 0, exc.strerror or str(exc))
 
 
 def write_atomic(path: str, data: str | bytes) -> None:

@@ -32,7 +32,7 @@ def is_failure(record: dict | None) -> bool:
     """The script raised, exited non-zero, crashed or timed out."""
     kind = Outcome.of(record)
     if kind in (Outcome.EXITED, Outcome.OS_EXIT):
-        return record.get("exit_code") not in (0, None)
+        return (record or {}).get("exit_code") not in (0, None)
     return kind in (Outcome.RAISED, Outcome.CRASHED, Outcome.TIMEOUT)
 
 

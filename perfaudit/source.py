@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from .calls import call_name, creates_on_host, literal, literal_kwargs
 
@@ -52,7 +54,7 @@ def _walk_own(nodes):
                 stack.append((child, in_loop or (loop and child not in (getattr(node, "iter", None),))))
 
 
-_COMPREHENSIONS = {"<listcomp>": ast.ListComp, "<setcomp>": ast.SetComp, "<dictcomp>": ast.DictComp,
+_COMPREHENSIONS: dict[str, type[ast.expr]] = {"<listcomp>": ast.ListComp, "<setcomp>": ast.SetComp, "<dictcomp>": ast.DictComp,
                    "<genexpr>": ast.GeneratorExp, "<lambda>": ast.Lambda}
 
 
@@ -65,21 +67,21 @@ def _function_body(module: ast.Module, line: int, func: str) -> list | None:
     was on. So: the function defined at `line`, else the innermost one named `func` that spans it.
     Comprehensions and lambdas are frames of their own (`<listcomp>`): the expression at that line."""
     kind = _COMPREHENSIONS.get(func)
-    spanning = []
+    spanning: list[Any] = []
     for node in ast.walk(module):
         if kind is not None:
-            if isinstance(node, kind) and node.lineno <= line <= node.end_lineno:
+            if isinstance(node, kind) and node.lineno <= line <= (node.end_lineno or node.lineno):
                 spanning.append(node)
             continue
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == func:
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
             if line in (first, node.lineno):
                 return node.body
-            if first <= line <= node.end_lineno:
+            if first <= line <= (node.end_lineno or node.lineno):
                 spanning.append(node)
     if not spanning:
         return None
-    inner = max(spanning, key=lambda n: (n.lineno, -n.end_lineno))
+    inner = max(spanning, key=lambda n: (n.lineno, -(n.end_lineno or n.lineno)))
     return [inner] if kind is not None else inner.body
 
 
@@ -200,7 +202,7 @@ class SourceIndex:
                 if generators and any(isinstance(g.iter, ast.Name) and g.iter.id in host for g in generators):
                     lines.update(range(node.lineno, node.end_lineno + 1))
                 elif isinstance(node, ast.For) and isinstance(node.iter, ast.Name) and node.iter.id in host:
-                    lines.update(range(node.body[0].lineno, node.body[-1].end_lineno + 1))
+                    lines.update(range(node.body[0].lineno, (node.body[-1].end_lineno or node.body[-1].lineno) + 1))
         return lines
 
     def module_names(self, path: str, cls: str) -> set[str]:
@@ -210,7 +212,9 @@ class SourceIndex:
         parsed = self._parsed(path)
         names = set()
         for node in ast.walk(parsed[0]) if parsed else ():
-            value = node.value if isinstance(node, ast.Assign) else None
+            if not isinstance(node, ast.Assign):
+                continue
+            value = node.value
             while (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
                    and value.func.attr in _MOVES and isinstance(value.func.value, ast.Call)):
                 value = value.func.value  # nn.Sequential(…).to(device).train(): the module built
@@ -250,12 +254,12 @@ class SourceIndex:
         for node, in_loop in _walk_own(body):
             if isinstance(node, ast.Call) and call_name(node) in names:
                 receiver = ast.unparse(node.func.value)[:200] if isinstance(node.func, ast.Attribute) else ""
-                sites.append(CallSite(node.lineno, call_name(node), lines[node.lineno - 1].strip(),
+                sites.append(CallSite(node.lineno, call_name(node) or "", lines[node.lineno - 1].strip(),
                                       literal_kwargs(node), ast.unparse(node)[:200], in_loop, receiver,
-                                      node.end_lineno))
+                                      node.end_lineno or node.lineno))
             elif isinstance(node, ast.JoinedStr) and "<f-string>" in names:
                 sites.append(CallSite(node.lineno, "<f-string>", lines[node.lineno - 1].strip(), in_loop=in_loop,
-                                      end_line=node.end_lineno))
+                                      end_line=node.end_lineno or node.lineno))
         # work repeated every step runs in a loop: when the function has a loop, prefer its calls
         looped = [s for s in sites if s.in_loop]
         return sorted(set(self._ran(path, looped or sites)), key=lambda s: s.line)
@@ -280,7 +284,7 @@ class SourceIndex:
                 test = node.test
                 if any(isinstance(n, (ast.Compare, ast.Call, ast.Attribute, ast.Subscript)) for n in ast.walk(test)):
                     sites.append(CallSite(test.lineno, type(node).__name__.lower(), lines[test.lineno - 1].strip(),
-                                          end_line=test.end_lineno,
+                                          end_line=test.end_lineno or test.lineno,
                                           in_loop=in_loop))
         looped = [s for s in sites if s.in_loop]
         return sorted(set(self._ran(path, looped or sites)), key=lambda s: s.line)
@@ -294,12 +298,12 @@ class SourceIndex:
                     isinstance(node.slice, ast.Compare)
                     or (isinstance(node.slice, ast.UnaryOp) and isinstance(node.slice.op, ast.Invert))):
                 sites.append(CallSite(node.lineno, "mask", lines[node.lineno - 1].strip(), in_loop=in_loop,
-                                      end_line=node.end_lineno))
+                                      end_line=node.end_lineno or node.lineno))
         looped = [s for s in sites if s.in_loop]
         return sorted(set(self._ran(path, looped or sites)), key=lambda s: s.line)
 
     def locate(self, path: str, def_line: int, func: str, via: str | None,
-               fallback: set[str] = frozenset(), forms: tuple[str, ...] = ()) -> tuple[list[CallSite], bool]:
+               fallback: Collection[str] = frozenset(), forms: tuple[str, ...] = ()) -> tuple[list[CallSite], bool]:
         """Lines in the function that match the call `via`; when the op came from C with no Python
         call of its own (via is None), the `fallback` call names, then the syntactic `forms`
         ("branch": if/while tests, "mask": boolean-mask indexing). Returns (sites, exact); when

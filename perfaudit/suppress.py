@@ -53,8 +53,8 @@ def apply(findings: list[Finding], files: set[str], stale_rule=None) -> tuple[li
         locations = []
         for loc in f.locations:
             key = (os.path.realpath(loc.path), loc.line)
-            s = table.get(key)
-            if s and s.covers(f.rule):
+            here = table.get(key)
+            if here is not None and here.covers(f.rule):
                 used.add(key)
             else:
                 locations.append(loc)

@@ -118,9 +118,19 @@ def test_two_optimizers_per_iteration_count_once(tmp_path):
 
 
 def test_dataloader_workers_do_not_survive(sample_report):
-    sample_report("copy_bad.py")
-    leftover = subprocess.run(["pgrep", "-f", "sample_scripts/copy_bad.py"], capture_output=True, text=True)
-    assert leftover.stdout.strip() == ""
+    """No process of that run is left: its workers carry its run folder in their environment (other tests
+    run copy_bad.py at the same time, in their own folders)."""
+    run_dir = sample_report("copy_bad.py")["run"]["run_dir"]
+    found = subprocess.run(["pgrep", "-f", "sample_scripts/copy_bad.py"], capture_output=True, text=True)
+    survivors = []
+    for pid in found.stdout.split():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # ended meanwhile
+            continue
+        if run_dir.encode() in environ:
+            survivors.append(pid)
+    assert not survivors
 
 
 @pytest.mark.parametrize("target,message", [

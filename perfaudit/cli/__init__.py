@@ -5,6 +5,7 @@ render what it returns and exit. Only here do errors become one line on stderr a
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from ..errors import EXIT_INTERRUPTED, EXIT_OK
 from . import analysis, running  # noqa: F401  (the commands register themselves on `app`)
@@ -24,11 +25,12 @@ def main() -> None:
         if not (hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)):
             raise
         # click's usage errors (typer vendors click in recent versions): one line, as every other error
-        where = exc.ctx.command_path if getattr(exc, "ctx", None) else "perfaudit"
-        if exc.format_message():  # (no arguments at all: the help was printed, nothing to add)
-            err.print(f"[bold red]perfaudit: error:[/] {escape(exc.format_message())} (`{escape(where)} -h` for help)",
+        usage: Any = exc  # click's ClickException, whichever copy of click raised it
+        where = usage.ctx.command_path if getattr(usage, "ctx", None) else "perfaudit"
+        if usage.format_message():  # (no arguments at all: the help was printed, nothing to add)
+            err.print(f"[bold red]perfaudit: error:[/] {escape(usage.format_message())} (`{escape(where)} -h` for help)",
                       markup=True, highlight=False)
-        sys.exit(exc.exit_code)
+        sys.exit(usage.exit_code)
     sys.exit(code or 0)
 
 

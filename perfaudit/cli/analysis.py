@@ -127,7 +127,7 @@ def diff(
     from ..errors import UsageError
     from ..report.diff_report import RENDERERS, render_console
     from ..report.outputs import check_writable, write_text
-    specs = []
+    specs: list[tuple[str, str | None]] = []
     for item in fmt or ["console"]:
         name, _, path = item.partition("=")
         if name not in DIFF_FORMATS or (name == "console" and path):
@@ -144,11 +144,11 @@ def diff(
     rules = api.rules_catalogue(rules_dir) if rules_dir else None
     with err.status("reading both sides …"):
         result = api.diff(a, b, rules, tuple(source_root or ()))
-    for name, path in specs:
+    for name, dest in specs:
         if name == "console":
             render_console(result, out)
-        elif path:
-            write_text(path, RENDERERS[name](result))
+        elif dest:
+            write_text(dest, RENDERERS[name](result))
         else:
             sys.stdout.write(RENDERERS[name](result))
 

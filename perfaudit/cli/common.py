@@ -9,7 +9,7 @@ import sys
 import time
 import traceback
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -212,7 +212,8 @@ def status(text: str, quiet: bool):
 
 def progress(status_line, script: str):
     """The progress line's text from the child's progress records: what it is doing, and for how long."""
-    started, state = time.monotonic(), {"text": f"starting {script} …", "waiting": True}
+    started = time.monotonic()
+    state: dict[str, Any] = {"text": f"starting {script} …", "waiting": True}
 
     def update(event: dict) -> None:
         phase = event.get("phase")

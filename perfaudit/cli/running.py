@@ -210,7 +210,7 @@ def verify(
 def bisect(
     script: ScriptArg,
     args: ArgsArg = None,
-    good: Annotated[str, typer.Option("--good", help="A commit (or any git ref) whose step time is good.")] = ...,
+    good: Annotated[str, typer.Option("--good", help="A commit (or any git ref) whose step time is good.")] = ...,  # type: ignore[assignment]  # typer: required
     bad: Annotated[str, typer.Option("--bad", help="A later commit whose step time is worse.")] = "HEAD",
     threshold: Annotated[float, typer.Option(
         min=0, help="A commit is bad when its step time is worse than the good one's by more than this % (or "

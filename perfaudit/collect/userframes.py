@@ -6,6 +6,7 @@ import functools
 import os
 import sys
 import traceback
+from types import FrameType
 
 from ..outcome import Outcome
 
@@ -35,7 +36,7 @@ def user_site(depth: int = 2) -> dict | None:
     """The innermost frame of the user's code on the current stack: {path, line, func}. A frame whose
     line number is unknown (None while the interpreter sets it up) is located at its function's first
     line, so a site never carries `line: null`."""
-    frame = sys._getframe(depth)
+    frame: FrameType | None = sys._getframe(depth)
     while frame is not None:
         code = frame.f_code
         if is_user_file(code.co_filename):

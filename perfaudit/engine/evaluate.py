@@ -1,6 +1,8 @@
 """Evaluate rules against the facts of one trace: conditions, evidence, cost, severity, message."""
 from __future__ import annotations
 
+from typing import Any
+
 from ..facts import Context, Missing, Site
 from ..findings import UNKNOWN_WHERE, Cost, Finding, Location, Skipped
 from .loader import Rule
@@ -82,7 +84,7 @@ def _site_passes(ev: _Evaluation, site_values: dict, site: Site) -> bool:
     for clause in ev.rule.spec.get("evidence", {}).get("where", []):
         field = clause["field"]
         if field == "exact":
-            left = site.exact
+            left: Any = site.exact
         elif field.startswith("extra."):  # a figure of the fact's own (compile.recompiles: recompiles)
             left = site.extra.get(field[len("extra."):])
             if left is None:
@@ -143,9 +145,9 @@ def evaluate(rule: Rule, ctx: Context) -> Finding | Skipped | None:
         cost = Cost(None, None, True) if projected else _cost(ev, step_ms)
         notes = tuple(text for n in spec.get("notes", []) if "when" not in n or ev.holds_optional(n["when"])
                       for text in [ev.render(n["text"], known_only=True)] if text is not None)
-        message = ev.render(spec["projected"]["message"] if projected else rule.message)
+        message = ev.render(spec["projected"]["message"] if projected else rule.message) or ""  # known_only off: a text
         variant = next((v["text"] for v in spec.get("fixes", []) if ev.holds_optional(v["when"])), rule.fix)
-        fix = ev.render(variant)
+        fix = ev.render(variant) or ""
     except Missing as exc:
         return Skipped(rule.id, str(exc))
     locations = tuple(_locations(sites, n_steps))

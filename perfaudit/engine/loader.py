@@ -8,6 +8,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 
@@ -88,7 +89,8 @@ class Rule:
 
     @property
     def family(self) -> str:
-        return re.match(r"[A-Z]+", self.id).group(0)
+        found = re.match(r"[A-Z]+", self.id)
+        return found.group(0) if found else self.id
 
     @property
     def static_fix(self) -> str:
@@ -224,7 +226,7 @@ def _check_schema(spec: dict, where: str) -> None:
         raise RuleError(f"{where}: invalid key '{key}': {error.message}")
 
 
-_VALIDATOR = None
+_VALIDATOR: Any = None  # jsonschema.Draft7Validator, built on first use
 # The digests of rule files that passed both checks, with the schema, facts and tips they were checked
 # against: a cache in the user's cache folder (XDG_CACHE_HOME), like pytest's or mypy's.
 _SCHEMA_KEY = hashlib.sha256(json.dumps([RULE_SCHEMA, sorted(FACTS), sorted(TIPS)], sort_keys=True,
@@ -286,7 +288,10 @@ def builtin_rules_dir() -> str:
     """The folder of the rules perfaudit ships (the package perfaudit.rules: the wheel is never zipped, so
     the folder is found without importlib.resources, whose import costs a trace analysis 10 ms)."""
     import importlib.util
-    return list(importlib.util.find_spec("perfaudit.rules").submodule_search_locations)[0]
+    spec = importlib.util.find_spec("perfaudit.rules")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("perfaudit's rules are not installed (the package perfaudit.rules is missing)")
+    return list(spec.submodule_search_locations)[0]
 
 
 def load_rules(extra_dirs: tuple[str, ...] = ()) -> list[Rule]:

@@ -95,7 +95,7 @@ def compile_summary(ctx: Context) -> dict:
         raise Missing("nothing was compiled")
     frames = [f for f in snap.get("frames") or [] if f.get("func")]
     failed = [f for f in frames if f.get("fail_type")]  # compiling failed (suppress_errors): it runs eagerly
-    window = ctx.meta.get("window") if isinstance(ctx.meta.get("window"), dict) else {}
+    window = _window if isinstance(_window := ctx.meta.get("window"), dict) else {}
     return {"before_s": _compile_seconds(snap, ("startup", "warmup")),
             "window_s": _compile_seconds(snap, ("window",)),
             "frames": len({_frame_of(f.get("id")) for f in frames}),
@@ -115,7 +115,7 @@ def _breaks(snap: dict) -> list[dict]:
     if logged:
         return logged
     frames = snap.get("frames") or []
-    reasons = {}
+    reasons: dict[tuple, str] = {}
     for f in frames:
         if f.get("restart_reasons") and f.get("func"):
             reasons.setdefault((f.get("path"), f.get("func")), f["restart_reasons"][0])

@@ -48,7 +48,7 @@ PIPELINE_BOUND = 0.8  # the pipeline delivers a batch no faster than this share 
 def data_loader(ctx: Context) -> dict:
     step_ms = ctx.step_ms
     wait = _wait_ms(ctx, step_ms)
-    iterators = {name for name in ctx.trace.names() if name.startswith("enumerate(DataLoader)#")}
+    iterators = {name for name in ctx.need_trace().names() if name.startswith("enumerate(DataLoader)#")}
     loader = _loader(ctx)
     if not iterators and loader is None:
         raise Missing("no DataLoader activity in the trace")
@@ -77,14 +77,14 @@ def data_loader(ctx: Context) -> dict:
     return {
         "wait_ms": wait, "compute_ms": compute, "share_pct": 100.0 * wait / step_ms if step_ms else 0.0,
         "num_workers": workers, "workers": uses_workers, "cpu_count": cpus, "needed_workers": needed,
-        "recommended_workers": recommended, "cpu_bound": bool(cpus) and needed > max(cpus, 2),
+        "recommended_workers": recommended, "cpu_bound": bool(cpus) and needed > max(cpus or 0, 2),
         # with workers: would more of them help? not past the CPU count
         "more_workers_help": None if workers is None else
         bool(workers) and needed > workers and (not cpus or workers < cpus or io_bound),
         "io_bound": io_bound,
         # the workers and the training process need more cores than there are: on a CPU-only run they
         # compete for them, and part of the wait is that competition, not slow loading
-        "oversubscribed": bool(cpus) and bool(workers) and workers + 1 > cpus,
+        "oversubscribed": bool(cpus) and bool(workers) and (workers or 0) + 1 > (cpus or 0),
         "worker_ms_per_batch": worker_ms,
         "pipeline_ms_per_batch": pipeline_ms,
         "pipeline_bound": None if pipeline_ms is None else pipeline_ms >= PIPELINE_BOUND * compute,

@@ -137,7 +137,7 @@ def fp32_math_sites(ctx: Context) -> list[Site]:
         used = entry.get("enabled", True) and entry["device_type"] == "cuda" and entry.get("dtype") in ("float16", "bfloat16")
         if used and set(entry.get("by_step") or {}) & measured:
             return []  # mixed precision is on for this step
-    ops = [e for e in ctx.trace.named(MATH_OPS.__contains__, kind="op") if ctx.step_of(e.ts) is not None]
+    ops = [e for e in ctx.need_trace().named(MATH_OPS.__contains__, kind="op") if ctx.step_of(e.ts) is not None]
     attributions = ctx.frames.attribute_all(ops) if ctx.frames else {}
     forward = [e for e in ops if id(e) in attributions and attributions[id(e)].via != "backward"]
     if sum(op_flops(e) for e in forward) / len(ctx.steps) < MIN_GFLOP_PER_STEP * 1e9:

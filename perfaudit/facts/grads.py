@@ -13,7 +13,7 @@ FILL_OPS = {"aten::zero_", "aten::fill_"}
 def _zeroing_ops(ctx: Context):
     """Fill ops that zero gradients: inside Optimizer.zero_grad / Module.zero_grad, or a manual
     `p.grad.zero_()` in the user's code. Returns (op, anchor) pairs."""
-    trace = ctx.trace
+    trace = ctx.need_trace()
     fills = trace.named(FILL_OPS.__contains__, kind="op")
     containers = trace.named(lambda name: name.startswith(ZERO_GRAD))
     pairs = []

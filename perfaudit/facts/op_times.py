@@ -18,12 +18,12 @@ def time_by_name(ctx: Context) -> dict:
     if ctx.is_gpu:
         kind = "kernels"
         for step in steps:
-            for ev in ctx.within(ctx.trace.device, step.ts, step.end):
+            for ev in ctx.within(ctx.need_trace().device, step.ts, step.end):
                 if ev.kind == "kernel":
                     total[ev.name] += ev.dur
     else:
         kind = "ops (self time)"
-        ops = [e for step in steps for e in ctx.within(ctx.trace.host, step.ts, step.end) if e.kind == "op"]
+        ops = [e for step in steps for e in ctx.within(ctx.need_trace().host, step.ts, step.end) if e.kind == "op"]
         parent = innermost(ops, ops)
         for op in ops:
             total[op.name] += op.dur

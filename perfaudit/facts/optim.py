@@ -11,7 +11,7 @@ from .steps import OPTIMIZER_STEP, closure_end
 def _step_ops(ctx: Context) -> dict[str, dict]:
     """Per optimizer class (from the Optimizer.step#Class.step annotations): ms per step, ops per step,
     and which implementation the ops show."""
-    trace = ctx.trace
+    trace = ctx.need_trace()
     out: dict[str, dict] = {}
     ops = ctx.host_of("op")
     first, last = ctx.steps[0].ts, ctx.steps[-1].end

@@ -15,7 +15,7 @@ def data_parallel_sites(ctx: Context) -> list[Site]:
         sites.append(site)
     if not sites and ctx.trace is not None:
         # a trace recorded with modules/stacks shows DataParallel.forward frames
-        if any("DataParallel" in e.name and "forward" in e.name for e in ctx.trace.python):
+        if any("DataParallel" in e.name and "forward" in e.name for e in ctx.need_trace().python):
             sites.append(Site(None, None, None, "", "DataParallel.forward in the trace"))
     return sites
 

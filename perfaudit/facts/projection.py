@@ -38,7 +38,7 @@ def target_of(ctx: Context) -> tuple[devices.Device, str]:
 
 def inputs_of(ctx: Context) -> Inputs:
     env = ctx.probes.get("environment") or {}
-    trace = ctx.trace
+    trace = ctx.need_trace()
     if trace.has_gpu:  # the kernels say which math ran (each distinct name classified once, shared with other facts)
         tf32 = any(t.precision == "tf32" for t in traits(ctx).values())
     else:

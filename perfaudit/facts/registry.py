@@ -74,8 +74,9 @@ class Context:
         embedded_roots = meta.get("source_roots")
         roots = tuple(r for r in (embedded_roots if isinstance(embedded_roots, list) else ()) if isinstance(r, str))
         roots += tuple(source_roots)
-        aliases = meta.get("path_aliases") if isinstance(meta.get("path_aliases"), dict) else {}
-        aliases = {k: v for k, v in aliases.items() if isinstance(k, str) and isinstance(v, str)}
+        embedded_aliases = meta.get("path_aliases")
+        aliases = {k: v for k, v in (embedded_aliases if isinstance(embedded_aliases, dict) else {}).items()
+                   if isinstance(k, str) and isinstance(v, str)}
         roots += tuple(sorted(set(aliases) | {os.path.dirname(a) for a in aliases}))  # frames carry alias paths
         # only the roots the caller gives are trusted for reading files (a trace's own claims are not)
         trusted = tuple(source_roots) + tuple(v for v in aliases.values() if any(
@@ -159,7 +160,7 @@ class Context:
         split = self.__dict__.get("_host_by_kind")
         if split is None:
             split = {}
-            for ev in self.trace.host:
+            for ev in self.need_trace().host:
                 bucket = split.get(ev.kind)
                 if bucket is None:
                     bucket = split[ev.kind] = []

@@ -15,7 +15,7 @@ def _signature(ctx: Context, names: set[str]) -> list[tuple]:
     """Per step, the tuple of first-input shapes of the named ops, in order: over every recorded step but
     warm-up and steps unlike the others (an evaluation pass), a step delayed by a busy CPU included
     (its shapes are the script's, however long it took)."""
-    ops = ctx.trace.named(names.__contains__, kind="op")
+    ops = ctx.need_trace().named(names.__contains__, kind="op")
     if ops and not any("Input Dims" in e.args for e in ops):
         raise Missing("the trace has no input shapes (record with record_shapes=True)")
     steps = ctx.load_independent_steps
@@ -76,8 +76,8 @@ def cudnn_flag_sites(ctx: Context) -> list[Site]:
             site = site_from_probe(ctx, last["site"], "cudnn.benchmark set here", set_true=set_true)
             site.count, site.steps_seen = n, set(range(n))
             return [site]
-        if assigned:  # set only on paths this run did not take (a determinism block): the flag goes before it
-            block = ctx.source.enclosing_block_line(script, assigned[0][0])
+        if assigned and isinstance(script, str):  # set only on paths this run did not take (a determinism block)
+            block = ctx.source.enclosing_block_line(script, assigned[0][0])  # ... the flag goes before that block
             site = site_from_probe(ctx, {"path": script, "line": block}, "cudnn.benchmark set only on a path "
                                    "this run did not take: set it before that block", set_true=set_true)
             site.count, site.steps_seen = n, set(range(n))

@@ -1,7 +1,9 @@
 """Sites: places in the user's code with the evidence measured there, aggregated over steps."""
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 from .registry import Context
 
@@ -35,13 +37,13 @@ def site_from_probe(ctx: Context, where: dict | None, detail: str, **extra) -> S
 class SiteCollector:
     """Groups evidence events by the user line they come from."""
 
-    def __init__(self, ctx: Context, fallback_calls: set[str] = frozenset(), forms: tuple[str, ...] = ()):
+    def __init__(self, ctx: Context, fallback_calls: Collection[str] = frozenset(), forms: tuple[str, ...] = ()):
         self.ctx = ctx
         self.fallback = set(fallback_calls)
         self.forms = forms
         self.sites: dict[tuple, Site] = {}
 
-    def add_all(self, items: list[tuple], hints: dict[str, tuple[set, tuple]] | None = None,
+    def add_all(self, items: list[tuple], hints: dict[str, tuple[Collection[str], tuple]] | None = None,
                 attributions: dict | None = None) -> None:
         """items: (anchor event to attribute, event that is counted, ms, detail). `hints` maps a
         detail to the (fallback calls, forms) to search when the op has no Python call of its own;
@@ -54,7 +56,7 @@ class SiteCollector:
                 continue
             att = attributions.get(id(anchor))
             if att is None:
-                key = (None, detail)
+                key: tuple[str | None, Any] = (None, detail)
                 site = self.sites.get(key) or Site(None, None, None, "", detail, exact=False)
             else:
                 f = att.frame

@@ -40,12 +40,12 @@ def _step_cpu_seconds(ctx: Context) -> float | None:
     was (intra-op threads spinning while a neighbour holds their core only ever add to it: a step that
     waited 32 ms for a CPU was measured at 31 ms of CPU against 0.8 ms undisturbed, and the start-up
     read as 40 times fewer steps). None for a trace without it."""
-    window = ctx.meta.get("window") if isinstance(ctx.meta.get("window"), dict) else {}
+    window = _window if isinstance(_window := ctx.meta.get("window"), dict) else {}
     cpu = window.get("step_cpu_s")
     if not isinstance(cpu, list) or ctx.trace is None:
         return None
     try:
-        values = [float(cpu[s.number]) for s in ctx.trace.measured_steps if s.number < len(cpu)]
+        values = [float(cpu[s.number]) for s in ctx.need_trace().measured_steps if s.number < len(cpu)]
     except (TypeError, ValueError):
         return None
     values = [v for v in values if v > 0]

@@ -15,7 +15,7 @@ def data_ranges(ctx: Context) -> iv.Merged:
     cached = ctx.__dict__.get("_data_ranges")
     if cached is None:
         cached = ctx.__dict__["_data_ranges"] = iv.Merged(
-            iv.union((e.ts, e.end) for e in ctx.trace.named(lambda name: name.startswith(DATALOADER_PREFIX))))
+            iv.union((e.ts, e.end) for e in ctx.need_trace().named(lambda name: name.startswith(DATALOADER_PREFIX))))
     return cached
 
 
@@ -41,7 +41,7 @@ def _phase(name: str) -> str | None:
     return phase
 
 
-_UNKNOWN = object()
+_UNKNOWN = "\0unknown"  # not a phase: a name not classified yet
 
 
 def _phase_of(name: str) -> str | None:
@@ -67,7 +67,7 @@ def phase_times(ctx: Context, steps=None) -> list[dict]:
         times = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
         covered_until = -1.0  # end of the phase range being counted; nested events are inside it
         step_end = step.end
-        for ev in ctx.within(ctx.trace.host, step.ts, step_end):
+        for ev in ctx.within(ctx.need_trace().host, step.ts, step_end):
             if ev.ts < covered_until:
                 continue
             phase = _phase(ev.name)
@@ -100,7 +100,7 @@ def _scan_closure(ctx: Context, step_range, end: float) -> tuple[float | None, f
     backward = zero = 0.0
     closure_end = None
     covered = -1.0
-    for ev in ctx.within(ctx.trace.host, step_range.ts, end):
+    for ev in ctx.within(ctx.need_trace().host, step_range.ts, end):
         if ev is step_range or ev.ts < covered:
             continue
         if ev.name.startswith(BACKWARD_PREFIX):

@@ -308,7 +308,9 @@ def _copied_name(stmt) -> tuple[str, cst.BaseExpression] | None:
     value = assign.value
     if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name) or not isinstance(value, cst.Call):
         return None
-    device = _device_of_copy(value) if isinstance(value.func, cst.Attribute) else None
+    if not isinstance(value.func, cst.Attribute):
+        return None
+    device = _device_of_copy(value)
     name = assign.targets[0].target.value
     if device is None or not (isinstance(value.func.value, cst.Name) and value.func.value.value == name):
         return None
@@ -320,7 +322,8 @@ def _created_name(stmt) -> tuple[str, cst.Call] | None:
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
         return None
     assign = stmt.body[0]
-    if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name) and _factory(assign.value):
+    if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name) and isinstance(assign.value, cst.Call)
+            and _factory(assign.value)):
         return assign.targets[0].target.value, assign.value
     return None
 

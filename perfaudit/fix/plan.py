@@ -185,7 +185,7 @@ def plan_fixes(findings: list[Finding], root: str, select: set[str] | None = Non
 
 
 def _add_loader(f: Finding, per_file: dict, base_dir: str | None) -> None:
-    params = f.autofix.get("params") or {}
+    params = (f.autofix or {}).get("params") or {}
     if params.get("loader_path") and isinstance(params.get("loader_line"), int):
         path = _absolute(params["loader_path"], base_dir)
         if not any(e[0] is f for e in per_file.get(path, [])):

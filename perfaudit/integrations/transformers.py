@@ -18,6 +18,7 @@ either warns (`action="warn"`) or stops the training with `GateFailed` when a fi
 from __future__ import annotations
 
 import sys
+from types import FrameType
 
 try:
     from transformers import Trainer, TrainerCallback
@@ -32,7 +33,7 @@ __all__ = ["PerfauditCallback"]
 
 def _calling_trainer() -> Trainer | None:
     """The Trainer whose loop calls this callback: the callback API passes everything but it."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         candidate = frame.f_locals.get("self")
         if isinstance(candidate, Trainer):

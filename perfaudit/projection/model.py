@@ -84,6 +84,8 @@ def _pipeline(inputs: Inputs) -> Pipeline | None:
 class Projector:
     """One trace's steps on one target: the plans made once, replayed as they are and with each fix."""
 
+    why = ""  # why this target (facts/projection.py): named, the trace's own GPU, or the default
+
     def __init__(self, trace: Trace, steps: list[Step], target: Device, inputs: Inputs,
                  recorded_on: Device | None = None):
         self.own_cost = in_python_time(trace)   # measured on the whole trace (its calibration precedes the steps)
@@ -125,8 +127,14 @@ class Projector:
             plans = _with_copies(plans, lambda: _copy_item(self.inputs, target))
         return plans
 
+    @property
+    def _recorded(self) -> Device:
+        if self.recorded_on is None:
+            raise ValueError("the GPU this trace was recorded on is not in perfaudit's table")
+        return self.recorded_on
+
     def _kernel_scale(self, precision: str | None) -> Callable[[Event], float]:
-        src, dst, floor = self.recorded_on, self.target, self.cal["kernel_floor_us"]
+        src, dst, floor = self._recorded, self.target, self.cal["kernel_floor_us"]
         memory = src.memory_gbs / dst.memory_gbs
         cache: dict[str, float] = {}
 
@@ -150,7 +158,7 @@ class Projector:
         recorded on (what the kernels' efficiency on the shape does, the model keeps on both sides)."""
         if self.recorded_on == self.target and not precision:
             return None
-        src, dst, cal = self.recorded_on, self.target, self.cal
+        src, dst, cal = self._recorded, self.target, self.cal
         tf32 = self.inputs.tf32_matmul, self.inputs.tf32_conv
 
         def ratio(op: Event) -> float | None:
@@ -164,7 +172,7 @@ class Projector:
         return ratio
 
     def _copy_scale(self) -> float:
-        src = self.cal["pcie_gbs"][self.recorded_on.pcie]["pinned"]
+        src = self.cal["pcie_gbs"][self._recorded.pcie]["pinned"]
         dst = self.cal["pcie_gbs"][self.target.pcie]["pinned"]
         return src / dst
 
@@ -195,7 +203,7 @@ class Projector:
         for p in self.plans:
             items = []
             host_total = sum(i.host_us for i in p.items if i.kind == "host") or 1.0
-            previous = None
+            previous: Item | None = None
             for item in p.items:
                 before, previous = previous, item
                 if kind == "copies" and item.kind == "sync" and before is not None and before.pageable:

@@ -22,8 +22,9 @@ def us_per_event(trace: Trace) -> float | None:
         return None
     bare, instrumented = record.get("bare_s"), record.get("instrumented_s")
     ranges = trace.names().get(CALIBRATION) or []
-    if not ranges or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and isfinite(v) and v >= 0
-                             for v in (bare, instrumented)):
+    if not ranges or not isinstance(bare, (int, float)) or not isinstance(instrumented, (int, float)):
+        return None
+    if not all(not isinstance(v, bool) and isfinite(v) and v >= 0 for v in (bare, instrumented)):
         return None
     r = ranges[0]
     events = _count(trace, r.ts, r.end)

@@ -134,7 +134,7 @@ def _summarise(c: _Clock, plans: list[StepPlan], ends: list[float]) -> Projectio
     compute_only = busy["compute"]
     comm_exposed = max(gpu_busy - busy["compute"] - busy["copies"], 0.0)
     weights = {"gpu": compute_only, "communication": comm_exposed, "copies": busy["copies"], **idle}
-    bottleneck = max(weights, key=weights.get) if step else "host"
+    bottleneck = max(weights, key=lambda k: weights[k]) if step else "host"
     shares = {k: (v / step if step else 0.0) for k, v in weights.items()}
     return Projection(step, per_step, busy, idle, bottleneck, gpu_busy / step if step else 0.0,
                       idle["data"] / step if step else 0.0, shares)

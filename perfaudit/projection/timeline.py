@@ -47,7 +47,8 @@ def _forest(ops: list[Event]) -> list[_Node]:
     """The ops of one thread as trees (sorted by start, enclosing first): only namespaced ops (`aten::…`,
     `autograd::…`) nest; a profiler annotation recorded as an op (older traces' `ProfilerStep#3`) is passed
     through, its ops becoming roots."""
-    roots, stack = [], []
+    roots: list[_Node] = []
+    stack: list[_Node] = []
     for op in ops:
         if "::" not in op.name:
             continue
@@ -256,7 +257,7 @@ def from_kernels(trace: Trace, scale: Callable[[Event], float], copy_scale: floa
 
     def ratios(root: _Node) -> dict[int, float]:
         """id(runtime call) -> the ratio of the op group that made it."""
-        out = {}
+        out: dict[int, float] = {}
         if op_ratio is None:
             return out
         for group in _groups(root):

@@ -44,6 +44,8 @@ def _conv_out(x: list, w: list, concrete: list | None) -> list:
     """The output's spatial size, from stride, padding and dilation when the trace kept them (else the
     input's: stride 1 and same padding)."""
     spatial = list(x[2:])
+    if concrete is None:
+        return spatial
     try:
         stride, padding, dilation = (_ints(concrete[i], len(spatial)) for i in (3, 4, 5))
     except (TypeError, ValueError, IndexError):

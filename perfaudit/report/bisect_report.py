@@ -39,7 +39,7 @@ def render_console(r: BisectResult, console: Console) -> None:
         s = measured.speed
         console.print(f"  against {r.good.short}: step time {s.mean_a_ms:.2f} → {s.mean_b_ms:.2f} ms, "
                       f"{escape(measured.why)}", highlight=False)
-    if r.diff is not None:
+    if r.diff is not None and r.parent is not None:
         console.print(f"  audited against its parent {r.parent.short}: {headline(r.diff)}", highlight=False)
         new = [f for f in r.diff.findings if f.status in ("new", "changed")]
         for f in new:

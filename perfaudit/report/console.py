@@ -282,6 +282,8 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
 def _reanalyse(report: Report) -> str:
     """The command that gives this report again from what the run folder holds; nothing when it holds
     no trace."""
+    if not report.run_dir:
+        return ""
     job = len(report.traces) > 1 or bool((report.outcome or {}).get("ranks"))
     target = report.run_dir if job else os.path.join(report.run_dir, "trace.json.gz")
     if not report.traces or not os.path.exists(target):

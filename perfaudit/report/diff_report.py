@@ -135,8 +135,9 @@ def render_html(d: Diff) -> str:
         return out + "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
     parts = [f"<h1>perfaudit diff</h1><p>A: <code>{e(d.a)}</code><br>B: <code>{e(d.b)}</code></p>",
              f"<p><b>{e(headline(d))}</b></p>"]
-    if grew_text(d):
-        parts.append(f"<p>{e(grew_text(d))}</p>")
+    grew = grew_text(d)
+    if grew:
+        parts.append(f"<p>{e(grew)}</p>")
     for title, rows in (("Host time per step (ms)", d.host), ("GPU time per step (ms)", d.gpu)):
         if rows:
             parts.append(f"<h2>{e(title)}</h2>" + table(["part", "A", "B", "change"], [
@@ -144,7 +145,7 @@ def render_html(d: Diff) -> str:
     parts.append("<h2>Findings</h2>" + table(["status", "rule", "where", "A ms/step", "B ms/step", "message"], [
         [f.status, f.rule, f.where or "-", _ms(f.ms_a), _ms(f.ms_b), f.message] for f in d.findings]))
     if d.ops:
-        parts.append(f"<h2>{e(d.ops_kind)} whose time changed most (ms per step)</h2>" + table(
+        parts.append(f"<h2>{e(d.ops_kind or 'Ops')} whose time changed most (ms per step)</h2>" + table(
             ["name", "A", "B", "change"], [[r["name"], _ms(r["a_ms"]), _ms(r["b_ms"]), _signed(r["delta_ms"])]
                                            for r in d.ops]))
     if d.environment:

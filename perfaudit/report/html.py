@@ -73,7 +73,8 @@ def _waterfall(mfu: dict | None, findings: list[Finding]) -> dict | None:
     ledger = mfu_dict(mfu, findings)["ledger"]
     step = sum(bar["ms_per_step"] for bar in ledger) or 1.0
     scale = (CHART_W - LEDGER_LABEL_W - 90) / step
-    rows, x = [], float(LEDGER_LABEL_W)
+    rows: list[dict] = []
+    x = float(LEDGER_LABEL_W)
     for bar in ledger:
         if bar["ms_per_step"] <= 0:
             continue

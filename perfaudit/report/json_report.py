@@ -79,7 +79,7 @@ def projection_dict(p: dict) -> dict:
 
 def mfu_dict(mfu: dict, findings) -> dict:
     """The MFU figures with each ledger bar's findings located: the file:line of the rule that measures it."""
-    where = {}
+    where: dict[str, list] = {}
     for f in findings:
         where.setdefault(f.rule, []).extend(f"{loc.path}:{loc.line}" for loc in f.locations)
     ledger = [{**bar, "locations": where.get(bar["rule"], [])[:5]} for bar in mfu["ledger"]]

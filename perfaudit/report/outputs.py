@@ -19,7 +19,7 @@ _RENDERERS = {"json": ("json_report", False), "sarif": ("sarif", True), "html": 
 def parse_formats(formats: list[str] | None, output: str | None) -> list[tuple[str, str | None]]:
     """(format, file or None for standard output) for each `-f`; `-o FILE` gives the first format
     without a file its file (the JSON report when only the console was asked for)."""
-    specs = []
+    specs: list[tuple[str, str | None]] = []
     for item in formats or ["console"]:
         fmt, _, path = item.partition("=")
         fmt = fmt.strip().lower()
@@ -30,8 +30,8 @@ def parse_formats(formats: list[str] | None, output: str | None) -> list[tuple[s
                              "(-f markdown=FILE, -f json=FILE)")
         specs.append((fmt, path or None))
     if output:
-        for i, (fmt, path) in enumerate(specs):
-            if fmt != "console" and path is None:
+        for i, (fmt, given) in enumerate(specs):
+            if fmt != "console" and given is None:
                 specs[i] = (fmt, output)
                 break
         else:

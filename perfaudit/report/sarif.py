@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 from urllib.parse import quote
 
 from .. import __version__
@@ -39,7 +40,7 @@ def to_dict(report: Report, rules: list, root: str | None = None) -> dict:
     } for r in rules]
     results = []
     for f in report.findings:
-        result = {"ruleId": f.rule, "level": LEVEL[f.severity], "message": {"text": f"{f.message} Fix: {f.fix}"},
+        result: dict[str, Any] = {"ruleId": f.rule, "level": LEVEL[f.severity], "message": {"text": f"{f.message} Fix: {f.fix}"},
                   "properties": {"ms_per_step": f.cost.ms_per_step, "share_of_step": f.cost.share_of_step,
                                  "estimated": f.cost.estimated, "tips": list(f.tips),
                                  **({"verified": f.verified} if f.verified else {})}}

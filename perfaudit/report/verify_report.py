@@ -44,7 +44,9 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
         if verdict.broke:
             console.print(f"  [bold red]BROKE THE SCRIPT[/]: with the fix {escape(verdict.broke)}; A ran fine")
             continue
-        s = verdict.speed
+        s, loss = verdict.speed, verdict.loss
+        if s is None or loss is None:  # not timed: a stopped verify
+            continue
         style = _SPEED_STYLE.get(s.verdict, "")
         how = f"{abs(s.change_pct):.1f}% {'faster' if s.delta_ms < 0 else 'slower'}" if s.delta_ms else "the same"
         if math.isnan(s.delta_ms):  # no counted step on one side: every run of it waited for a CPU
@@ -63,7 +65,6 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
         rates = v.flop_rates(verdict)
         if rates:
             console.print(f"  {_rates_text(rates)}", highlight=False)
-        loss = verdict.loss
         style = "green" if loss.passed else "bold red"
         shout = "LOSS CHANGED: " if not loss.passed else ""
         console.print(f"  loss       [{style}]{shout}{loss.verdict}[/]: {escape(loss.detail)}", highlight=False)

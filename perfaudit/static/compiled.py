@@ -72,7 +72,7 @@ def graph_breaks_in_compiled(tree: ast.AST) -> list[Hit]:
     functions, classes = _compiled_names(tree)
     if not functions and not classes:
         return []
-    targets = [n for n in tree.body if isinstance(n, _FUNCTIONS) and n.name in functions]
+    targets = [n for n in getattr(tree, "body", ()) if isinstance(n, _FUNCTIONS) and n.name in functions]
     for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name in classes):
         targets += [n for n in cls.body if isinstance(n, _FUNCTIONS) and n.name == "forward"]
     captures = _captures_scalars(tree)

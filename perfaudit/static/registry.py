@@ -51,5 +51,5 @@ def check(rule: str, node: type):
     return register
 
 
-def hit(rule: str, node: ast.AST, message: str) -> Hit:
+def hit(rule: str, node: ast.stmt | ast.expr, message: str) -> Hit:
     return Hit(rule, node.lineno, message)

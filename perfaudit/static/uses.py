@@ -47,7 +47,7 @@ def _is_torch(call: ast.Call) -> bool:
 
 
 def _reads_at(tree: ast.AST, line: int) -> list[ast.Call]:
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= n.end_lineno
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)
             and call_name(n) in HOST_READS and isinstance(n.func, ast.Attribute) and not n.args]
 
 
@@ -163,7 +163,7 @@ def call_requests(tree: ast.AST, line: int, key: str, names: set[str]) -> bool |
     """Whether the call of one of `names` at `line` asks for `key` (`fused=...`) on some path: directly,
     or through `**kwargs` that its scope fills with that key (`{"fused": True} if cuda else {}`). None when
     a `**` argument cannot be read (any key may be in it)."""
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= n.end_lineno
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)
              and call_name(n) in names]
     if not calls:
         return None

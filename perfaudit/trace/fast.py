@@ -54,7 +54,7 @@ class RawEvent(msgspec.Struct):
     args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
 
 
-def decode_args(raws: list[msgspec.Raw]) -> list[RawArgs | None]:
+def decode_args(raws: list[msgspec.Raw]) -> list[RawArgs] | list[RawArgs | None]:
     """The RawArgs of many events' undecoded args, in one call (a call per event costs more than the
     decoding); None for args that are not an object (ignored, as by the general parser)."""
     try:

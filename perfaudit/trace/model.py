@@ -177,7 +177,8 @@ def without_emulation_frames(python: list[Event]) -> list[Event]:
     """The Python events as the script made them: an emulated CUDA run (`--device emulate-cuda`) records
     the mode's frames (and torch's dispatch to it) around every torch call, and the torch call they make
     (a builtin, so `bool(t)` would show as a `__bool__` call there). Events sorted by start, enclosing first."""
-    kept, open_by_thread = [], {}
+    kept: list[Event] = []
+    open_by_thread: dict = {}
     for ev in python:
         stack = open_by_thread.setdefault((ev.pid, ev.tid), [])
         while stack and stack[-1][0].end <= ev.ts:

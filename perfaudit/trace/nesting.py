@@ -59,13 +59,13 @@ def innermost(containers: list[Event], queries: list[Event], grouped_containers:
     for q in queries:
         grouped[(q.pid, q.tid)].append(q)
     for key, qs in grouped.items():
-        outer = threads.get(key, ())
+        outer = threads.get(key) or []
         n = len(outer)
         if not n:
             continue
         qs.sort(key=_START)
         if n * 4 < len(qs):
-            qs = _inside_any(outer, qs)
+            qs = _inside_any(list(outer), qs)
         stack: list[Event] = []
         i = 0
         for q in qs:

@@ -191,8 +191,8 @@ def _parse_general(path: str, other_ops: tuple = ()) -> Trace:
     except _GZIP_ERRORS as exc:
         raise TraceError(f"{path}: truncated or corrupt gzip ({exc})") from exc
     except ijson.IncompleteJSONError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unexpected end"
-        raise TraceError(f"{path}: not valid JSON or truncated ({first})") from exc
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else "unexpected end"
+        raise TraceError(f"{path}: not valid JSON or truncated ({said})") from exc
     except ijson.JSONError as exc:
         raise TraceError(f"{path}: not valid JSON ({exc})") from exc
     except OSError as exc:

@@ -12,9 +12,9 @@ _DATALOADER_NEXT = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 
 def _profiler_steps(trace: Trace) -> list[Step]:
     seen: dict[int, Step] = {}
-    for ev in trace.named(_PROFILER_STEP.match):
+    for ev in trace.named(lambda name: _PROFILER_STEP.match(name) is not None):
         m = _PROFILER_STEP.match(ev.name)
-        if int(m.group(1)) not in seen:
+        if m is not None and int(m.group(1)) not in seen:
             seen[int(m.group(1))] = Step(int(m.group(1)), ev.ts, ev.end)
     return sorted(seen.values(), key=lambda s: s.ts)
 
@@ -80,7 +80,7 @@ def segment_steps(trace: Trace) -> None:
         if len(ends) >= 2:
             steps, source = _boundaries_to_steps(ends, first, last, close_at_end=True), "optimizer"
     if not steps:
-        starts = sorted({e.ts for e in trace.named(_DATALOADER_NEXT.match)})
+        starts = sorted({e.ts for e in trace.named(lambda name: _DATALOADER_NEXT.match(name) is not None)})
         if len(starts) >= 2:
             steps, source = _boundaries_to_steps(starts, first, last, close_at_end=False), "dataloader"
             steps = steps[:-1] if len(steps) >= 3 else steps  # the last runs to the trace's end: partial
@@ -93,9 +93,11 @@ def segment_steps(trace: Trace) -> None:
         begin = min([first] + [e.ts for e in trace.device[:1]])
         end = max([last] + [e.end for e in trace.device[-1:]])
         steps, source = [Step(0, begin, end)], "whole-trace"
-    window = trace.probes.get("window") if isinstance(trace.probes.get("window"), dict) else {}
+    window = trace.probes.get("window")
+    window = window if isinstance(window, dict) else {}
     warmup = window.get("warmup", 0) if isinstance(window.get("warmup", 0), int) else 0
-    excluded = window.get("excluded_steps") if isinstance(window.get("excluded_steps"), dict) else {}
+    excluded = window.get("excluded_steps")
+    excluded = excluded if isinstance(excluded, dict) else {}
     if iterated:
         steps = _iterations(steps)
     for step in steps:

@@ -154,9 +154,9 @@ def meta_after_list(after: bytes, meta: dict) -> None:
     """Top-level keys written after the events, from the bytes that follow the `]` closing traceEvents
     (`, "key": value, … }`: where the fast path found that bracket). Keys from before the events win."""
     text = after.decode("utf-8", "replace")
-    at = _SPACE.match(text).end()
+    at = _after_space(text, 0)
     if text[at:at + 1] == ",":
-        found = _members_to_end(text, _SPACE.match(text, at + 1).end())
+        found = _members_to_end(text, _after_space(text, at + 1))
         for key, value in (found or {}).items():
             meta.setdefault(key, value)
 
@@ -166,23 +166,29 @@ _SPACE = re.compile(r"\s*")
 _DECODER = json.JSONDecoder()
 
 
+def _after_space(text: str, at: int) -> int:
+    """The index of the first character at or after `at` that is not white space."""
+    found = _SPACE.match(text, at)
+    return found.end() if found else at
+
+
 def _members_to_end(text: str, at: int) -> dict | None:
     """`"key": value, …}` from `at` to the end of `text` (only white space after the brace), or None."""
     out = {}
     try:
         while True:
             key, at = _DECODER.raw_decode(text, at)
-            at = _SPACE.match(text, at).end()
+            at = _after_space(text, at)
             if not isinstance(key, str) or text[at:at + 1] != ":":
                 return None
-            value, at = _DECODER.raw_decode(text, _SPACE.match(text, at + 1).end())
+            value, at = _DECODER.raw_decode(text, _after_space(text, at + 1))
             out[key] = value
-            at = _SPACE.match(text, at).end()
+            at = _after_space(text, at)
             if text[at:at + 1] == "}":
-                return out if _SPACE.match(text, at + 1).end() == len(text) else None
+                return out if _after_space(text, at + 1) == len(text) else None
             if text[at:at + 1] != ",":
                 return None
-            at = _SPACE.match(text, at + 1).end()
+            at = _after_space(text, at + 1)
     except ValueError:
         return None
 

@@ -28,7 +28,7 @@ _TRACE_PATTERNS = ("*.json", "*.json.gz")
 def expand_trace_paths(paths: list[str]) -> list[tuple[str, bool]]:
     """(file, found in a folder) for the paths given; a folder stands for the traces inside it (one per
     rank, say)."""
-    out = []
+    out: list[tuple[str, bool]] = []
     for path in paths:
         if os.path.isdir(path):
             found = sorted({f for pat in _TRACE_PATTERNS for f in glob.glob(os.path.join(path, pat))
@@ -119,8 +119,8 @@ def _summary_of(trace: Trace, ctx: Context, env: dict, device: str) -> TraceSumm
         compiled = None
     excluded = [{"step": s.number, "why": s.excluded, "kept": not trace.excluded_steps}
                 for s in trace.steps if not s.warmup and s.excluded]
-    window = trace.probes.get("window") if isinstance(trace.probes.get("window"), dict) else {}
-    busy_measured = window.get("busy_steps_measured") if isinstance(window.get("busy_steps_measured"), int) else 0
+    window = _window if isinstance(_window := trace.probes.get("window"), dict) else {}
+    busy_measured = measured if isinstance(measured := window.get("busy_steps_measured"), int) else 0
     threads = window.get("threads") if isinstance(window.get("threads"), dict) else None
     try:
         training = ctx.get("run.training")
@@ -293,11 +293,12 @@ def combine(report: Report, results: list[TraceResult], rules: list[Rule], sourc
     for result in results:
         report.findings.extend(result.findings)
         report.skipped.extend(s for s in result.skipped if s not in report.skipped)
-        report.traces.append(result.summary)
+        if result.summary is not None:
+            report.traces.append(result.summary)
         report.notes.extend(n for n in result.notes if n not in report.notes)
     if len(results) > 1:
         report.findings = _merge_across_traces(report.findings, {t.path: t.rank for t in report.traces})
-        job = Context(None, {}, source_roots, job=[r.rank_stats for r in results])
+        job = Context(None, {}, source_roots, job=[r.rank_stats for r in results if r.rank_stats is not None])
         findings, skipped = evaluate_rules(job, [r for r in rules if r.scope == "job"])
         report.findings.extend(findings)
         report.skipped.extend(skipped)

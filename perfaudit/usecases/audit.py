@@ -270,6 +270,8 @@ def write_run_reports(report: Report, rules: list[Rule]) -> None:
     """Every run folder holds its report as one HTML file to open or attach, and as JSON (what `perfaudit
     diff` reads back: the findings at the lines the run and the static pass placed them)."""
     from ..report import html, json_report
+    if not report.run_dir:  # no run folder (nothing was run): nowhere to keep them
+        return
     renderers = {"report.html": lambda: html.render(report, rules), "report.json": lambda: json_report.render(report)}
     for name, render in renderers.items():
         path = os.path.join(report.run_dir, name)

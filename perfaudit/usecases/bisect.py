@@ -41,7 +41,8 @@ class _Trees:
     """Worktrees of the commits tested, in one temporary folder, all removed at the end."""
 
     def __init__(self, repo: str):
-        self.repo, self.root, self.paths = repo, tempfile.mkdtemp(prefix="perfaudit-bisect-"), {}
+        self.repo, self.root = repo, tempfile.mkdtemp(prefix="perfaudit-bisect-")
+        self.paths: dict[str, str] = {}
 
     def of(self, commit: Commit) -> str:
         if commit.sha not in self.paths:
@@ -172,10 +173,12 @@ def _judge(commit: Commit, v, threshold_pct: float) -> Comparison:
 def _audit_pair(parent: Commit, culprit: Commit, place, trees: _Trees, args: list[str], options: RunOptions,
                 folder: str) -> Diff:
     """The parent and the culprit audited (profiled runs), then compared; paths shown relative to the tree."""
-    dirs = []
+    dirs: list[str] = []
     for commit in (parent, culprit):
         script, cwd = place(commit)
         report = audit(script, args, replace(options, out_dir=os.path.join(folder, f"audit-{commit.short}"), cwd=cwd))
+        if not report.run_dir:
+            raise UsageError(f"the audit of {commit.short} left no run folder to compare")
         dirs.append(report.run_dir)
     out = diff(dirs[0], dirs[1])
     for change in out.findings:  # worktree paths (gone at the end) as paths in the repository

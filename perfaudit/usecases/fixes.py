@@ -39,6 +39,7 @@ def recorded_report(source: str, rules: list[Rule], script: str | None = None) -
     """The report of an earlier run: its folder or trace (analysed again) or its JSON report; and the
     folder relative paths in it are read from. A run of another script than `script` is refused: its
     fixes are not this script's."""
+    base: str | None
     if os.path.isdir(source) or looks_like_trace(source):
         report, base = analyze([source], rules), os.getcwd()
     else:
@@ -47,9 +48,10 @@ def recorded_report(source: str, rules: list[Rule], script: str | None = None) -
                 data = json.load(f)
         except (OSError, ValueError) as exc:
             raise UsageError(f"--from {source}: not a run folder, a trace or a JSON report ({exc})") from None
-        report = report_from_dict(data)
-        if report is None:
+        loaded = report_from_dict(data)
+        if loaded is None:
             raise UsageError(f"--from {source}: a JSON file, but not a perfaudit report")
+        report = loaded
         cwd = (data.get("run") or {}).get("cwd")  # where the report was made: its relative paths start there
         base = cwd if isinstance(cwd, str) and os.path.isdir(cwd) else \
             os.path.dirname(os.path.abspath(report.script)) if report.script else None
@@ -130,7 +132,7 @@ def verify(script: str, args: list[str], audit_options: RunOptions, timing_optio
         v.predicted_ms = sum(savings) if savings else None
         projected = [f for f in report.findings if f.rule in v.rules and f.cost.projected_ms is not None]
         if projected:
-            v.projected_ms = sum(f.cost.projected_ms for f in projected)
+            v.projected_ms = sum(f.cost.projected_ms or 0.0 for f in projected)
             v.projected_on = projected[0].cost.projected_on
     first = report.traces[0] if report.traces else None
     verification.flops = first.mfu if first is not None and first.mfu else None

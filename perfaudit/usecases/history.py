@@ -55,7 +55,8 @@ def commit_of(repo: str | None) -> dict:
 
 def read_history(path: str) -> tuple[list[dict], list[str]]:
     """The entries of a history file, oldest first, and a note per line that could not be read (skipped)."""
-    entries, notes = [], []
+    entries: list[dict] = []
+    notes: list[str] = []
     if not os.path.exists(path):
         return entries, notes
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 
 from ..collect.inprocess.notebook import NotebookScript, relocate
@@ -110,14 +111,20 @@ class WindowAudit:
 
     def step_ended(self) -> Report | None:
         """A training step ended; the report, once, when this step closed the window."""
-        if not self.recording:
+        session = self._live()
+        if session is None:
             return None
-        self.session.step_ended()
-        return self._report() if self.session.done else None
+        session.step_ended()
+        return self._report() if session.done else None
 
     def evaluating(self) -> None:
-        if self.recording:
-            self.session.evaluating()
+        session = self._live()
+        if session is not None:
+            session.evaluating()
+
+    def _live(self) -> InProcessSession | None:
+        """The session while it records; None before it starts and once the report is made."""
+        return self.session if self.report is None else None
 
     def end(self, result: dict | None = None) -> Report | None:
         """Training ended (or failed: `result` says how, as outcome.py does); the report on what was
@@ -127,9 +134,11 @@ class WindowAudit:
         return self._report(result or {"outcome": Outcome.COMPLETED})
 
     def _report(self, result: dict | None = None) -> Report:
+        session = self._live()
+        assert session is not None, "a report is made once, from a session that recorded"
         self._unhook()
-        self.session.end(result or {"outcome": Outcome.WINDOW_COMPLETE})
-        run = recorded(self.session)
+        session.end(result or {"outcome": Outcome.WINDOW_COMPLETE})
+        run = recorded(session)
         script = run.script
         self.report = report_for_run(run, script, self.options, self.settings.rules, self.settings.gate,
                                      command=f"{self.source} callback" if self.source else "%%perfaudit",
@@ -139,7 +148,7 @@ class WindowAudit:
             write_run_reports(self.report, self.settings.rules)
         return self.report
 
-    relocate = None  # Report -> Report: the findings put back where the user wrote them (a cell)
+    relocate: Callable[[Report], Report] | None = None  # the findings put back where the user wrote them (a cell)
 
     def fails(self) -> bool:
         """Whether the report fails the configured gate (`fail_on`, else perfaudit.toml's fail-on)."""
@@ -186,12 +195,13 @@ def audit_cell(code: str, namespace: dict, label: str, first_line: int, audit: W
     asked for the full run. The findings point at `label` (IPython's "Cell In[5]"), its lines counted
     from `first_line`. Returns the report and the exception the cell raised, if it did (the caller
     shows the report, then raises it)."""
-    if not audit.start():
+    if not audit.start() or audit.session is None:
         return None, None
-    path = os.path.join(audit.session.run_dir, "cell.py")
+    session = audit.session
+    path = os.path.join(session.run_dir, "cell.py")
     with open(path, "w", encoding="utf-8") as f:
         f.write(code)
-    audit.script = audit.session.script = path
+    audit.script = session.script = path
     n_lines = code.count("\n") + 1
     cell = _CellScript(label, path, [(0, first_line + i) for i in range(n_lines)])
     audit.relocate = lambda report: replace(report, findings=relocate(report.findings, cell), script=label)

@@ -173,15 +173,16 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
                 if failure:
                     runs[v.name].failure = failure
                     continue
-                times = result.timing["step_times_s"]
-                kept, left_out = undisturbed_steps(times, result.timing.get("step_waited_s"))
+                timing = result.timing or {}  # a run that did not fail left its timing
+                times = timing["step_times_s"]
+                kept, left_out = undisturbed_steps(times, timing.get("step_waited_s"))
                 if left_out * 2 >= len(times) > 0:  # most steps waited for a CPU: the run measured the machine
                     runs[v.name].disturbed_runs += 1
                 else:
                     runs[v.name].times.append(kept)
                     runs[v.name].left_out += left_out
-                runs[v.name].losses.append(result.timing["losses"])
-                runs[v.name].device = result.timing.get("device")
+                runs[v.name].losses.append(timing["losses"])
+                runs[v.name].device = timing.get("device")
             interrupted = interrupted or signals.received
             stop = _stop_reason(runs, variants, plan, done, time.monotonic() - started, interrupted)
     a = runs["A"]
@@ -298,13 +299,13 @@ def _free_core_threads() -> int | None:
     return max(1, min(free_cores() or cpus, cpus - 1))
 
 
-def _watch_lines(plan: FixPlan) -> dict[str, dict]:
+def _watch_lines(plan: FixPlan | None) -> dict[str, dict]:
     """For each fixed file: the lines its edits wrote (in the fixed text) and the later lines that read a
     name those lines assign (`total` accumulated in the loop, `json.dumps(total)` after it)."""
     import ast
     import difflib
-    out = {}
-    for f in plan.files:
+    out: dict[str, dict] = {}
+    for f in plan.files if plan is not None else ():
         fixed_lines = f.fixed.splitlines()
         matcher = difflib.SequenceMatcher(a=f.original.splitlines(), b=fixed_lines, autojunk=False)
         edited = sorted({j + 1 for tag, _, _, j1, j2 in matcher.get_opcodes() if tag != "equal" for j in range(j1, j2)})

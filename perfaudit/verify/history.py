@@ -155,14 +155,14 @@ def change_point(entries: list[dict]) -> ChangePoint | None:
     n = len(values)
     if n < 2 * MIN_LEVEL:
         return None
-    best = None
+    best: tuple[float, int] = (-1.0, MIN_LEVEL)
     for k in range(MIN_LEVEL, n - MIN_LEVEL + 1):
         left, right = values[:k], values[k:]
         ml, mr = statistics.fmean(left), statistics.fmean(right)
         sse = sum((v - ml) ** 2 for v in left) + sum((v - mr) ** 2 for v in right)
         sigma = max(math.sqrt(sse / (n - 2)) if n > 2 else 0.0, 0.01 * statistics.median(values))
         t = abs(mr - ml) / (sigma * math.sqrt(1 / len(left) + 1 / len(right)))
-        if best is None or t > best[0]:
+        if t > best[0]:
             best = (t, k)
     t, k = best
     before, after = statistics.median(values[:k]), statistics.median(values[k:])

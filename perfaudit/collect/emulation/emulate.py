@@ -72,8 +72,8 @@ def _pinning(mode: Placement) -> None:
         mode.pinned.add(self)
         return self
 
-    torch.Tensor.pin_memory = pin_memory
-    torch.Tensor.is_pinned = lambda self, device=None: mode.pinned.has(self)
+    setattr(torch.Tensor, "pin_memory", pin_memory)  # noqa: B010 (a torch method replaced: mypy forbids assigning it)
+    setattr(torch.Tensor, "is_pinned", lambda self, device=None: mode.pinned.has(self))  # noqa: B010
 
 
 def _autocast(mode: Placement) -> None:
@@ -90,7 +90,7 @@ def _compiled_code_without_the_mode(mode: Placement) -> None:
     Compiled code runs with the mode set aside; what it returns is on the device when what it was given
     (or the module it runs) is."""
     original_compile = torch.compile
-    patched = []
+    patched: list = []
 
     def patch_dynamo() -> None:
         from torch._dynamo.eval_frame import OptimizeContext
@@ -119,7 +119,7 @@ def _compiled_code_without_the_mode(mode: Placement) -> None:
                 return out
             return run_compiled
 
-        OptimizeContext.__call__ = __call__
+        setattr(OptimizeContext, "__call__", __call__)  # noqa: B010
 
     @functools.wraps(original_compile)
     def compile(*args, **kwargs):
@@ -184,7 +184,7 @@ def _cpu_branch_without_the_mode(mode: Placement) -> None:
     back for that call and stays."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    decided = []
+    decided: list = []
 
     def after_step(opt, args, kwargs):
         if decided:  # once, at the first step (the hook stays: torch iterates its hooks while calling them)
@@ -287,4 +287,4 @@ def _distributed() -> None:
         args = (None, None, *args[2:]) if args else args  # device_ids, output_device come first
         return original_ddp(self, module, *args, **kwargs)
 
-    DDP.__init__ = __init__
+    setattr(DDP, "__init__", __init__)  # noqa: B010

@@ -120,11 +120,11 @@ class CompileProbe:
             from torch._dynamo import callback
         except ImportError:  # torch < 2.5: compile times come from the compilation metrics
             return
-        register = getattr(callback, "on_compile_start", None), getattr(callback, "on_compile_end", None)
-        if None in register:
+        started, ended = getattr(callback, "on_compile_start", None), getattr(callback, "on_compile_end", None)
+        if started is None or ended is None:
             return
-        register[0](self._compile_started)
-        register[1](self._compile_ended)
+        started(self._compile_started)
+        ended(self._compile_ended)
         self._callbacks = True
         handler = getattr(callback, "callback_handler", None)
         if handler is not None and hasattr(handler, "remove_start_callback"):
@@ -146,14 +146,18 @@ class CompileProbe:
                 logger.setLevel(logging.DEBUG)
                 logger.propagate = False
             self._handlers.append((logger, handler))
-            on_undo(lambda logger=logger, handler=handler, level=level, propagate=propagate: (
-                logger.removeHandler(handler), logger.setLevel(level), setattr(logger, "propagate", propagate)))
+
+            def restore(logger=logger, handler=handler, level=level, propagate=propagate) -> None:
+                logger.removeHandler(handler)
+                logger.setLevel(level)
+                logger.propagate = propagate
+            on_undo(restore)
         for name in ("torch._dynamo.convert_frame", "torch._dynamo"):
             logger = logging.getLogger(name)
-            handler = _LimitLog(self)
-            logger.addHandler(handler)
-            self._handlers.append((logger, handler))
-            on_undo(lambda logger=logger, handler=handler: logger.removeHandler(handler))
+            limit = _LimitLog(self)
+            logger.addHandler(limit)
+            self._handlers.append((logger, limit))
+            on_undo(lambda logger=logger, limit=limit: logger.removeHandler(limit))
 
     # -- what dynamo tells -----------------------------------------------------------------------
     def _compile_started(self, *args) -> None:
@@ -287,7 +291,7 @@ def _guard(reason: str) -> dict:
     first = re.sub(r"^\d+/\d+:\s*", "", first)
     guard, _, rest = first.partition("#")
     site = _GUARD_SITE.search(first)
-    out = {"guard": guard.strip()[:200], "text": first[:400]}
+    out: dict[str, str | int] = {"guard": guard.strip()[:200], "text": first[:400]}
     if site:
         out.update(path_tail=site.group(1), line=int(site.group(2)), func=site.group(3))
     return out

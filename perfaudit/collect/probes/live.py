@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import sys
 import weakref
+from types import FrameType
 
 import torch
 
@@ -101,7 +102,7 @@ class Probes(LoaderProbes):
         probes = self
         cls = type(cudnn)
         for name in ("benchmark", "deterministic"):
-            original = cls.__dict__.get(name)
+            original = vars(cls).get(name)
             if not isinstance(original, ContextProp):
                 continue
 
@@ -206,7 +207,8 @@ class Probes(LoaderProbes):
     def start_line_trace(self) -> None:
         """Line events for the user's files only, over one warm-up step: a branch never taken in a
         step (an `except StopIteration`, a logging interval) is then never reported as running."""
-        executed, user = self.executed, {}
+        executed = self.executed
+        user: dict = {}
 
         def local(frame, event, arg):
             if event == "line" and len(executed) < 20000:
@@ -221,7 +223,7 @@ class Probes(LoaderProbes):
                 mine = user[code] = is_user_file(code.co_filename)
             return local if mine else None
 
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None:  # the training loop's frame is already running: trace it too
             if is_user_file(frame.f_code.co_filename):
                 frame.f_trace, frame.f_trace_lines = local, True

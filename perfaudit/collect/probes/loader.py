@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 import weakref
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -37,6 +39,9 @@ def _tensors_nbytes(obj, depth: int = 0) -> tuple[int, bool]:
 
 class LoaderProbes:
     """Mixed into Probes (probes.py), which holds `loaders`, `placement`, `window_step` and the hooks."""
+
+    if TYPE_CHECKING:
+        loaders: dict[int, dict]
 
     def _install_loader_probes(self) -> None:
         dl = torch.utils.data.DataLoader
@@ -90,7 +95,7 @@ class LoaderProbes:
     def _rebuilt_from(self) -> dict | None:
         """A DataLoader a library rebuilds from the user's (accelerate's prepare(), Lightning adding a
         distributed sampler) is located where the user built the original: its settings came from there."""
-        frame = sys._getframe(3)
+        frame: FrameType | None = sys._getframe(3)
         while frame is not None and not is_user_file(frame.f_code.co_filename):
             for value in list(frame.f_locals.values()):
                 known = self.loaders.get(id(value)) if isinstance(value, torch.utils.data.DataLoader) else None

@@ -40,6 +40,7 @@ class StartupProbe:
             importing = importing or frame.f_code.co_filename.startswith("<frozen importlib")
             frame = frame.f_back
         counts = self.counts
+        key: str | tuple | None
         if frame is not None and importing:
             key = "import"
         elif frame is not None and in_model:

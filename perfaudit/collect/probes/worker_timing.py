@@ -30,7 +30,7 @@ class _WorkerTotals:
         self.path = os.path.join(folder, f"{os.getpid()}-{dataset_id}")
         self.own = self.wall = self.cpu = 0.0
         self.batches = 0
-        self.fd = None
+        self.fd: int | None = None
 
     def add(self, wall: float, waited: float, cpu: float) -> None:
         self.wall += wall

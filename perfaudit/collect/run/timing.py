@@ -13,6 +13,7 @@ import os
 import random
 import sys
 import time
+from typing import Any
 
 from ...outcome import Outcome
 from ..window.clock import run_queue_wait_s
@@ -29,7 +30,7 @@ class TimingSession(Session):
         super().__init__(config, script)
         self.ends: list[float] = []               # the end of each step (perf_counter)
         self.waits: list[float | None] = []       # at each end: seconds the threads waited for a CPU so far
-        self.losses: list[tuple[int, object]] = []  # (step index, detached scalar loss)
+        self.losses: list[tuple[int, Any]] = []  # (step index, detached scalar loss)
         self.all_seen = False                     # verify's exercise run: every watched line ran
 
     def install(self) -> None:
@@ -99,8 +100,9 @@ class TimingSession(Session):
                 per_step[step] = per_step.get(step, 0.0) + float(loss)
         losses = [per_step.get(step) for step in range(first + 1, first + 1 + len(times))]
         waits = self.waits[first:first + len(times) + 1]
-        waited = ([round(b - a, 6) for a, b in zip(waits, waits[1:])]
-                  if len(waits) == len(times) + 1 and None not in waits else None)  # None: the OS does not say
+        known = [w for w in waits if w is not None]
+        waited = ([round(b - a, 6) for a, b in zip(known, known[1:])]
+                  if len(known) == len(waits) == len(times) + 1 else None)  # None: the OS does not say
         timing = {"step_times_s": times, "losses": losses, "warmup": self.warmup, "restarts": self.restarts,
                   "device": "cuda" if self.torch.cuda.is_available() else "cpu", "step_waited_s": waited}
         out = {**result, "timing": timing, "steps_recorded": len(times), "warmup": self.warmup,

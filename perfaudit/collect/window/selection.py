@@ -122,6 +122,7 @@ class StepMarks:
                 self.extra_steps += 1
                 return True
             return False
+        assert busy is not None  # no flags: the step was left out for its waits
         self.excluded[index] = REASONS["busy"].format(ms=busy[0], wall=busy[1])
         if self.busy_extra < max(BUSY_EXTRA * self.session.config["steps"], 20) and self.busy_time_left():
             self.busy_extra += 1

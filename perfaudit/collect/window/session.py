@@ -85,7 +85,7 @@ class Session(StepHooks):
         self.sizing: Sizer | None = None
         self.trimmed: dict = {}
         self.restarts: list[str] = []
-        self._forward_hooks = None
+        self._forward_hooks: tuple | None = None
         self._depth = 0
         self.steps_ended = 0         # every step the detector saw end, before the window too
         self.compile_warmup = 0      # warm-up steps added because the step was still compiling
@@ -160,8 +160,8 @@ class Session(StepHooks):
                 self.flops.start_compiled_capture() if self.compile.active else self.flops.start_capture()
             self.probes.start_line_trace()
         self.marks.step_opened(self.step_index)
-        self.step_rf = self.torch.profiler.record_function(f"ProfilerStep#{self.step_index}")
-        self.step_rf.__enter__()
+        step_rf = self.step_rf = self.torch.profiler.record_function(f"ProfilerStep#{self.step_index}")
+        step_rf.__enter__()
 
     def _fit_budget(self, events: int, calls: int) -> None:
         """Fewer recorded steps (and, only if one step alone is too big, no Python stacks) when the
@@ -225,7 +225,7 @@ class Session(StepHooks):
             self.probes.start_sync_debug()  # measured steps only: the warnings cost time
         self._say("step", step=self.step_index, warmup=self.warmup, steps=self.steps)
         done = self.step_index >= self.warmup + self.steps  # a window that ends here was not cut short
-        over_budget = (not done and bool(self.budget_s) and self.step_index > self.warmup
+        over_budget = (not done and self.budget_s is not None and self.budget_s > 0 and self.step_index > self.warmup
                        and self.clock.elapsed() > self.budget_s)
         over_size = not done and self.marks.over_trace_budget(self.trace_budget)
         if over_budget:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import TYPE_CHECKING, Any
 
 from ...outcome import Outcome
 from ..emulation import emulate
@@ -31,6 +32,37 @@ class StepHooks:
 
     owns_signals = True  # a stop signal ends the script (the child's); in-process, the script keeps its own
     samples_startup = True  # the script's start-up is sampled (START001); in-process it began before perfaudit
+
+    if TYPE_CHECKING:  # what the session (session.py) gives the hooks
+        from ..probes.compile import CompileProbe
+        from ..probes.live import Probes
+        from ..probes.startup import StartupProbe
+        from .selection import StepMarks
+        from .steps import StepDetector
+        torch: Any
+        config: dict
+        probes: Probes
+        compile: CompileProbe
+        startup: StartupProbe
+        marks: StepMarks
+        detector: StepDetector
+        prof: Any
+        pid: int
+        profiling: bool
+        full: bool
+        warmup: int
+        step_index: int
+        steps_ended: int
+        window_closed: bool
+        finished: bool
+        exporting: bool
+        optimizer_counts: dict[str, int]
+        _forward_hooks: tuple | None
+
+        def flush(self, raise_done: bool = True) -> None: ...
+        def finish(self, result: dict) -> None: ...
+        def _where(self) -> tuple[str, int]: ...
+        def _close_window(self, result: dict) -> None: ...
 
     # -- hooks ---------------------------------------------------------------------------------
     def install(self) -> None:

@@ -21,7 +21,7 @@ def _per_step(rank_ctx: Context, events) -> list[list]:
 
 
 def _rank_stats(rank_ctx: Context) -> dict:
-    trace = rank_ctx.trace
+    trace = rank_ctx.need_trace()
     kernels = [e for e in trace.device if e.kind == "kernel"]
     is_collective = _collective_names(kernels)
     compute = collective = 0.0
@@ -38,7 +38,7 @@ def _rank_stats(rank_ctx: Context) -> dict:
 def _host_rank_stats(rank_ctx: Context) -> dict:
     """A CPU job (gloo): collectives run on the host, in gloo's threads (`gloo:all_reduce`); a rank
     waiting for a slower one spends that wait inside them. Compute is the rest of the step."""
-    trace = rank_ctx.trace
+    trace = rank_ctx.need_trace()
     calls = trace.named(is_collective)
     collective = step_total = 0.0
     for step, inside in zip(rank_ctx.steps, _per_step(rank_ctx, calls)):
@@ -52,7 +52,7 @@ def _host_rank_stats(rank_ctx: Context) -> dict:
 
 def rank_stats(rank_ctx: Context) -> dict | None:
     """One rank's figures for the job facts, or None for a trace without a rank or steps."""
-    trace = rank_ctx.trace
+    trace = rank_ctx.need_trace()
     if trace is None or trace.rank is None:
         return None
     try:
@@ -80,7 +80,7 @@ def job_imbalance(ctx: Context) -> dict:
     slowest = min(ranks, key=lambda r: r["collective_ms"])
     others = [r for r in ranks if r is not slowest]
     waits = {r["rank"]: r["collective_ms"] - slowest["collective_ms"] for r in others}
-    worst_rank = max(waits, key=waits.get)
+    worst_rank = max(waits, key=lambda r: waits[r])
     mean_compute = mean(r["compute_ms"] for r in others)
     mean_step = mean(r["step_ms"] for r in ranks)
     return {

@@ -3,7 +3,7 @@ matrix, convolution and attention ops (forward and backward), with torch's own c
 FLOPs, a bias add and causal masking are not counted, attention's backward recomputes its scores."""
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 
 from ...projection import devices
 from ...projection.work import op_flops
@@ -24,7 +24,7 @@ def counted_ops(ctx: Context) -> list:
 
 def _counted_ops(ctx: Context) -> list:
     from ...trace.nesting import enclosing
-    ops = [e for e in ctx.trace.named(FLOP_OPS.__contains__, kind="op") if ctx.step_of(e.ts) is not None]
+    ops = [e for e in ctx.need_trace().named(FLOP_OPS.__contains__, kind="op") if ctx.step_of(e.ts) is not None]
     if not ops:
         return []
     if not any("Input Dims" in e.args for e in ops):
@@ -41,7 +41,7 @@ def _counted_ops(ctx: Context) -> list:
 def flops_per_step(ctx: Context) -> dict:
     ctx.need_trace()
     ops = counted_ops(ctx)
-    by_op: Counter = Counter()
+    by_op: defaultdict[str, float] = defaultdict(float)
     for op in ops:
         by_op[op.name] += op_flops(op)
     from_shapes = sum(by_op.values()) / len(ctx.steps)
@@ -56,7 +56,7 @@ def flops_per_step(ctx: Context) -> dict:
     return {"per_step": total, "source": source, "from_shapes": from_shapes,
             "live_modules": (live or {}).get("modules") or [], "modules": module_split(ctx, ops, op_flops),
             "ops": [{"name": name, "flops": f / len(ctx.steps), "share_pct": 100.0 * f / from_shapes / len(ctx.steps)}
-                    for name, f in by_op.most_common(5)] if from_shapes else []}
+                    for name, f in sorted(by_op.items(), key=lambda kv: -kv[1])[:5]] if from_shapes else []}
 
 
 def _counted_live(ctx: Context) -> dict | None:
@@ -82,5 +82,5 @@ def device_peak(name: str | None) -> dict | None:
 
 
 def device_name(ctx: Context) -> str | None:
-    name = ctx.trace.device_properties.get("name")
+    name = ctx.need_trace().device_properties.get("name")
     return name if isinstance(name, str) and name else (ctx.probes.get("environment") or {}).get("device_name")

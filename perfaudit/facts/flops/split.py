@@ -52,7 +52,7 @@ def module_split(ctx: Context, ops: list[Event], flops_of) -> list[dict]:
     the forward work splits between modules (a whole-model wrapper is looked through), modules of one class
     summed (a GPT's blocks as one row). Backward ops run outside module ranges, on autograd's thread: they
     are not split (a module's backward costs about twice its forward)."""
-    modules = [e for e in ctx.trace.python if e.name.startswith("nn.Module: ")]
+    modules = [e for e in ctx.need_trace().python if e.name.startswith("nn.Module: ")]
     if not modules or not ops:
         return []
     paths = []  # per forward op: its modules outermost first, as instance names; containers looked through

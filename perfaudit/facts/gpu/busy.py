@@ -2,7 +2,7 @@
 precision, launch-bound kernel floods, peak memory (tips T09, T11, T12, T14)."""
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 from ..registry import Context, Missing, fact
 from ..steps import data_ranges
@@ -24,8 +24,8 @@ def _gpu_per_step(ctx: Context) -> list[dict]:
     if cached is not None:
         return cached
     _require_gpu(ctx)
-    syncs = iv.Merged(iv.union((e.ts, e.end) for e in ctx.trace.named(SYNC_RUNTIME.__contains__, kind="runtime")))
-    allocs = iv.Merged(iv.union((e.ts, e.end) for e in ctx.trace.named(is_allocator_call, kind="runtime")))
+    syncs = iv.Merged(iv.union((e.ts, e.end) for e in ctx.need_trace().named(SYNC_RUNTIME.__contains__, kind="runtime")))
+    allocs = iv.Merged(iv.union((e.ts, e.end) for e in ctx.need_trace().named(is_allocator_call, kind="runtime")))
     data = data_ranges(ctx)
     rows = []
     for step, inside in zip(ctx.steps, per_step(ctx)):
@@ -51,7 +51,7 @@ def _gpu_per_step(ctx: Context) -> list[dict]:
                             "(host in cudaMalloc/cudaFree), data wait (host in DataLoader) and other idle "
                             "(host-bound: Python, launches); busy_pct.")
 def gpu_step_breakdown(ctx: Context) -> dict:
-    totals = Counter()
+    totals: Counter = Counter()
     for row in _gpu_per_step(ctx):
         totals.update(row)
     n = len(ctx.steps)
@@ -78,7 +78,7 @@ def gpu_per_step(ctx: Context) -> list[dict]:
                            "deviceProperties or the live process.")
 def device_capability(ctx: Context) -> float:
     _require_gpu(ctx)
-    props = ctx.trace.device_properties
+    props = ctx.need_trace().device_properties
     if isinstance(props.get("computeMajor"), int):
         minor = props.get("computeMinor") if isinstance(props.get("computeMinor"), int) else 0
         return float(f"{props['computeMajor']}.{minor}")
@@ -88,8 +88,7 @@ def device_capability(ctx: Context) -> float:
     if any("hip" in e.name for e in ctx.host_of("runtime")):
         return 9.0  # ROCm: matrix cores on every data-centre part perfaudit meets
     # no deviceProperties (a re-saved or trimmed trace): the kernels' names say what they were built for
-    arches = {architecture(name) for name in traits(ctx)}
-    arches.discard(None)
+    arches = {arch for name in traits(ctx) if (arch := architecture(name)) is not None}
     if arches:
         return max(arches)
     raise Missing("the trace does not say which GPU it ran on (no deviceProperties, no architecture in the "
@@ -100,7 +99,7 @@ def device_capability(ctx: Context) -> float:
                        "(fp16/bf16/fp8), in ms per step and as shares of all kernel time (%).")
 def gpu_precision(ctx: Context) -> dict:
     _require_gpu(ctx)
-    totals = Counter()
+    totals: defaultdict[str, float] = defaultdict(float)
     by_name, step_of = traits(ctx), ctx.step_of
     bf16 = {name for name, t in by_name.items() if t.precision == "half" and "bf16" in name.lower()}
     for e in device_events(ctx):
@@ -129,7 +128,7 @@ def gpu_precision(ctx: Context) -> dict:
 def small_kernels(ctx: Context) -> dict:
     _require_gpu(ctx)
     launches = {e.args.get("correlation"): e.dur
-                for e in ctx.trace.named(lambda name: "LaunchKernel" in name, kind="runtime")}
+                for e in ctx.need_trace().named(lambda name: "LaunchKernel" in name, kind="runtime")}
     count = small = 0
     launch_us = 0.0
     by_name, step_of = traits(ctx), ctx.step_of
@@ -160,7 +159,7 @@ def is_allocator_call(name: str) -> bool:
                              "of the step (the caching allocator normally makes these rare after warm-up).")
 def allocator_churn(ctx: Context) -> dict:
     _require_gpu(ctx)
-    calls = [e for e in ctx.trace.named(is_allocator_call, kind="runtime") if ctx.step_of(e.ts) is not None]
+    calls = [e for e in ctx.need_trace().named(is_allocator_call, kind="runtime") if ctx.step_of(e.ts) is not None]
     if not calls:
         return {"calls_per_step": 0.0, "ms_per_step": 0.0, "share_pct": 0.0, "frees_per_step": 0.0}
     n = len(ctx.steps)
@@ -176,7 +175,7 @@ def allocator_sites(ctx: Context) -> list:
     from ...trace.nesting import innermost
     from ..sites import SiteCollector
     _require_gpu(ctx)
-    calls = ctx.trace.named(is_allocator_call, kind="runtime")
+    calls = ctx.need_trace().named(is_allocator_call, kind="runtime")
     ops = ctx.host_of("op")
     owners = innermost(ops, calls, ctx.by_thread(ops))
     items = []
@@ -207,7 +206,7 @@ def allocator_causes(ctx: Context) -> str:
                   "profile_memory events or the live process.")
 def memory_peak(ctx: Context) -> dict:
     _require_gpu(ctx)
-    peaks = ctx.trace.memory
+    peaks = ctx.need_trace().memory
     env = ctx.probes.get("environment") or {}
     if peaks:
         peak = max(peaks.values(), key=lambda p: p["peak_reserved"])
@@ -215,7 +214,7 @@ def memory_peak(ctx: Context) -> dict:
         peak = {"peak_allocated": env["max_memory_allocated"], "peak_reserved": env["max_memory_reserved"]}
     else:
         raise Missing("no memory data (record with profile_memory=True, or use `perfaudit run` on a GPU)")
-    total = ctx.trace.device_properties.get("totalGlobalMem", env.get("device_memory"))
+    total = ctx.need_trace().device_properties.get("totalGlobalMem", env.get("device_memory"))
     if not isinstance(total, (int, float)) or isinstance(total, bool):
         total = env.get("device_memory")
     if not total:

@@ -25,7 +25,7 @@ def h2d_summary(ctx: Context) -> dict:
         raise Missing("no GPU activity in the trace")
     n = len(ctx.steps)
     out = {"count": 0, "bytes": 0, "ms": 0.0, "pageable_count": 0, "pageable_bytes": 0, "pageable_ms": 0.0}
-    for ev in ctx.trace.device:
+    for ev in ctx.need_trace().device:
         if ev.kind != "memcpy" or "HtoD" not in ev.name or ctx.step_of(ev.ts) is None:
             continue
         nbytes = ev.args.get("bytes", 0) if isinstance(ev.args.get("bytes"), int) else 0
@@ -40,7 +40,7 @@ def h2d_summary(ctx: Context) -> dict:
 
 def _gpu_pageable_sites(ctx: Context) -> list[Site]:
     runtime_by_corr = runtime_of_device(ctx)
-    copies = [e for e in ctx.trace.device if e.kind == "memcpy" and "HtoD" in e.name and "Pageable" in e.name]
+    copies = [e for e in ctx.need_trace().device if e.kind == "memcpy" and "HtoD" in e.name and "Pageable" in e.name]
     launches = [runtime_by_corr.get(c.args.get("correlation")) for c in copies]
     ops = ctx.host_of("op")
     owner = innermost(ops, [r for r in launches if r is not None], ctx.by_thread(ops))
@@ -60,7 +60,7 @@ def _device_moves(ctx: Context):
     measured step (its aten::to op attributed to that function; the call found in its source)."""
     if not ctx.frames:
         raise Missing("the trace has no Python stacks to find the lines")
-    ops = ctx.trace.named("aten::to".__eq__, kind="op")
+    ops = ctx.need_trace().named("aten::to".__eq__, kind="op")
     attributions = ctx.frames.attribute_all(ops)
     for op in ops:
         att, step = attributions.get(id(op)), ctx.step_of(op.ts)

@@ -15,9 +15,9 @@ def device_events(ctx: Context) -> list[Event]:
     """Device events of the busiest device (one GPU per process is the norm), GPU annotations left out."""
     cached = ctx.__dict__.get("_main_device_events")
     if cached is None:
-        devices = Counter(e.pid for e in ctx.trace.device if e.kind != "gpu_annotation")
+        devices = Counter(e.pid for e in ctx.need_trace().device if e.kind != "gpu_annotation")
         main = devices.most_common(1)[0][0]
-        cached = ctx.__dict__["_main_device_events"] = [e for e in ctx.trace.device
+        cached = ctx.__dict__["_main_device_events"] = [e for e in ctx.need_trace().device
                                                         if e.pid == main and e.kind != "gpu_annotation"]
     return cached
 

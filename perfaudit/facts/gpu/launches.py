@@ -16,7 +16,7 @@ def device_by_correlation(ctx: Context) -> dict:
     cache = ctx.__dict__.get("_device_by_corr")
     if cache is None:
         cache = defaultdict(list)
-        for ev in ctx.trace.device:
+        for ev in ctx.need_trace().device:
             corr = ev.args.get("correlation")
             if corr is not None:
                 cache[corr].append(ev)

@@ -40,7 +40,7 @@ def _sync_items(ctx: Context):
     host_ops = ctx.host_of("op")
     items = []
     if ctx.is_gpu:
-        runtime = ctx.trace.named(SYNC_RUNTIME.__contains__, kind="runtime")
+        runtime = ctx.need_trace().named(SYNC_RUNTIME.__contains__, kind="runtime")
         owners = innermost(host_ops, runtime, ctx.by_thread(host_ops))
         exposed = _exposed_idle(ctx, runtime)
         for rt in runtime:
@@ -93,7 +93,7 @@ def _host_reads(ctx: Context):
     tracer still records the calls. Each one is a device-to-host copy and sync on a GPU."""
     items = []
     reads: dict[str, re.Match | None] = {}  # by name: a name repeats in every step
-    for ev in ctx.trace.python:
+    for ev in ctx.need_trace().python:
         m = reads[ev.name] if ev.name in reads else reads.setdefault(ev.name, _HOST_READ.match(ev.name))
         if m and ctx.step_of(ev.ts) is not None:
             # an anchor just inside the call, so the frame stack ends with the builtin itself
@@ -109,7 +109,7 @@ def _exposed_idle(ctx: Context, syncs) -> dict[int, float]:
     a step (the idle after it is the step boundary's, the next step's data or Python), and idle while the
     host then waits for the DataLoader is the input pipeline's."""
     data = data_ranges(ctx)
-    device = [e for e in ctx.trace.device if e.kind != "gpu_annotation"]
+    device = [e for e in ctx.need_trace().device if e.kind != "gpu_annotation"]
     starts = sorted(e.ts for e in device)
     ends = sorted(e.end for e in device)
     out = {}
@@ -180,10 +180,11 @@ def _split_by_line(ctx: Context, site) -> None:
     if len(lines) < 2 or not site.path:
         return
     runs = [ctx.source.times_run(site.path, line) for line in lines]
-    if any(r is None for r in runs) or not sum(runs):
+    counted = [r for r in runs if r is not None]
+    if len(counted) < len(runs) or not sum(counted):
         return
-    total = sum(runs)
-    site.extra["line_share"] = {line: r / total for line, r in zip(lines, runs)}
+    total = sum(counted)
+    site.extra["line_share"] = {line: r / total for line, r in zip(lines, counted)}
 
 
 @fact("sync.needed", "Host reads the program needs (a value passed to code outside torch, such as an "
