@@ -66,3 +66,65 @@ def test_bisect_names_no_culprit_on_a_history_without_a_regression(tmp_path):
     assert result is not None, proc.stdout + proc.stderr
     assert result["culprit"] is None and len(result["comparisons"]) == 1
     assert result["conclusion"].startswith(("no regression", "inconclusive")), result["conclusion"]
+
+
+def test_a_clear_interval_is_decided_however_busy_the_machine_was():
+    """Load widens an interval; it never vetoes one that lies wholly above or below the bar (at load 2.5-4
+    this machine answered "too busy" for a +250 % regression). Only an interval that holds the bar is
+    left undecided for the load."""
+    from types import SimpleNamespace
+
+    from perfaudit.usecases.bisect import _judge
+    from perfaudit.verify.comparison import Commit
+    from perfaudit.verify.stats import SpeedChange
+
+    def judged(low_ms: float, high_ms: float, busy_share: float):
+        speed = SpeedChange(10.0, 10.0 + (low_ms + high_ms) / 2, (low_ms + high_ms) / 2, low_ms, high_ms, 20, 20, "slower")
+        v = SimpleNamespace(baseline_failure=None, verdicts=[SimpleNamespace(broke=None, speed=speed)],
+                            busy_share=busy_share, rounds=4, stopped_because="rounds spent")
+        return _judge(Commit("c" * 40, "a commit"), v, 25.0)
+
+    assert judged(20.0, 30.0, busy_share=0.8).verdict == "bad"       # +200..+300 % on a busy machine
+    assert judged(-0.5, 0.5, busy_share=0.8).verdict == "good"       # -5..+5 %: clearly below +25 %
+    straddling = judged(1.0, 4.0, busy_share=0.8)                    # +10..+40 %: holds the bar
+    assert straddling.verdict == "skip" and "too busy" in straddling.why
+    assert "too busy" not in judged(1.0, 4.0, busy_share=0.0).why
+
+
+def test_sigterm_ends_bisect_with_what_it_timed_and_no_worktree_left(tmp_path):
+    """The first SIGTERM stops the run in flight, removes the worktrees, prints what was compared and
+    exits 143 within seconds; it is not taken as a skipped commit with the bisection going on."""
+    import os
+    import signal
+    import sys
+    import time
+
+    needs_program("git", why="bisect checks commits out in git worktrees")
+    repo = tmp_path / "repo"
+    history = make_history(repo, commits=4, culprit=2, seed=3, reads=10_000)
+    out = tmp_path / "bisect.json"
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "bisect", "train.py", "--good", history["good"],
+                             "--bad", history["bad"], "--rounds", "4", "--max-rounds", "8", "--warmup", "2",
+                             "--steps", "200", "--min-time", "2", "--out-dir", str(tmp_path / "runs"), "-o", str(out)],
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # a timed run is in flight once a worktree's script runs
+        found = subprocess.run(["pgrep", "-f", "perfaudit-bisect-.*train.py"], capture_output=True, text=True)
+        if found.stdout.strip() or proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(1.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stdout + stderr
+    assert time.monotonic() - sent < 5 + (5 if os.environ.get("CI") else 0), "bisect took too long to stop"
+    assert "stopped by SIGTERM" in stdout
+    result = json.loads(out.read_text())
+    assert result["interrupted"] == "SIGTERM" and result["culprit"] is None
+    assert all(c["verdict"] == "skip" and c["why"].startswith("stopped by SIGTERM") for c in result["comparisons"])
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    assert len(worktrees.strip().splitlines()) == 1
+    left = subprocess.run(["pgrep", "-f", "perfaudit-bisect-"], capture_output=True, text=True).stdout.strip()
+    assert not left, f"processes left running: {left}"

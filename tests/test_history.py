@@ -146,3 +146,33 @@ def test_a_far_off_run_among_three_stays_in_the_spread_rather_than_leave_two():
     judged = check(_entries([3.05, 3.12, 3.55]), _entries([6.6], start=9)[0], fail_on_slowdown_pct=10)
     assert "left out" not in judged.noise_from and judged.noise_pct < 100
     assert judged.verdict == "slower" and judged.fails
+
+
+def test_sigterm_during_the_run_prints_what_it_measured_and_records_nothing(tmp_path):
+    """A stopped measurement is shown, not kept as the commit's level: the history file is untouched and the
+    command exits 143 (the next run of the CI job records the commit)."""
+    import signal
+    import sys
+    import time
+    (tmp_path / "slow.py").write_text(
+        "import time\nimport torch\nfrom torch import nn\n\n"
+        "model = nn.Linear(64, 64)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(100_000):\n    optimizer.zero_grad()\n    model(torch.randn(32, 64)).sum().backward()\n"
+        "    optimizer.step()\n    time.sleep(0.02)\n")
+    history = tmp_path / "perfaudit-history.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "history", "slow.py", "--warmup", "1", "--steps",
+                             "10000", "--file", str(history)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    runs = tmp_path / ".perfaudit" / "runs"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:  # measuring: its progress file says steps
+        progress = list(runs.glob("*/progress.jsonl"))
+        if progress and '"step"' in progress[0].read_text(errors="replace"):
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stdout + stderr
+    assert "measured steps" in stdout and "not recorded (stopped by SIGTERM)" in stdout
+    assert not history.exists()

@@ -249,6 +249,8 @@ def bisect(
     render_console(result, out)
     if output:
         outputs.write_text(output, render_json(result))
+    if result.interrupted:
+        raise typer.Exit(128 + result.interrupted)
     raise typer.Exit(EXIT_OK if result.culprit or result.conclusion.startswith("no regression") else EXIT_FINDINGS)
 
 
@@ -295,9 +297,10 @@ def history(
     with status(f"measuring {target} …", quiet) as line:
         report, judged, path, notes = api.history(target, args or [], options, file, window, limit, not dry_run,
                                                   settings.rules, settings.gate, progress(line, target))
-    render_console(judged, path, not dry_run, notes, out)
+    recorded = not dry_run and judged.stopped_by is None
+    render_console(judged, path, recorded, notes, out)
     if output:
-        outputs.write_text(output, render_json(judged, path, not dry_run, notes))
+        outputs.write_text(output, render_json(judged, path, recorded, notes))
     failed = exit_code_of_run(report)
     if failed is not None:
         raise typer.Exit(failed)

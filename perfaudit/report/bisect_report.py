@@ -3,6 +3,7 @@ change and interval, and what the audit of the culprit against its parent shows;
 from __future__ import annotations
 
 import json
+import signal
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -32,6 +33,8 @@ def render_console(r: BisectResult, console: Console) -> None:
                   f"{r.most_comparisons} for {len(r.commits)} commits)", highlight=False)
     console.print(f"\n[bold]{escape(r.conclusion)}[/]", highlight=False)
     if r.culprit is None:
+        if r.folder:
+            console.print(f"runs: {escape(r.folder)}", highlight=False)
         return
     console.print(f"culprit: {r.culprit.sha}  {escape(r.culprit.subject)}", highlight=False)
     measured = next((c for c in r.comparisons if c.commit.sha == r.culprit.sha), None)
@@ -66,6 +69,7 @@ def to_dict(r: BisectResult) -> dict:
         "culprit": r.culprit.sha if r.culprit else None, "parent": r.parent.sha if r.parent else None,
         "candidates": [c.sha for c in r.candidates], "conclusion": r.conclusion,
         "diff": diff_dict(r.diff) if r.diff is not None else None, "folder": r.folder,
+        "interrupted": signal.Signals(r.interrupted).name if r.interrupted else None,
     }
 
 

@@ -70,7 +70,8 @@ def render_console(h: HistoryCheck, path: str, recorded: bool, notes: list[str],
         verdict = "[red]FAIL[/]" if h.fails else "pass"
         console.print(f"gate: {verdict} (fails on a slowdown beyond the noise and over "
                       f"{h.fail_on_slowdown_pct:g} %)", highlight=False)
-    console.print(f"{'recorded in' if recorded else 'not recorded (--dry-run):'} {escape(path)}", highlight=False)
+    why = f"stopped by {h.stopped_by}" if h.stopped_by else "--dry-run"
+    console.print(f"{'recorded in' if recorded else f'not recorded ({why}):'} {escape(path)}", highlight=False)
 
 
 def to_dict(h: HistoryCheck, path: str, recorded: bool, notes: list[str]) -> dict:

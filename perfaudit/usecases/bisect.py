@@ -5,7 +5,8 @@ commit tested is checked out in a temporary worktree (the user's working tree is
 against the good commit with verify's interleaved A/B rounds until the interval of the change lies wholly
 above or below the threshold; a comparison that stays inside the noise, or a commit where the script fails,
 is skipped (git bisect's "skip") and named, never guessed. The culprit and its parent are then audited and
-compared (`diff`): the findings the culprit introduced, at file:line."""
+compared (`diff`): the findings the culprit introduced, at file:line. A stop signal (Ctrl-C, SIGTERM) ends it
+where it is: the worktrees are removed, what was timed is kept and printed, and it exits 128 + the signal."""
 from __future__ import annotations
 
 import math
@@ -21,6 +22,7 @@ from ..collect.run.rundir import finish_run_dir, make_run_dir
 from ..errors import UsageError
 from ..verify import Rounds, Variant, run_ab
 from ..verify.comparison import SHARE_OF_REGRESSION, BisectResult, Commit, Comparison, Diff
+from ..verify.stops import StopRequested, raise_on_signals, signal_name
 from .audit import audit
 from .diff import diff
 
@@ -78,63 +80,83 @@ def bisect(script: str, args: list[str], good: str, bad: str, options: RunOption
     result.folder = folder
     trees = _Trees(repo)
     try:
-        def place(commit: Commit) -> tuple[str, str]:
-            tree = trees.of(commit)
-            return os.path.join(tree, rel_script), os.path.join(tree, rel_cwd)
-
-        def compare(commit: Commit) -> Comparison:
-            say(f"timing {commit.short} against {good_c.short} …")
-            (a_script, a_cwd), (b_script, b_cwd) = place(good_c), place(commit)
-            variants = [Variant("A", None, a_script, a_cwd), Variant(commit.short, None, b_script, b_cwd)]
-            if not os.path.isfile(b_script):
-                return _record(result, Comparison(commit, "skip", f"{rel_script} does not exist there", None, 0))
-            v = run_ab(a_script, args, variants, os.path.join(folder, commit.short), options,
-                       replace(rounds, threshold_pct=result.bar_pct), say)
-            return _record(result, _judge(commit, v, result.bar_pct))
-
-        last = compare(commits[-1])
-        if last.verdict != "bad":
-            result.conclusion = (f"no regression: {bad_c.short} is not slower than {good_c.short} by more than "
-                                 f"{threshold_pct:g} % ({last.why})" if last.verdict == "good" else
-                                 f"inconclusive: {bad_c.short} against {good_c.short}: {last.why}")
-            return result
-        if not exact and last.speed is not None and last.speed.mean_a_ms:
-            # bad from a quarter of the regression's low end on: runs of a busy machine differ by several %,
-            # so a bar at 5 % would leave harmless commits undecided when the regression is +100 %
-            result.bar_pct = max(threshold_pct, SHARE_OF_REGRESSION * 100.0 * last.speed.low_ms / last.speed.mean_a_ms)
-        lo, hi, skipped = -1, len(commits) - 1, set()
-        while hi - lo > 1:
-            open_ = [i for i in range(lo + 1, hi) if i not in skipped]
-            if not open_ or len(result.comparisons) >= result.most_comparisons:  # skips spent the budget
-                break
-            mid = min(open_, key=lambda i: (abs(i - (lo + hi) / 2), i))
-            verdict = compare(commits[mid]).verdict
-            if verdict == "bad":
-                hi = mid
-            elif verdict == "good":
-                lo = mid
-            else:
-                skipped.add(mid)
-        left = [commits[i] for i in range(lo + 1, hi + 1)]
-        if len(left) > 1:
-            result.candidates = left
-            why = ("no more comparisons allowed: ceil(log2 N)+1" if len(result.comparisons) >= result.most_comparisons
-                   else "the commits between could not be decided")
-            result.conclusion = (f"the regression is in one of {len(left)} commits: "
-                                 f"{', '.join(c.short for c in left)} ({why}; run again on a quieter machine, "
-                                 f"or with --good/--bad around them)")
-            return result
-        result.culprit = commits[hi]
-        result.parent = commits[hi - 1] if hi > 0 else good_c
-        result.conclusion = f"{result.culprit.short} is the first commit slower than {good_c.short} by more than " \
-                            f"{result.bar_pct:.3g} %"
-        say(f"auditing {result.culprit.short} and its parent …")
-        result.diff = _audit_pair(result.parent, result.culprit, place, trees, args,
-                                  audit_options or RunOptions(), folder)
+        with raise_on_signals():
+            return _search(result, commits, good_c, bad_c, trees, rel_script, rel_cwd, args, options, rounds,
+                           threshold_pct, audit_options, exact, folder, say)
+    except StopRequested as stop:  # a stop signal: what was compared is kept and said
+        result.interrupted = stop.signum
+        result.culprit = result.parent = result.diff = None
+        decided = [f"{c.commit.short} {c.verdict}" for c in result.comparisons if c.verdict != "skip"]
+        result.conclusion = (f"stopped by {signal_name(stop.signum)} after {len(result.comparisons)} comparison(s): "
+                             "no conclusion" + (f" (decided so far: {', '.join(decided)})" if decided else ""))
         return result
     finally:
         trees.close()
         finish_run_dir(folder)
+
+
+def _search(result: BisectResult, commits: list[Commit], good_c: Commit, bad_c: Commit, trees: _Trees,
+            rel_script: str, rel_cwd: str, args: list[str], options: RunOptions, rounds: Rounds, threshold_pct: float,
+            audit_options: RunOptions | None, exact: bool, folder: str, say: Callable[[str], None]) -> BisectResult:
+    """The last commit timed against good, then the binary search between them, then the culprit audited."""
+    def place(commit: Commit) -> tuple[str, str]:
+        tree = trees.of(commit)
+        return os.path.join(tree, rel_script), os.path.join(tree, rel_cwd)
+
+    def compare(commit: Commit) -> Comparison:
+        say(f"timing {commit.short} against {good_c.short} …")
+        (a_script, a_cwd), (b_script, b_cwd) = place(good_c), place(commit)
+        variants = [Variant("A", None, a_script, a_cwd), Variant(commit.short, None, b_script, b_cwd)]
+        if not os.path.isfile(b_script):
+            return _record(result, Comparison(commit, "skip", f"{rel_script} does not exist there", None, 0))
+        v = run_ab(a_script, args, variants, os.path.join(folder, commit.short), options,
+                   replace(rounds, threshold_pct=result.bar_pct), say)
+        if v.interrupted:  # stopped inside its rounds: what was timed is kept, and the bisection ends
+            speed = v.verdicts[0].speed if v.verdicts else None
+            _record(result, Comparison(commit, "skip", f"stopped by {signal_name(v.interrupted)}", speed, v.rounds))
+            raise StopRequested(v.interrupted)
+        return _record(result, _judge(commit, v, result.bar_pct))
+
+    last = compare(commits[-1])
+    if last.verdict != "bad":
+        result.conclusion = (f"no regression: {bad_c.short} is not slower than {good_c.short} by more than "
+                             f"{threshold_pct:g} % ({last.why})" if last.verdict == "good" else
+                             f"inconclusive: {bad_c.short} against {good_c.short}: {last.why}")
+        return result
+    if not exact and last.speed is not None and last.speed.mean_a_ms:
+        # bad from a quarter of the regression's low end on: runs of a busy machine differ by several %,
+        # so a bar at 5 % would leave harmless commits undecided when the regression is +100 %
+        result.bar_pct = max(threshold_pct, SHARE_OF_REGRESSION * 100.0 * last.speed.low_ms / last.speed.mean_a_ms)
+    lo, hi, skipped = -1, len(commits) - 1, set()
+    while hi - lo > 1:
+        open_ = [i for i in range(lo + 1, hi) if i not in skipped]
+        if not open_ or len(result.comparisons) >= result.most_comparisons:  # skips spent the budget
+            break
+        mid = min(open_, key=lambda i: (abs(i - (lo + hi) / 2), i))
+        verdict = compare(commits[mid]).verdict
+        if verdict == "bad":
+            hi = mid
+        elif verdict == "good":
+            lo = mid
+        else:
+            skipped.add(mid)
+    left = [commits[i] for i in range(lo + 1, hi + 1)]
+    if len(left) > 1:
+        result.candidates = left
+        why = ("no more comparisons allowed: ceil(log2 N)+1" if len(result.comparisons) >= result.most_comparisons
+               else "the commits between could not be decided")
+        result.conclusion = (f"the regression is in one of {len(left)} commits: "
+                             f"{', '.join(c.short for c in left)} ({why}; run again on a quieter machine, "
+                             f"or with --good/--bad around them)")
+        return result
+    result.culprit = commits[hi]
+    result.parent = commits[hi - 1] if hi > 0 else good_c
+    result.conclusion = f"{result.culprit.short} is the first commit slower than {good_c.short} by more than " \
+                        f"{result.bar_pct:.3g} %"
+    say(f"auditing {result.culprit.short} and its parent …")
+    result.diff = _audit_pair(result.parent, result.culprit, place, trees, args,
+                              audit_options or RunOptions(), folder)
+    return result
 
 
 BUSY_SHARE = 0.25  # more runs or steps than this waited for a CPU: the comparison is not trusted
@@ -155,17 +177,20 @@ def _judge(commit: Commit, v, threshold_pct: float) -> Comparison:
     if verdict.broke:
         return Comparison(commit, "skip", f"the script fails there: {verdict.broke}", None, v.rounds)
     s = verdict.speed
-    if v.busy_share > BUSY_SHARE:  # the runs timed the machine's other work more than this commit
-        return Comparison(commit, "skip", f"the machine was too busy to time it: {100 * v.busy_share:.0f} % of the "
-                          "runs or steps waited for a CPU held by other processes", s, v.rounds)
     if s is None or math.isnan(s.low_ms) or not s.mean_a_ms:
-        return Comparison(commit, "skip", "too few steps for an interval", s, v.rounds)
+        busy = f" ({100 * v.busy_share:.0f} % of the runs or steps waited for a CPU)" if v.busy_share else ""
+        return Comparison(commit, "skip", "too few steps for an interval" + busy, s, v.rounds)
     low, high = 100.0 * s.low_ms / s.mean_a_ms, 100.0 * s.high_ms / s.mean_a_ms
     change = f"{100.0 * s.delta_ms / s.mean_a_ms:+.1f} % [{low:+.1f}, {high:+.1f}]"
     if low > threshold_pct:
         return Comparison(commit, "bad", f"{change}: wholly above +{threshold_pct:.3g} %", s, v.rounds)
     if high < threshold_pct:
         return Comparison(commit, "good", f"{change}: wholly below +{threshold_pct:.3g} %", s, v.rounds)
+    # load widens an interval, it never vetoes a clear one: "too busy" only for one that straddles the bar
+    if v.busy_share > BUSY_SHARE:  # the runs timed the machine's other work more than this commit
+        return Comparison(commit, "skip", f"{change}: the interval holds +{threshold_pct:.3g} % and the machine was "
+                          f"too busy to narrow it: {100 * v.busy_share:.0f} % of the runs or steps waited for a CPU "
+                          "held by other processes", s, v.rounds)
     return Comparison(commit, "skip", f"{change}: the interval holds +{threshold_pct:.3g} % ({v.stopped_because})",
                       s, v.rounds)
 

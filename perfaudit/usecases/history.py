@@ -17,6 +17,7 @@ from ..errors import UsageError
 from ..files import append_line
 from ..findings import Report
 from ..gate import GateOptions
+from ..outcome import Outcome
 from ..verify.history import HistoryCheck, check
 from ..verify.stats import trimmed_mean
 from .analysis import analyze
@@ -143,6 +144,8 @@ def history(target: str, args: list[str], options: RunOptions, path: str | None 
     entries, notes = read_history(path)
     entry = entry_of(report, script, repo)
     judged = check(entries, entry, window, fail_on_slowdown_pct)
-    if write:
+    if Outcome.of(report.outcome) == Outcome.INTERRUPTED:  # a stopped run is shown, never kept as a level
+        judged.stopped_by = str((report.outcome or {}).get("by") or "a signal")
+    if write and judged.stopped_by is None:
         append(path, entry)
     return report, judged, path, notes

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -17,6 +15,7 @@ from ..fix.catalog import FIX_KINDS
 from ..fix.plan import FixPlan
 from ..outcome import Outcome, describe, is_failure
 from .stats import MIN_STEPS, LossCheck, SpeedChange, loss_check, speed_change, undisturbed_steps
+from .stops import NoteSignals, signal_name
 
 
 @dataclass
@@ -152,7 +151,7 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
     started, done, stop, interrupted = time.monotonic(), 0, None, None
     if options.threads is None:  # every A and B run with the same threads, fitted once to the free cores
         options = replace(options, threads=_free_core_threads())
-    with _StopSignals() as signals:
+    with NoteSignals() as signals:
         while stop is None:
             done += 1
             # A B in odd rounds, B A in even ones: whatever favours the first or second run of a round (a
@@ -231,7 +230,7 @@ def _stop_reason(runs: dict[str, Runs], variants: list[Variant], plan: Rounds, d
                  interrupted) -> str | None:
     """Why the rounds stop now, or None to run another."""
     if interrupted:
-        return f"stopped by {signal.Signals(interrupted).name}"
+        return f"stopped by {signal_name(interrupted)}"
     if runs["A"].failure:
         return "the script as it is failed"
     if done < plan.min:
@@ -262,28 +261,6 @@ def _undecided(a: Runs, b: Runs, plan: Rounds) -> bool:
         line = s.mean_a_ms * plan.threshold_pct / 100.0
         return not (s.low_ms > line or s.high_ms < line)
     return s.verdict == "no measurable change" and not s.within_tolerance
-
-
-class _StopSignals:
-    """SIGINT and SIGTERM between two runs stop verify after the run (a run in progress is stopped by the
-    runner's own handlers, which it reports)."""
-
-    def __init__(self):
-        self.received: int | None = None
-        self._previous: dict = {}
-
-    def _note(self, signum, frame):
-        self.received = signum
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                self._previous[sig] = signal.signal(sig, self._note)
-        return self
-
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 def _free_core_threads() -> int | None:

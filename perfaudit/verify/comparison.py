@@ -78,6 +78,7 @@ class BisectResult:
     conclusion: str = ""
     diff: Diff | None = None            # the culprit's parent against the culprit, audited
     folder: str = ""                    # the runs (each comparison's rounds, the two audits)
+    interrupted: int | None = None      # the stop signal that ended it before a conclusion
 
     @property
     def timed_pairs(self) -> int:

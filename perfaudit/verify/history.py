@@ -42,6 +42,7 @@ class HistoryCheck:
     new_findings: list[str] = field(default_factory=list)   # "RULE path:line", against the previous entry
     gone_findings: list[str] = field(default_factory=list)
     fail_on_slowdown_pct: float | None = None
+    stopped_by: str | None = None        # the signal that stopped the run: shown, not recorded
 
     @property
     def fails(self) -> bool:
