@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import TypedDict
 
+from . import untrusted
 from .errors import UsageError
 from .files import write_atomic
 from .findings import Finding
@@ -38,16 +40,16 @@ def write(path: str, findings: list[Finding]) -> None:
     write_atomic(path, json.dumps({"version": VERSION, "tool": "perfaudit", "fingerprints": entries}, indent=1) + "\n")
 
 
+class _Baseline(TypedDict):
+    fingerprints: list[str]
+
+
 def read(path: str) -> set[str]:
+    """The fingerprints of a baseline file (read as hostile: perfaudit.untrusted)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = untrusted.load(path, _Baseline, "a perfaudit baseline (a list of fingerprints)")
     except FileNotFoundError as exc:
         raise UsageError(f"baseline not found: {path}; create it with --baseline-write") from exc
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: not a perfaudit baseline ({exc})") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("fingerprints"), list):
-        raise UsageError(f"{path}: not a perfaudit baseline (no fingerprints list)")
     return set(data["fingerprints"])
 
 

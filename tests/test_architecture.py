@@ -13,7 +13,7 @@ PACKAGE = ROOT / "perfaudit"
 # lowest first; a module belongs to the first entry its dotted name starts with
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("vocabulary", ("perfaudit.errors", "perfaudit.files", "perfaudit.outcome", "perfaudit.calls", "perfaudit.tips",
-                    "perfaudit.probe_schema", "perfaudit.flops.peaks")),
+                    "perfaudit.probe_schema", "perfaudit.untrusted")),
     ("collection", ("perfaudit.collect",)),
     ("trace model", ("perfaudit.trace", "perfaudit.source", "perfaudit.findings")),
     ("projection model", ("perfaudit.projection",)),

@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict
+from typing import Any, TypedDict
 
-from .. import __version__
+from .. import __version__, untrusted
 from ..findings import Finding, Report
 
 REPORT_SCHEMA_VERSION = 1
@@ -90,26 +91,89 @@ def render(report: Report) -> str:
     return json.dumps(to_dict(report), indent=2, default=str)
 
 
-def report_from_dict(data: dict) -> Report | None:
-    """A report read back from its JSON (findings, script, outcome): enough for `perfaudit fix --from`.
-    None when the data is not a perfaudit report."""
+class _StoredLocationRequired(TypedDict):
+    path: str
+    line: int
+
+
+class _StoredLocation(_StoredLocationRequired, total=False):
+    code: str
+    detail: str
+    count_per_step: float | None
+    ms_per_step: float | None
+    exact: bool
+
+
+class _StoredCost(TypedDict, total=False):
+    ms_per_step: float | None
+    share_of_step: float | None
+    estimated: bool | None
+
+
+class _StoredFindingRequired(TypedDict):
+    rule: str
+    title: str
+    severity: str
+    message: str
+
+
+class _StoredFinding(_StoredFindingRequired, total=False):
+    tips: list[str]
+    fix: str
+    cost: _StoredCost
+    locations: list[_StoredLocation]
+    notes: list[str]
+    origin: str
+    trace: str | None
+    autofix: dict[str, Any] | None
+    projected_ms_per_step: float | None
+    projected_share_of_step: float | None
+
+
+class _StoredTool(TypedDict, total=False):
+    name: str
+    version: str
+
+
+class _StoredRun(TypedDict, total=False):
+    script: str | None
+    outcome: dict[str, Any] | None
+    run_dir: str | None
+    cwd: str | None
+
+
+class StoredReport(TypedDict, total=False):
+    """What `fix --from` and `diff` read back from a report.json: its findings, where, and the run."""
+    tool: _StoredTool
+    findings: list[_StoredFinding]
+    run: _StoredRun
+
+
+def read_report(path: str) -> tuple[Report, StoredReport]:
+    """A report.json read as hostile (bounded, typed: perfaudit.untrusted): the report and its data, or
+    Unreadable naming the file and what is wrong with it."""
+    data = untrusted.load(path, StoredReport, "a perfaudit report")
+    report = report_from_dict(data)
+    if report is None:
+        raise untrusted.Unreadable(f"{path}: JSON, but not a perfaudit report (no tool.name \"perfaudit\")")
+    return report, data
+
+
+def report_from_dict(data: StoredReport) -> Report | None:
+    """A report read back from its JSON, already decoded as StoredReport (read_report): findings, script,
+    outcome. None when the data is not a perfaudit report."""
     from ..findings import Cost, Location
-    if not isinstance(data, dict) or data.get("tool", {}).get("name") != "perfaudit":
+    if data.get("tool", {}).get("name") != "perfaudit":
         return None
     findings = []
     for f in data.get("findings", []):
         cost = f.get("cost") or {}
-        locations = tuple(Location(**{k: v for k, v in loc.items() if k in Location.__dataclass_fields__})
-                          for loc in f.get("locations", []))
+        locations = tuple(Location(**loc) for loc in f.get("locations", []))
         findings.append(Finding(f["rule"], f["title"], tuple(f.get("tips", ())), f["severity"], f["message"],
                                 f.get("fix", ""), Cost(cost.get("ms_per_step"), cost.get("share_of_step"),
-                                                       bool(cost.get("estimated")), _number(f.get("projected_ms_per_step")),
-                                                       _number(f.get("projected_share_of_step"))),
+                                                       bool(cost.get("estimated")), f.get("projected_ms_per_step"),
+                                                       f.get("projected_share_of_step")),
                                 locations, tuple(f.get("notes", ())), evidence={"origin": f.get("origin", "run")},
                                 trace=f.get("trace"), autofix=f.get("autofix")))
     run = data.get("run") or {}
     return Report(findings, [], [], script=run.get("script"), outcome=run.get("outcome"), run_dir=run.get("run_dir"))
-
-
-def _number(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -4,13 +4,13 @@ and the code they point at, so a line moved by an edit still matches), the ops o
 most, and what differs in the environment."""
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 
 from ..engine.loader import Rule, load_rules
 from ..findings import Finding, Report, TraceSummary
-from ..report.json_report import report_from_dict
+from ..report.json_report import read_report
+from ..untrusted import Unreadable
 from ..verify.comparison import Diff, FindingChange
 from ..verify.stats import speed_change
 from .analysis import analyze
@@ -54,14 +54,11 @@ def read_side(path: str, rules: list[Rule], source_roots: tuple[str, ...]) -> Re
     saved = os.path.join(path, "report.json")
     if os.path.isdir(path) and os.path.isfile(saved):
         try:
-            with open(saved, encoding="utf-8") as f:
-                recorded = report_from_dict(json.load(f))
-        except (OSError, ValueError):
-            recorded = None
-        if recorded is not None:
-            report.findings, report.script = recorded.findings, report.script or recorded.script
-        else:
-            report.notes.append(f"{saved} could not be read: the findings are the trace's alone")
+            recorded, _ = read_report(saved)
+        except Unreadable as exc:  # the trace's own findings would sit at the lines of the script as it is now
+            raise Unreadable(f"{exc}; diff places a run's findings from it (remove it to compare the traces "
+                             "alone)") from None
+        report.findings, report.script = recorded.findings, report.script or recorded.script
     return report
 
 

@@ -2,7 +2,6 @@
 plan to show as a diff or write), and the A/B proof of those edits (verify/)."""
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
@@ -15,7 +14,8 @@ from ..engine.loader import Rule, load_rules
 from ..errors import UsageError
 from ..findings import Finding, Report, rank
 from ..fix.plan import plan_fixes
-from ..report.json_report import report_from_dict
+from ..report.json_report import read_report
+from ..untrusted import Unreadable
 from ..verify import Rounds, Variant, Verification, run_ab
 from .analysis import analyze, looks_like_trace
 from .audit import audit
@@ -44,14 +44,11 @@ def recorded_report(source: str, rules: list[Rule], script: str | None = None) -
         report, base = analyze([source], rules), os.getcwd()
     else:
         try:
-            with open(source, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--from {source}: not a run folder, a trace or a JSON report ({exc})") from None
-        loaded = report_from_dict(data)
-        if loaded is None:
-            raise UsageError(f"--from {source}: a JSON file, but not a perfaudit report")
-        report = loaded
+            report, data = read_report(source)
+        except FileNotFoundError:
+            raise UsageError(f"--from {source}: no such run folder, trace or report") from None
+        except Unreadable as exc:
+            raise UsageError(f"--from {exc}") from None
         cwd = (data.get("run") or {}).get("cwd")  # where the report was made: its relative paths start there
         base = cwd if isinstance(cwd, str) and os.path.isdir(cwd) else \
             os.path.dirname(os.path.abspath(report.script)) if report.script else None

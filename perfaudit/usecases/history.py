@@ -9,8 +9,11 @@ import json
 import os
 import subprocess
 from collections.abc import Callable
+from typing import Annotated, TypedDict
 
-from .. import __version__
+import msgspec
+
+from .. import __version__, untrusted
 from ..collect.run.options import RunOptions
 from ..engine.loader import Rule, load_rules
 from ..errors import UsageError
@@ -54,29 +57,53 @@ def commit_of(repo: str | None) -> dict:
     return {"commit": sha, "subject": "", "branch": os.environ.get("GITHUB_REF_NAME"), "dirty": None}
 
 
-def read_history(path: str) -> tuple[list[dict], list[str]]:
-    """The entries of a history file, oldest first, and a note per line that could not be read (skipped)."""
-    entries: list[dict] = []
-    notes: list[str] = []
-    if not os.path.exists(path):
-        return entries, notes
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the history: {exc.strerror}") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            entry = None
-        if isinstance(entry, dict):
-            entries.append(entry)
-        else:
-            notes.append(f"{path}:{number} is not a JSON object: skipped")
+Milliseconds = Annotated[float, msgspec.Meta(ge=0.0, le=1e12)]  # finite: 1e999 reads as infinity
+
+
+class _Finding(TypedDict, total=False):
+    rule: str
+    where: str | None
+    code: str
+
+
+class HistoryEntry(TypedDict, total=False):
+    """One line of the history as `entry_of` writes it: what a line committed by anyone must look like to be
+    read (a wrong type anywhere skips the line, named)."""
+    time: str
+    commit: str | None
+    subject: str
+    branch: str | None
+    dirty: bool | None
+    script: str | None
+    device: str | None
+    torch: str | None
+    step_ms: Milliseconds | None
+    busy: bool
+    steps_ms: list[Milliseconds]
+    findings: list[_Finding]
+    load_avg: float | list[float] | None
+    cpu_count: int | None
+    run_dir: str | None
+    perfaudit: str
+
+
+READ_LAST = 2000  # entries read from the end: the judgement needs the last `window` of one script's
+
+
+def read_history(path: str, last: int = READ_LAST) -> tuple[list[dict], list[str]]:
+    """The last `last` entries of a history file, oldest first, and a note per line that could not be read
+    (skipped, named): the file is read as hostile (perfaudit.untrusted), from its end."""
+    entries, notes = untrusted.tail(path, HistoryEntry, last, "a history entry")
     return entries, notes
+
+
+def _inside_repository(path: str, repo: str) -> None:
+    """The history the repository names is the repository's: a committed link that leads out of it (to a
+    file of the user's, anywhere) is not followed, for reading or for appending."""
+    real, root = os.path.realpath(path), os.path.realpath(repo)
+    if real != root and not real.startswith(root + os.sep):
+        raise UsageError(f"{path} is a link out of the repository (to {real}); perfaudit does not follow it "
+                         "(give --file to keep the history elsewhere)")
 
 
 def append(path: str, entry: dict) -> None:
@@ -129,18 +156,20 @@ def history(target: str, args: list[str], options: RunOptions, path: str | None 
     file (default: perfaudit-history.jsonl at the top of the git repository, else here); append the entry
     unless `write` is false. Returns the report, the judgement, the file and notes about the file."""
     rules = rules if rules is not None else load_rules()
+    if not os.path.exists(target):
+        raise UsageError(f"{target}: no such script, run folder or trace")
+    repo = repository(target)
+    if path is None:  # checked before anything is measured
+        path = os.path.join(repo or os.getcwd(), DEFAULT_FILE)
+        if repo:
+            _inside_repository(path, repo)
     if target.endswith(".py") and os.path.isfile(target):
-        repo = repository(target)
         report = audit(target, args, options, rules, on_event, gate_options)
         script = target
-    elif os.path.exists(target):
-        repo = repository(target)
+    else:
         report = read_side(target, rules, ()) if os.path.isdir(target) else analyze([target], rules)
         script = report.script or target
         report.run_dir = report.run_dir or (os.path.abspath(target) if os.path.isdir(target) else None)
-    else:
-        raise UsageError(f"{target}: no such script, run folder or trace")
-    path = path or os.path.join(repo or os.getcwd(), DEFAULT_FILE)
     entries, notes = read_history(path)
     entry = entry_of(report, script, repo)
     judged = check(entries, entry, window, fail_on_slowdown_pct)

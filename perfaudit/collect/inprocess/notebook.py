@@ -5,11 +5,12 @@ on their own lines so every other line keeps its place, and a map back from the 
 Jupyter Lab and VS Code show them: every cell counts, markdown too, from 1."""
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field, replace
+from typing import TypedDict
 
+from ... import untrusted
 from ...errors import UsageError
 
 _MAGIC = re.compile(r"^(\s*)([%!].*)$")           # %matplotlib inline, !pip install …, %time x = f()
@@ -35,18 +36,22 @@ class NotebookScript:
         return None
 
 
-def read_cells(notebook: str) -> list[dict]:
+class _Cell(TypedDict, total=False):
+    cell_type: str
+    source: str | list[str]
+
+
+class _Notebook(TypedDict):
+    cells: list[_Cell]
+
+
+def read_cells(notebook: str) -> list[_Cell]:
+    """The notebook's cells, read as hostile (perfaudit.untrusted): a cell that is not an object, a source
+    that is not text, metadata nested past any notebook's: one line saying where."""
     try:
-        with open(notebook, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as exc:
-        raise UsageError(f"cannot read {notebook}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise UsageError(f"{notebook} is not a notebook (not valid JSON: {exc})") from None
-    cells = data.get("cells") if isinstance(data, dict) else None
-    if not isinstance(cells, list):
-        raise UsageError(f"{notebook} is not a notebook in nbformat 4 (no list of cells)")
-    return cells
+        return untrusted.load(notebook, _Notebook, "a notebook in nbformat 4")["cells"]
+    except FileNotFoundError:
+        raise UsageError(f"cannot read {notebook}: no such file") from None
 
 
 def check_notebook(notebook: str, compile_or_fail) -> str:
@@ -57,9 +62,9 @@ def check_notebook(notebook: str, compile_or_fail) -> str:
     return converted.notebook
 
 
-def _source(cell: dict) -> str:
+def _source(cell: _Cell) -> str:
     source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else str(source)
+    return "".join(source) if isinstance(source, list) else source
 
 
 def convert(notebook: str, path: str) -> tuple[str, NotebookScript]:
