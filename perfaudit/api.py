@@ -27,7 +27,7 @@ _WHERE = {
     "project_root": "usecases.fixes", "check_fixable": "usecases.fixes", "check_script": "collect.run.runner",
     "Rounds": "verify", "recorded_report": "usecases.fixes", "lint": "usecases.lint",
     "Settings": "usecases.settings", "prepare": "usecases.settings", "run_options": "usecases.settings",
-    "rules_catalogue": "usecases.settings", "rules_for": "usecases.settings",
+    "rules_catalogue": "usecases.settings", "rules_for": "usecases.settings", "check_rounds": "usecases.settings",
     "WindowAudit": "usecases.inprocess", "GateFailed": "usecases.inprocess", "metrics": "usecases.inprocess",
     "audit_cell": "usecases.inprocess",
 }

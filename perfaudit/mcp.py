@@ -10,6 +10,9 @@ from typing import Any
 
 from .errors import UsageError
 
+MAX_TEXT = 4096  # characters in one argument (a path, a flag)
+MAX_ARGS = 256   # items in one list argument (a script's command line, the traces)
+
 INSTRUCTIONS = ("perfaudit audits PyTorch training performance. `audit` runs a training script for a short "
                 "profiled window (a few steps) and returns ranked findings: what is slow, where (file:line), "
                 "what it costs per step and the change to make. `fix` returns the mechanical edits as a unified "
@@ -30,6 +33,17 @@ def build_server():
     from . import __version__
     server._mcp_server.version = __version__  # the server's own version; FastMCP would report the SDK's
 
+    def bounded(**values) -> None:
+        """An agent's arguments, bounded before anything runs (a 64 MB string once cost 2.85 GB and came
+        back whole in the error): each text a path or a flag, each list a command line."""
+        for name, value in values.items():
+            texts = value if isinstance(value, list) else [value]
+            if isinstance(value, list) and len(value) > MAX_ARGS:
+                raise UsageError(f"{name}: at most {MAX_ARGS} items, not {len(value)}")
+            for text in texts:
+                if isinstance(text, str) and len(text) > MAX_TEXT:
+                    raise UsageError(f"{name}: at most {MAX_TEXT} characters, not {len(text)}")
+
     def report_result(report) -> dict[str, Any]:
         return {"report": to_dict(report), "markdown": markdown(report)}
 
@@ -39,6 +53,7 @@ def build_server():
         """Run a PyTorch training script (a .py file or a notebook) for `warmup` then `steps` training steps
         under the profiler and return the ranked findings (JSON report and Markdown). `args` are the
         script's own command-line arguments."""
+        bounded(script=script, args=args or [], device=device)
         settings = api.prepare()
         api.check_script(script)
         options = api.run_options(settings, warmup, steps, False, timeout, None, device=device)
@@ -48,6 +63,7 @@ def build_server():
     def analyze(paths: list[str]) -> dict[str, Any]:
         """Apply the rules to torch.profiler / Kineto traces (*.json or *.json.gz files, or folders of them,
         e.g. one per rank of a distributed job)."""
+        bounded(paths=paths)
         settings = api.prepare()
         return report_result(api.analyze(paths, settings.rules, (), settings.gate))
 
@@ -56,12 +72,14 @@ def build_server():
         """The documentation of a rule (SYNC001) or of the rules for a tip (T01), as Markdown: what, why,
         an example, what to use instead, references."""
         from .report.docs import rule_markdown
+        bounded(rule=rule)
         return "\n\n".join(rule_markdown(r) for r in api.rules_for(rule, None))
 
     @server.tool()
     def fix(script: str, args: list[str] | None = None, warmup: int = 2, steps: int = 5) -> dict[str, Any]:
         """Audit the script and return the mechanical fixes for its findings as a unified diff. Nothing is
         written: apply the diff yourself, then `verify`."""
+        bounded(script=script, args=args or [])
         settings = api.prepare()
         api.check_fixable(script, None, False)
         options = api.run_options(settings, warmup, steps)
@@ -76,6 +94,8 @@ def build_server():
         import json
 
         from .report.verify_report import render_json
+        bounded(script=script, args=args or [])
+        api.check_rounds(rounds, max_rounds, max_time)
         settings = api.prepare()
         api.check_script(script)
         audit_options = api.run_options(settings)

@@ -1,6 +1,7 @@
 """The commands that run the script: `run`, `fix`, `verify`, `bisect`, `history`."""
 from __future__ import annotations
 
+import math
 import sys
 from typing import Annotated, Optional
 
@@ -261,8 +262,8 @@ def _percent(text: str | None) -> float | None:
         value = float(text.strip().rstrip("%").strip())
     except ValueError:
         raise typer.BadParameter(f"expected a percentage such as 10% or 10, not '{text}'") from None
-    if value < 0:
-        raise typer.BadParameter("expected a percentage of at least 0")
+    if not math.isfinite(value) or value < 0:
+        raise typer.BadParameter(f"expected a percentage of at least 0, not '{text}'")
     return value
 
 

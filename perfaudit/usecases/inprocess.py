@@ -42,6 +42,16 @@ def main_script() -> str | None:
     return os.path.abspath(path) if path and os.path.isfile(path) else None
 
 
+def _profiler_on() -> bool:
+    """Whether a torch profiler records now (a `with torch.profiler.profile()` of the user's around the
+    training): a second one would take its events."""
+    import torch
+    try:
+        return bool(torch._C._autograd._profiler_enabled())
+    except AttributeError:  # an older torch: its module-level flag
+        return bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))
+
+
 class WindowAudit:
     def __init__(self, source: str | None, steps: int | None = None, warmup: int | None = None,
                  out_dir: str | None = None, fail_on: str | None = None, action: str = "warn",
@@ -65,6 +75,10 @@ class WindowAudit:
             return True
         if active_session() is not None:
             self.standing_aside = "perfaudit already records this process (perfaudit run)"
+            return False
+        if _profiler_on():
+            self.standing_aside = ("a torch profiler is already recording this process (the script's own): "
+                                   "perfaudit leaves it the trace")
             return False
         self.script = self.script or main_script() or os.path.join(os.getcwd(), "<interactive>")
         self.session = InProcessSession(self.options, self.script, self.source)

@@ -3,11 +3,12 @@ line's overrides, the rules it selects, the CI gate's options, and the cheapest 
 selected rules need."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .. import baseline as baseline_file
 from ..collect.run.options import RunOptions
-from ..config import DEVICES, Config, apply_to_rules, checked_target, load_config
+from ..config import DEVICES, FAIL_ON, Config, apply_to_rules, checked_target, load_config
 from ..engine.loader import Rule, load_rules
 from ..errors import UsageError
 from ..gate import GateOptions
@@ -27,6 +28,8 @@ class Settings:
         return set().union(*(r.needs() for r in self.rules)) if self.rules else set()
 
     def fail_on(self, flag: str | None) -> str:
+        if flag is not None and flag not in FAIL_ON:  # every door (CLI, callbacks, MCP) checks it here
+            raise UsageError(f"fail_on: expected one of {', '.join(FAIL_ON)}, not {shown(flag)}")
         return flag or self.config.fail_on or "never"
 
 
@@ -53,6 +56,13 @@ def run_options(settings: Settings, warmup: int | None = None, steps: int | None
                 for_rules: bool = True, **extra) -> RunOptions:
     """The run's options: the flags, else the configuration, else the defaults; Python stacks and input
     shapes only when a selected rule reads them (`for_rules`), so recording costs no more than needed."""
+    _check_count(warmup, "warmup", 0)
+    _check_count(steps, "steps", 1)
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not math.isfinite(timeout) or timeout < 0):
+        raise UsageError(f"timeout: expected seconds (0 or more; 0: never), not {shown(timeout)}")
+    if out_dir is not None and not isinstance(out_dir, str):
+        raise UsageError(f"out_dir: expected a folder's path, not {shown(out_dir)}")
     cfg = settings.config
     needs = settings.needs if for_rules else set()
     device = extra.pop("device", None) or cfg.device
@@ -69,6 +79,28 @@ def run_options(settings: Settings, warmup: int | None = None, steps: int | None
         if value is not None:
             setattr(options, key, value)
     return options
+
+
+def shown(value) -> str:
+    """A value as an error message quotes it: never more than a line, whatever was passed."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_count(value, name: str, least: int) -> None:
+    """The options every door passes (the CLI's flags, the callbacks' and the MCP tools' arguments): one
+    check, the CLI's bounds."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+        raise UsageError(f"{name}: expected a whole number of at least {least}, not {shown(value)}")
+
+
+def check_rounds(rounds, max_rounds, max_time) -> None:
+    """verify's and bisect's rounds, as the CLI bounds them (for the doors without its flags)."""
+    _check_count(rounds, "rounds", 1)
+    _check_count(max_rounds, "max_rounds", 1)
+    if isinstance(max_time, bool) or not isinstance(max_time, (int, float)) or not math.isfinite(max_time) \
+            or max_time < 0:
+        raise UsageError(f"max_time: expected seconds (0 or more), not {shown(max_time)}")
 
 
 def rules_catalogue(rules_dirs: list[str] | None = None) -> list[Rule]:
