@@ -7,6 +7,7 @@ import sys
 import zipfile
 
 from conftest import ROOT
+from perfaudit import __version__
 
 
 def test_wheel_ships_every_rule_and_package(tmp_path):
@@ -15,6 +16,12 @@ def test_wheel_ships_every_rule_and_package(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     wheel = next((tmp_path / "dist").glob("perfaudit-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
+    # one version: the package's, in the wheel's name and metadata and in `perfaudit --version`
+    assert wheel.name.startswith(f"perfaudit-{__version__}-"), wheel.name
+    metadata = zipfile.ZipFile(wheel).read(f"perfaudit-{__version__}.dist-info/METADATA").decode()
+    assert f"\nVersion: {__version__}\n" in metadata
+    shown = subprocess.run([sys.executable, "-m", "perfaudit", "--version"], capture_output=True, text=True)
+    assert shown.stdout.strip() == f"perfaudit {__version__}", shown.stdout + shown.stderr
     rule_files = sorted(p.name for p in (ROOT / "rules").glob("*.yaml"))
     assert rule_files and all(f"perfaudit/rules/{name}" in names for name in rule_files)
     packages = sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / "perfaudit").rglob("__init__.py"))
