@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the names below, imported for real on first use (see __geta
 
 _WHERE = {
     "RunOptions": "collect.run.options", "RunResult": "collect.run.options",
-    "Finding": "findings", "Report": "findings", "rank": "findings", "GateOptions": "gate", "gate_fails": "gate",
+    "Finding": "findings", "Report": "findings", "rank": "findings", "GateOptions": "policy.gate", "gate_fails": "policy.gate",
     "analyze": "usecases.analysis", "evaluate_trace": "usecases.analysis",
     "expand_trace_paths": "usecases.analysis", "looks_like_trace": "usecases.analysis",
     "audit": "usecases.audit", "diff": "usecases.diff",

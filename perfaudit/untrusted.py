@@ -37,7 +37,7 @@ def decode(data: bytes | str, type: Any = Any, what: str = "JSON") -> Any:
     except RecursionError:
         raise Unreadable(f"not {what}: nested too deeply") from None
     except ValueError as exc:  # json's JSONDecodeError, invalid UTF-8
-        raise Unreadable(f"not valid JSON: {exc}") from None
+        raise Unreadable(f"not {what}: not valid JSON ({exc})") from None
 
 
 def load(path: str, type: Any = Any, what: str = "JSON", max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
@@ -51,11 +51,11 @@ def load(path: str, type: Any = Any, what: str = "JSON", max_bytes: int = MAX_DO
     except OSError as exc:
         raise Unreadable(f"{path}: cannot read it ({exc.strerror or exc})") from None
     if len(data) > max_bytes:
-        raise Unreadable(f"{path}: larger than {max_bytes >> 20} MB: not {what} perfaudit reads")
+        raise Unreadable(f"{path} is larger than {max_bytes >> 20} MB: not {what} perfaudit reads")
     try:
         return decode(data, type, what)
     except Unreadable as exc:
-        raise Unreadable(f"{path}: {exc}") from None
+        raise Unreadable(f"{path} is {exc}") from None
 
 
 def tail(path: str, type: Any = Any, last: int = 1000, what: str = "a record",

@@ -293,8 +293,9 @@ def test_sys_exit_messages_newlines_in_names_and_quoted_labels(tmp_path):
 def test_a_write_that_fails_leaves_the_file_as_it_was_and_says_why(tmp_path, monkeypatch, code, said):
     """A full disk (or a read-only one, or no permission) while a report or baseline is written: the file
     that was there keeps its bytes, no temporary file is left, and the error is one line naming the cause."""
-    from perfaudit import baseline, files
+    from perfaudit import files
     from perfaudit.errors import WriteError
+    from perfaudit.policy import baseline
     from perfaudit.report.outputs import write_text
     target = tmp_path / "report.json"
     target.write_text('{"kept": true}\n')

@@ -101,8 +101,8 @@ def test_auto_emulates_only_a_script_with_a_cuda_path(tmp_path):
 
 
 def test_the_device_is_set_in_the_config_file_and_checked(tmp_path):
-    from perfaudit.config import load_config
     from perfaudit.errors import UsageError
+    from perfaudit.policy.config import load_config
     (tmp_path / "perfaudit.toml").write_text('device = "cpu"\n')
     assert load_config(str(tmp_path / "perfaudit.toml")).device == "cpu"
     (tmp_path / "perfaudit.toml").write_text('device = "gpu"\n')

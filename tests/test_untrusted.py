@@ -58,9 +58,9 @@ def _entry(line: bytes) -> list:
 @PROPERTY
 @given(data=st.one_of(st.binary(max_size=200), json_value.map(lambda v: json.dumps(v).encode())))
 def test_any_file_read_as_a_report_baseline_or_notebook_is_read_or_named(tmp_path, data):
-    from perfaudit import baseline
     from perfaudit.collect.inprocess.notebook import read_cells
     from perfaudit.errors import UsageError
+    from perfaudit.policy import baseline
     from perfaudit.report.json_report import read_report
     path = tmp_path / "file.json"
     path.write_bytes(data)

@@ -8,8 +8,6 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 
-from .. import gate
-from ..config import checked_target
 from ..engine.evaluate import evaluate
 from ..engine.loader import Rule, load_rules
 from ..engine.projected import with_projected_costs
@@ -18,7 +16,9 @@ from ..facts import Context, Missing
 from ..facts.distributed.ranks import rank_stats
 from ..facts.emulated import gpu_branch_ran
 from ..findings import Finding, Report, Skipped, TraceSummary
-from ..gate import GateOptions
+from ..policy import gate
+from ..policy.config import checked_target
+from ..policy.gate import GateOptions
 from ..trace import Trace, load_trace
 from ..trace.gc_pause import collection_paused
 from ..trace.model import emulated_run

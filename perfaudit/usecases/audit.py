@@ -10,7 +10,6 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 
-from .. import gate
 from ..collect.emulation.outcome import emulation_may_cause
 from ..collect.inprocess.notebook import relocate, write_script
 from ..collect.run.runner import RunOptions, RunResult, check_script, run_script
@@ -20,9 +19,10 @@ from ..facts import Context
 from ..facts.emulated import gpu_branch_ran, offered
 from ..files import write_atomic
 from ..findings import Report
-from ..gate import GateOptions
 from ..outcome import Outcome
 from ..outcome import describe as describe_outcome
+from ..policy import gate
+from ..policy.gate import GateOptions
 from ..static import lint as lint_paths
 from ..static.cuda_path import has_cuda_path
 from ..static.gpu_switch import gpu_switch

@@ -19,8 +19,8 @@ from ..engine.loader import Rule, load_rules
 from ..errors import UsageError
 from ..files import append_line
 from ..findings import Report
-from ..gate import GateOptions
 from ..outcome import Outcome
+from ..policy.gate import GateOptions
 from ..verify.history import HistoryCheck, check
 from ..verify.stats import trimmed_mean
 from .analysis import analyze

@@ -24,8 +24,8 @@ from ..collect.userframes import raised
 from ..collect.window.session import WindowDone
 from ..errors import UsageError
 from ..findings import Report
-from ..gate import gate_fails
 from ..outcome import Outcome
+from ..policy.gate import gate_fails
 from .audit import report_for_run, write_run_reports
 from .settings import prepare, run_options
 

@@ -10,10 +10,10 @@ import sys
 import time
 from dataclasses import asdict
 
-from .. import gate
 from ..engine.loader import Rule, load_rules
 from ..errors import TraceError, UsageError
 from ..findings import Cost, Finding, Location, Report, Skipped, TraceSummary
+from ..policy import gate
 from .analysis import TraceResult, analyze_all, analyze_one, combine
 
 VERSION = 1

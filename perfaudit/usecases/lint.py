@@ -1,10 +1,10 @@
 """`lint`: what the source alone shows, without running it (no torch import)."""
 from __future__ import annotations
 
-from .. import gate
 from ..engine.loader import Rule, load_rules
 from ..findings import Report
-from ..gate import GateOptions
+from ..policy import gate
+from ..policy.gate import GateOptions
 from ..static import lint as lint_paths
 from ..static import python_files
 from ..static.registry import CHECKS

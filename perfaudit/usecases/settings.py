@@ -6,12 +6,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .. import baseline as baseline_file
 from ..collect.run.options import RunOptions
-from ..config import DEVICES, FAIL_ON, Config, apply_to_rules, checked_target, load_config
 from ..engine.loader import Rule, load_rules
 from ..errors import UsageError
-from ..gate import GateOptions
+from ..policy import baseline as baseline_file
+from ..policy.config import DEVICES, FAIL_ON, Config, apply_to_rules, checked_target, load_config
+from ..policy.gate import GateOptions
 from ..tips import TIPS
 
 

@@ -10,10 +10,10 @@ import os
 import re
 from typing import TypedDict
 
-from . import untrusted
-from .errors import UsageError
-from .files import write_atomic
-from .findings import Finding
+from .. import untrusted
+from ..errors import UsageError
+from ..files import write_atomic
+from ..findings import Finding
 
 VERSION = 1
 _SPACE = re.compile(r"\s+")

@@ -6,7 +6,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 
-from .findings import Cost, Finding, Location
+from ..findings import Cost, Finding, Location
 
 _COMMENT = re.compile(r"#\s*perfaudit:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 STALE_RULE = "NOQA001"

@@ -22,8 +22,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from .errors import UsageError
-from .findings import SEVERITIES
+from ..errors import UsageError
+from ..findings import SEVERITIES
 
 FAIL_ON = (*SEVERITIES, "never")
 _KEYS = {"select", "ignore", "fail-on", "warmup", "steps", "rules-dirs", "severity", "thresholds",
@@ -176,7 +176,7 @@ def apply_to_rules(cfg: Config, rules: list) -> list:
     import difflib
     from dataclasses import replace
 
-    from .tips import TIPS
+    from ..tips import TIPS
     known = {r.id for r in rules}
     for rule_id in list(cfg.severity) + list(cfg.thresholds):
         if rule_id not in known:
@@ -207,7 +207,7 @@ def apply_to_rules(cfg: Config, rules: list) -> list:
 def checked_target(value, where: str) -> str:
     """A GPU name devices.yaml knows (in any case, `-` or `_` for spaces), "auto" or "none"; UsageError
     naming the nearest names otherwise."""
-    from .projection.devices import target
+    from ..projection.devices import target
     if not isinstance(value, str) or not value.strip():
         raise UsageError(f"{where}: expected a GPU name, auto or none")
     if value.strip().lower() in ("auto", "none"):

@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
+from ..findings import UNKNOWN_WHERE, Finding, Report, rank
 from . import baseline as baseline_file
 from . import suppress
 from .config import Config
-from .findings import UNKNOWN_WHERE, Finding, Report, rank
 
 
 @dataclass
