@@ -32,6 +32,8 @@ PROBE_FIELDS: dict[str, dict] = {
     "empty_cache": _list_of({"site": _SITE, "calls": _INT, "window_calls": _INT}),
     "bias_before_norm": _list_of({"layer": {"type": "string"}, "norm": {"type": "string"}, "site": _SITE},
                                  {"bias_params": _INT}),
+    # Conv/Linear layers with a bias that ran with no BatchNorm after them, by the line that built them
+    "bias_without_norm": _list_of({"layer": {"type": "string"}, "site": _SITE, "count": _INT}),
     "data_parallel": _list_of({"site": _SITE, "class": {"type": "string"}}),
     "schedulers": _list_of({"site": _SITE, "class": {"type": "string"}}),
     "user_files": {"type": "array", "items": {"type": "string"}},
@@ -99,7 +101,7 @@ PROBE_FIELDS: dict[str, dict] = {
     "host_overhead": {"type": "object", "required": ["iterations", "bare_s", "instrumented_s"], "properties": {
         "iterations": _INT, "bare_s": {"type": ["number", "null"]}, "instrumented_s": {"type": ["number", "null"]}}},
 }
-OPTIONAL_FIELDS = {"cuda_emulation", "flops", "device_memory", "host_overhead"}
+OPTIONAL_FIELDS = {"cuda_emulation", "flops", "device_memory", "host_overhead", "bias_without_norm"}
 SNAPSHOT_SCHEMA = {"type": "object", "required": [k for k in PROBE_FIELDS if k not in OPTIONAL_FIELDS],
                    "properties": PROBE_FIELDS}
 _VALIDATORS: dict = {}

@@ -204,3 +204,21 @@ def test_fix_from_something_that_is_not_a_run_is_one_clear_line(tmp_path):
     bad.write_text("{}")
     proc = perfaudit("fix", str(ROOT / "sample_scripts" / "clean_loop.py"), "--from", str(bad))
     assert proc.returncode == 2 and "not a perfaudit report" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bias_off_edits_only_the_layer_a_batchnorm_follows(tmp_path):
+    """A one-line Sequential with a head: the Linear before BatchNorm loses its bias, the head keeps it. A
+    helper that builds a layer with and without a norm after it (a GAN's `block(..., normalize=False)`)
+    is not edited: bias=False there would change the first layer, and `fix` says why."""
+    shutil.copy(ROOT / "tests" / "realistic" / "cuda_config_device.py", tmp_path / "one_line.py")
+    shutil.copy(ROOT / "tests" / "realistic" / "gan_blocks.py", tmp_path / "gan_blocks.py")
+    proc = perfaudit("fix", "one_line.py", "--select", "BN001", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # there is something to fix
+    edited = [line[1:] for line in proc.stdout.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert len(edited) == 1 and "nn.Linear(64, 128, bias=False), nn.BatchNorm1d(128)" in edited[0], proc.stdout
+    assert "nn.Linear(128, 4))" in edited[0]  # the head's bias stays
+    proc = perfaudit("fix", "gan_blocks.py", "--select", "BN001", "--write", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert "gan_blocks.py:18 BN001 this Linear(...) also built layers the run saw with no BatchNorm" in said, said
+    assert (tmp_path / "gan_blocks.py").read_text() == (ROOT / "tests" / "realistic" / "gan_blocks.py").read_text()

@@ -21,3 +21,13 @@ def bias_before_norm(ctx: Context) -> list[Site]:
         site.extra["bias_params"] += entry.get("bias_params", 0)
         site.extra["layers"] += 1
     return list(sites.values())
+
+
+@fact("model.bias_lines_without_norm", "The [path, line] of lines that built Conv/Linear layers with a bias "
+                                       "that ran with no BatchNorm after them (a helper called with and without "
+                                       "a norm, a model's head): bias=False there would change the model.")
+def bias_lines_without_norm(ctx: Context) -> list[list]:
+    entries = ctx.probe("bias_without_norm") if "bias_without_norm" in ctx.probes else []
+    return [list(key) for key in sorted({(e["site"]["path"], e["site"]["line"]) for e in entries
+                                         if isinstance(e.get("site"), dict) and e["site"].get("path")
+                                         and e["site"].get("line")})]

@@ -235,7 +235,7 @@ def _plan_file(plan: FixPlan, path: str, entries: list, root: str, base_dir: str
     loader_lines = {id(f): (f.autofix.get("params") or {}).get("loader_line") for f, _, _ in entries}
     entries = sorted(entries, key=lambda e: -max(e[1] | {loader_lines[id(e[0])] or 0}))
     for f, lines, _ in entries:
-        params = dict(f.autofix.get("params") or {}, _source=original)
+        params = dict(f.autofix.get("params") or {}, _source=original, _path=os.path.realpath(path))
         if f.autofix["kind"] == "pin_memory" and params.get("loader_path"):
             params["loader_here"] = os.path.realpath(_absolute(params["loader_path"], base_dir)) == os.path.realpath(path)
         transformer = EDITS[f.autofix["kind"]](lines, params)

@@ -34,6 +34,8 @@ class Probes(LoaderProbes):
         self.anomaly_in_window = False
         self.layer_sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.bias_before_norm: list[dict] = []
+        self._biased_layers: dict[int, torch.nn.Module] = {}  # Conv/Linear with a bias that ran in the step
+        self._feeding_norm: set[int] = set()                  # ... and those whose output went into a BatchNorm
         self.module_order: list[str] = []
         self.executed: dict[tuple, int] = {}   # (path, line) -> times run, over one warm-up step
         self._line_trace = False
@@ -178,16 +180,33 @@ class Probes(LoaderProbes):
                 self.module_order.append(type(module).__name__)
             if isinstance(module, layer_types) and isinstance(output, torch.Tensor):
                 self._outputs[id(output)] = (module, output)
+                if getattr(module, "bias", None) is not None:
+                    self._biased_layers[id(module)] = module
             elif isinstance(module, norm_types) and inputs and isinstance(inputs[0], torch.Tensor):
                 producer = self._outputs.get(id(inputs[0]))
                 if producer and producer[1] is inputs[0] and getattr(producer[0], "bias", None) is not None:
                     layer = producer[0]
+                    self._feeding_norm.add(id(layer))
                     entry = {"layer": type(layer).__name__, "norm": type(module).__name__,
                              "bias_params": int(layer.bias.numel()), "site": self.layer_sites.get(layer)}
                     if entry not in self.bias_before_norm:
                         self.bias_before_norm.append(entry)
 
         self._module_hook = torch.nn.modules.module.register_module_forward_hook(hook)
+
+    def _bias_without_norm(self) -> list[dict]:
+        """Layers with a bias that ran in the traced step with no BatchNorm after them, by the line that built
+        them: a line that builds both kinds (a helper called with and without a norm) is not for a
+        mechanical bias=False."""
+        by_site: dict[tuple, dict] = {}
+        for key, layer in self._biased_layers.items():
+            site = self.layer_sites.get(layer)
+            if key in self._feeding_norm or not site:
+                continue
+            entry = by_site.setdefault((site.get("path"), site.get("line"), type(layer).__name__),
+                                       {"layer": type(layer).__name__, "site": site, "count": 0})
+            entry["count"] += 1
+        return list(by_site.values())
 
     def start_device_memory(self) -> None:
         """Over the last two warm-up steps (a whole iteration inside, wherever its step boundary falls)."""
@@ -309,6 +328,7 @@ class Probes(LoaderProbes):
             "anomaly_enabled_in_window": self.anomaly_in_window,
             "empty_cache": list(self.empty_cache.values()),
             "bias_before_norm": self.bias_before_norm,
+            "bias_without_norm": self._bias_without_norm(),
             "data_parallel": self.data_parallel,
             "schedulers": self.schedulers,
             "flag_sets": self.flag_sets[:50],
