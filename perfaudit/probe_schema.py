@@ -26,7 +26,7 @@ PROBE_FIELDS: dict[str, dict] = {
                              "window_batches": _INT, "window_batches_by_step": {"type": "object"},
                              "batch_size": _OPT_INT, "batch_bytes": _INT, "batch_pinned": {"type": "boolean"},
                              "worker_ms_per_batch": _OPT_NUM, "worker_wall_ms_per_batch": _OPT_NUM,
-                             "worker_cpu_ms_per_batch": _OPT_NUM}),
+                             "worker_cpu_ms_per_batch": _OPT_NUM, "batches_on_device": {"type": "boolean"}}),
     "debug_apis": _list_of({"api": {"type": "string"}, "enabled": {"type": "boolean"}, "site": _SITE}),
     "anomaly_enabled_in_window": {"type": "boolean"},
     "empty_cache": _list_of({"site": _SITE, "calls": _INT, "window_calls": _INT}),

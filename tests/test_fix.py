@@ -222,3 +222,20 @@ def test_bias_off_edits_only_the_layer_a_batchnorm_follows(tmp_path):
     said = " ".join((proc.stdout + proc.stderr).split())
     assert "gan_blocks.py:18 BN001 this Linear(...) also built layers the run saw with no BatchNorm" in said, said
     assert (tmp_path / "gan_blocks.py").read_text() == (ROOT / "tests" / "realistic" / "gan_blocks.py").read_text()
+
+
+def test_a_dataset_on_the_gpu_gets_no_workers_and_no_pinning(tmp_path):
+    """Worker processes cannot make CUDA tensors (CUDA does not start in a forked worker) and pin_memory
+    raises "cannot pin" on them: DATA001 says to index whole batches, and `fix` edits neither."""
+    shutil.copy(ROOT / "tests" / "realistic" / "gpu_resident_dataset.py", tmp_path / "train.py")
+    proc = perfaudit("fix", "train.py", "--select", "DATA001,COPY001", "--write", cwd=tmp_path)
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 0, said
+    assert "DATA001 its Dataset returns tensors on the GPU, which worker processes cannot make" in said
+    assert (tmp_path / "train.py").read_text() == (ROOT / "tests" / "realistic" / "gpu_resident_dataset.py").read_text()
+    lines = {25}
+    edit = EDITS["pin_memory"](lines, {"loader_line": 25, "loader_here": True, "loader_on_device": True})
+    import libcst as cst
+    source = (tmp_path / "train.py").read_text()
+    assert cst.MetadataWrapper(cst.parse_module(source)).visit(edit).code == source
+    assert edit.outcome.refused and "cannot pin" in edit.outcome.refused[0][1]

@@ -92,6 +92,8 @@ def data_loader(ctx: Context) -> dict:
         "prefetch_factor": (loader or {}).get("prefetch_factor"),
         "path": ctx.source.display_path(site["path"]) if site.get("path") else None,
         "line": site.get("line"),
+        # its Dataset returns tensors on the GPU: worker processes cannot make them, pinning cannot pin them
+        "on_device": bool((loader or {}).get("batches_on_device")),
     }
 
 

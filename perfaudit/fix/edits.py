@@ -142,6 +142,10 @@ class PinMemory(LineTransformer):
         if line is None:
             return updated
         if _loader_call(original) and line == self.loader_line:
+            if self.params.get("loader_on_device"):
+                self.refused(original, "its Dataset returns tensors on the GPU: pin_memory=True would raise "
+                                       "\"cannot pin\"; the copies below are what to fix")
+                return updated
             if has_star(original):
                 self.refused(original, "the DataLoader takes **kwargs: add pin_memory=True where they are built")
                 return updated
@@ -161,6 +165,10 @@ class LoaderWorkers(LineTransformer):
         if not _loader_call(original) or self.hit(original) is None:
             return updated
         workers = self.params.get("workers")
+        if self.params.get("on_device"):
+            self.refused(original, "its Dataset returns tensors on the GPU, which worker processes cannot make: "
+                                   "index whole batches instead (`perfaudit explain DATA001`)")
+            return updated
         if not isinstance(workers, int) or workers < 1:
             self.refused(original, "no measured worker count (the run did not time this loader)")
             return updated

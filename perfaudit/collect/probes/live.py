@@ -316,6 +316,7 @@ class Probes(LoaderProbes):
                 "window_batches": info["window_batches"],
                 "window_batches_by_step": dict(info.get("window_batches_by_step") or {}),
                 "batch_bytes": info["batch_bytes"], "batch_pinned": info["pinned"],
+                "batches_on_device": bool(info.get("on_device")),
                 # the workers' own time to make a batch (worker_timing.py), when they were timed
                 "worker_ms_per_batch": 1000.0 * workers["own_s"] / workers["batches"] if workers else None,
                 "worker_wall_ms_per_batch": 1000.0 * workers["wall_s"] / workers["batches"] if workers else None,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import weakref
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,11 +37,23 @@ def _tensors_nbytes(obj, depth: int = 0) -> tuple[int, bool]:
     return total, pinned
 
 
+def _on_device(obj, placement, depth: int = 0) -> bool:
+    """Whether a batch holds a tensor on the GPU (or on the emulated one): a Dataset that returns CUDA
+    tensors, which worker processes cannot make and pin_memory cannot pin."""
+    if depth > 4:
+        return False
+    if isinstance(obj, torch.Tensor):
+        return obj.device.type not in ("cpu", "meta") or (placement is not None and placement.on_device.has(obj))
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    return any(_on_device(item, placement, depth + 1) for item in items)
+
+
 class LoaderProbes:
     """Mixed into Probes (probes.py), which holds `loaders`, `placement`, `window_step` and the hooks."""
 
     if TYPE_CHECKING:
         loaders: dict[int, dict]
+        placement: Any
 
     def _install_loader_probes(self) -> None:
         dl = torch.utils.data.DataLoader
@@ -116,5 +128,6 @@ class LoaderProbes:
                 by_step[str(step)] = by_step.get(str(step), 0) + 1
             info["batch_bytes"] = max(info["batch_bytes"], nbytes)
             info["pinned"] = info["pinned"] and pinned
+            info["on_device"] = info.get("on_device") or _on_device(batch, self.placement)
         self.on_batch(getattr(iterator, "_perfaudit_loader", None))
 

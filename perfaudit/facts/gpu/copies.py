@@ -135,7 +135,7 @@ def copy_kinds(ctx: Context) -> dict:
 def unpinned_loaders(ctx: Context) -> list[dict]:
     if not ctx.is_gpu and not emulated(ctx) and source_pins(ctx):
         return []
-    return [d for d in ctx.probe("dataloaders") if not d.get("pin_memory")]
+    return [d for d in ctx.probe("dataloaders") if not d.get("pin_memory") and not d.get("batches_on_device")]
 
 
 @fact("copy.host_created_sites", "Lines that create a tensor on the host and move it to the device in "
