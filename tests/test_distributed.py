@@ -112,3 +112,27 @@ def test_a_realistic_ddp_trainer_is_reported_at_its_marked_lines_only(job_report
             for loc in f["locations"] if Path(loc["path"]).name == path.name}
     assert marked(path, "run") <= found, f"missing: {marked(path, 'run') - found}"
     assert loud <= marked(path, "run"), f"unmarked: {loud - marked(path, 'run')}"
+
+
+def test_a_rank_the_machine_made_late_is_not_called_a_straggler():
+    """A balanced job on a loaded machine: rank 0 waited for a CPU held by other processes about as long as
+    rank 1 then waited for it in the all-reduce. RANK001 says so as info (a `--fail-on warning` gate
+    passes); the same imbalance with no CPU wait is a warning."""
+    from perfaudit.engine.loader import load_rules
+    from perfaudit.facts import Context
+    from perfaudit.usecases.analysis import evaluate_rules
+    rules = [r for r in load_rules() if r.id == "RANK001"]
+
+    def judged(wait_0: float, wait_1: float):
+        # a CPU job (gloo): a descheduled rank's compute includes its wait for a CPU
+        job = [{"rank": 0, "path": "rank0.json", "step_ms": 40.0, "compute_ms": 30.0 + wait_0, "collective_ms": 2.0,
+                "cpu_wait_ms": wait_0, "device": "cpu"},
+               {"rank": 1, "path": "rank1.json", "step_ms": 40.0, "compute_ms": 29.0 + wait_1, "collective_ms": 8.0,
+                "cpu_wait_ms": wait_1, "device": "cpu"}]
+        findings, _ = evaluate_rules(Context(None, {}, (), job=job), rules)
+        return findings[0]
+
+    busy = judged(wait_0=7.0, wait_1=0.5)
+    assert busy.severity == "info" and "rank 0 waited 7.00 ms per step for a CPU" in " ".join(busy.notes)
+    assert judged(wait_0=0.0, wait_1=0.0).severity == "warning"
+    assert judged(wait_0=0.5, wait_1=0.5).severity == "warning"  # both waited alike: not the machine's doing

@@ -32,7 +32,8 @@ def _rank_stats(rank_ctx: Context) -> dict:
                                                 step.ts, step.end)))
     n = len(rank_ctx.steps)
     return {"rank": trace.rank, "path": trace.path, "step_ms": rank_ctx.step_ms,
-            "compute_ms": compute / n / 1000.0, "collective_ms": collective / n / 1000.0}
+            "compute_ms": compute / n / 1000.0, "collective_ms": collective / n / 1000.0,
+            "cpu_wait_ms": _cpu_wait_ms(rank_ctx)}
 
 
 def _host_rank_stats(rank_ctx: Context) -> dict:
@@ -47,7 +48,14 @@ def _host_rank_stats(rank_ctx: Context) -> dict:
     n = len(rank_ctx.steps)
     return {"rank": trace.rank, "path": trace.path, "step_ms": rank_ctx.step_ms,
             "compute_ms": (step_total - collective) / n / 1000.0, "collective_ms": collective / n / 1000.0,
-            "device": "cpu"}
+            "device": "cpu", "cpu_wait_ms": _cpu_wait_ms(rank_ctx)}
+
+
+def _cpu_wait_ms(rank_ctx: Context) -> float:
+    """The rank's mean wait per step for a CPU held by other processes (what its recording measured; 0 for
+    a trace recorded elsewhere): a rank delayed by the machine is late at every collective too."""
+    steps = rank_ctx.steps
+    return sum(s.dur - rank_ctx.undisturbed_us(s) for s in steps) / len(steps) / 1000.0
 
 
 def rank_stats(rank_ctx: Context) -> dict | None:
@@ -83,6 +91,10 @@ def job_imbalance(ctx: Context) -> dict:
     worst_rank = max(waits, key=lambda r: waits[r])
     mean_compute = mean(r["compute_ms"] for r in others)
     mean_step = mean(r["step_ms"] for r in ranks)
+    mean_wait = mean(waits.values())
+    excess_cpu_wait = slowest.get("cpu_wait_ms", 0.0) - mean(r.get("cpu_wait_ms", 0.0) for r in others)
+    busiest = max(ranks, key=lambda r: r.get("cpu_wait_ms", 0.0))
+    busy_machine = _late_for_the_machine(slowest, others, mean_wait, excess_cpu_wait, busiest.get("cpu_wait_ms", 0.0))
     return {
         "slowest_rank": slowest["rank"], "ranks": len(ranks),
         "mean_wait_ms": mean(waits.values()), "max_wait_ms": waits[worst_rank], "max_wait_rank": worst_rank,
@@ -90,4 +102,27 @@ def job_imbalance(ctx: Context) -> dict:
         "slowest_compute_ms": slowest["compute_ms"], "others_compute_ms": mean_compute,
         "compute_heavier": slowest["compute_ms"] > 1.1 * mean_compute,
         "step_min_ms": min(r["step_ms"] for r in ranks), "step_max_ms": max(r["step_ms"] for r in ranks),
+        "max_cpu_wait_ms": busiest.get("cpu_wait_ms", 0.0), "max_cpu_wait_rank": busiest["rank"],
+        "excess_cpu_wait_ms": excess_cpu_wait, "busy_machine": busy_machine,
     }
+
+
+def _late_for_the_machine(slowest: dict, others: list[dict], mean_wait: float, excess_cpu_wait: float,
+                          max_cpu_wait: float) -> bool:
+    """Whether other processes holding the CPUs, not the job's balance, may have made the straggler late (a
+    loaded 2-core machine made a balanced job's rank late in 4 of 7 runs). Either a rank waited for a CPU,
+    per step, at least half as long as the imbalance (which rank arrives last then changes from step to
+    step with the machine), or the straggler waited noticeably more than the others and its own work is
+    not heavier by half the wait it causes: on a CPU job its compute less that wait (a descheduled rank's
+    compute includes it); on a GPU job its kernels."""
+    if mean_wait <= 0:
+        return False
+    if max_cpu_wait >= 0.5 * mean_wait:
+        return True
+    if excess_cpu_wait < 0.25 * mean_wait:
+        return False
+    if all(r.get("device") == "cpu" for r in (slowest, *others)):
+        def own(r: dict) -> float:
+            return r["compute_ms"] - r.get("cpu_wait_ms", 0.0)
+        return own(slowest) - mean(own(r) for r in others) < 0.5 * mean_wait
+    return excess_cpu_wait >= 0.5 * mean_wait and slowest["compute_ms"] <= 1.1 * mean(r["compute_ms"] for r in others)
