@@ -86,7 +86,8 @@ PROBE_FIELDS: dict[str, dict] = {
     "device_memory": {"oneOf": [{"type": "null"}, {
         "type": "object", "required": ["peak_allocated_bytes", "peak_reserved_bytes", "by_category", "top_sites"],
         "properties": {"peak_allocated_bytes": _INT, "peak_reserved_bytes": _INT, "start_bytes": _INT,
-                       "allocations": _INT, "by_category": {"type": "object", "additionalProperties": _INT},
+                       "allocations": _INT, "cublas_workspaces": _INT,
+                       "by_category": {"type": "object", "additionalProperties": _INT},
                        "top_sites": _list_of({"path": {"type": "string"}, "line": _INT, "bytes": _INT},
                                              {"categories": {"type": "object"}})}}]},
     # FlopCounterMode over one step after the window (collect/probes/flops.py), or why it did not count

@@ -155,16 +155,26 @@ TARGET_MEMORY = 85_045_231_616
 DEFAULT_DEVICE = "H100 SXM"
 
 
-def _memory_target(ctx: Context) -> tuple[str, int]:
-    """The GPU the memory is weighed against: the projection's target (its datasheet memory), else an H100."""
+def _memory_target(ctx: Context) -> tuple[str, int, float]:
+    """The GPU the memory is weighed against: the projection's target (its datasheet memory), else an H100;
+    and its compute capability (0 when not NVIDIA's)."""
     try:
         name = ctx.get("projection")["target"]
     except Missing:
-        return TARGET_NAME, TARGET_MEMORY
+        name = DEFAULT_DEVICE
     device = devices.target(name)
     if device.name == DEFAULT_DEVICE or not device.memory_gib:
-        return TARGET_NAME, TARGET_MEMORY
-    return f"{device.name} {device.memory_gib:g} GB", int(device.memory_gib * (1 << 30))
+        return TARGET_NAME, TARGET_MEMORY, device.compute_capability
+    return f"{device.name} {device.memory_gib:g} GB", int(device.memory_gib * (1 << 30)), device.compute_capability
+
+
+def cublas_workspace_bytes(compute_capability: float) -> int:
+    """The cuBLAS workspace torch takes from its caching allocator per handle and stream, without
+    CUBLAS_WORKSPACE_CONFIG (ATen's CublasHandlePool.cpp): 32 MiB on sm90 (Hopper), else 8 MiB + 128 KiB;
+    0 for a GPU that is not NVIDIA's (ROCm sizes hipBLAS's otherwise)."""
+    if not compute_capability:
+        return 0
+    return 4096 * 8 * 1024 if compute_capability == 9.0 else 4096 * 1024 * 2 + 16 * 1024 * 8
 
 
 @fact("memory.emulated", "On the emulated CUDA path, the device memory of two warm-up steps: peak allocated "
@@ -177,8 +187,16 @@ def emulated_memory(ctx: Context) -> dict | None:
         return None
     sites = [{"file": ctx.source.display_path(s["path"]), "line": s["line"], "bytes": s["bytes"],
               "categories": s.get("categories") or {}} for s in seen.get("top_sites") or [] if s.get("path")]
-    name, total = _memory_target(ctx)
+    name, total, capability = _memory_target(ctx)
+    # what torch adds on a GPU and the CPU does not: a cuBLAS workspace for each pass that ran a matrix
+    # op on the device (forward on the script's thread, backward on autograd's device thread)
+    workspace = int(seen.get("cublas_workspaces") or 0) * cublas_workspace_bytes(capability)
+    by_category = dict(seen.get("by_category") or {})
+    if workspace:
+        by_category["cuBLAS workspace"] = workspace
+    allocated, reserved = seen["peak_allocated_bytes"] + workspace, seen["peak_reserved_bytes"] + workspace
     return {"source": "emulated CUDA device, the last two warm-up steps (an estimate of what a GPU holds)",
-            "peak_allocated_bytes": seen["peak_allocated_bytes"], "peak_reserved_bytes": seen["peak_reserved_bytes"],
-            "by_category": dict(seen.get("by_category") or {}), "top_sites": sites, "target": name,
-            "device_total_bytes": total, "headroom_bytes": total - seen["peak_reserved_bytes"]}
+            "peak_allocated_bytes": allocated, "peak_reserved_bytes": reserved,
+            "by_category": dict(sorted(by_category.items(), key=lambda kv: -kv[1])), "top_sites": sites,
+            "target": name, "device_total_bytes": total, "headroom_bytes": total - reserved,
+            "cublas_workspace_bytes": workspace}

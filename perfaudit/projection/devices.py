@@ -19,6 +19,7 @@ class Device:
     match: tuple
     fp32_sustained: float = 1.0   # share of the nominal FP32 peak a long FP32 GEMM sustains (devices.yaml)
     memory_gib: float = 0.0       # its memory (datasheet)
+    compute_capability: float = 0.0  # NVIDIA's (9.0: Hopper); 0: not an NVIDIA GPU, or not in the table
 
     def peak_flops(self, precision: str) -> float:
         """FLOP/s of the matrix units for `precision`; a precision the device has no units for runs at the
@@ -58,7 +59,7 @@ def entry_for(name: str | None) -> dict | None:
 def _device(entry: dict) -> Device:
     return Device(entry["name"], dict(entry["tflops"]), float(entry["memory_gbs"]), int(entry["sms"]),
                   int(entry["pcie"]), tuple(entry["match"]), float(entry.get("fp32_sustained", 1.0)),
-                  float(entry.get("memory_gib", 0.0)))
+                  float(entry.get("memory_gib", 0.0)), float(entry.get("compute_capability", 0.0)))
 
 
 def device_named(name: str | None) -> Device | None:

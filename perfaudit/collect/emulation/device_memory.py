@@ -24,6 +24,12 @@ from ..userframes import user_site
 ROUND = 512
 SMALL, SMALL_SEGMENT, MID, MID_SEGMENT, LARGE_ROUND = 1 << 20, 2 << 20, 10 << 20, 20 << 20, 2 << 20
 CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "batches", "temporaries", "other")
+# the ops torch runs through cuBLAS on a GPU: each thread that runs one gets a handle and a workspace from
+# the caching allocator, kept for the process's life (ATen's CublasHandlePool.cpp)
+_aten = torch.ops.aten
+CUBLAS_OPS = frozenset(getattr(_aten, name).default for name in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "mv",
+                                                                 "addmv", "_addmm_activation")
+                       if hasattr(getattr(_aten, name, None), "default"))
 
 
 def rounded(nbytes: int) -> int:
@@ -65,7 +71,7 @@ class _Tracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         try:
-            self.memory.op(args, kwargs, out)
+            self.memory.op(func, args, kwargs, out)
         except Exception as exc:  # noqa: BLE001 - a record must never break the step
             record_internal_error("device memory", exc)
         return out
@@ -84,6 +90,9 @@ class DeviceMemory:
         self._baseline_keys: set = set()
         self._mode = None
         self._saved = None
+        # forward and backward run cuBLAS from different threads on a GPU (autograd's device thread): a
+        # workspace each; on the emulated device backward runs on the caller's thread, so the pass is noted
+        self.cublas_passes: set[str] = set()
 
     # -- the step --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -112,7 +121,7 @@ class DeviceMemory:
             record_internal_error("device memory", exc)
             self._mode = None
 
-    def op(self, args, kwargs, out) -> None:
+    def op(self, func, args, kwargs, out) -> None:
         # every aten op of the tracked steps passes here (and the profiler records each Python frame):
         # a plain walk of the arguments, no pytree
         for a in _tensors(args, kwargs.values() if kwargs else ()):
@@ -120,6 +129,8 @@ class DeviceMemory:
                 break
         else:
             return
+        if func in CUBLAS_OPS:
+            self.cublas_passes.add("backward" if torch._C._current_autograd_node() is not None else "forward")
         if isinstance(out, torch.Tensor):
             self._allocated(out, "temporaries")
         elif isinstance(out, (list, tuple)):
@@ -254,7 +265,8 @@ class DeviceMemory:
         top = sorted(sites.values(), key=lambda s: -s["bytes"])[:10]
         return {"peak_allocated_bytes": peak, "peak_reserved_bytes": max(reserved, peak), "start_bytes": base,
                 "by_category": {k: v for k, v in sorted(by_category.items(), key=lambda kv: -kv[1]) if v},
-                "top_sites": top, "allocations": sum(1 for s, _ in self.timeline if s > 0)}
+                "top_sites": top, "allocations": sum(1 for s, _ in self.timeline if s > 0),
+                "cublas_workspaces": len(self.cublas_passes)}
 
     def snapshot(self) -> dict | None:
         return self.result
