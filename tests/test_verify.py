@@ -228,3 +228,38 @@ def test_an_edit_whose_later_use_never_ran_is_said_to_be_unproven(tmp_path):
     (exercise,) = verdict.exercises
     assert exercise.ended.startswith("stopped after 3 s")
     assert exercise.missed_uses == [(13, 'print(f"mean loss {total / 10 ** 7:.4f}")')]
+
+
+def test_sigterm_during_the_audit_runs_no_ab_round_and_exits_143(tmp_path):
+    """verify stopped while it audits: no A/B run starts afterwards, what the audit saw is printed, exit 143
+    within seconds, nothing left running."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "train.py"
+    script.write_text("import time\nimport torch\nfrom torch import nn\n\n"
+                      "model = nn.Linear(64, 64)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                      "for step in range(100_000):\n    optimizer.zero_grad(set_to_none=False)\n"
+                      "    loss = model(torch.randn(32, 64)).sum()\n    loss.backward()\n    optimizer.step()\n"
+                      "    time.sleep(0.3)\n")  # a fixable finding (GRAD001), and an audit that lasts seconds
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "verify", "train.py", "--warmup", "1", "--steps",
+                             "10000", "--out-dir", str(runs)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:  # the audit measures: its progress says steps
+        progress = runs / "audit" / "progress.jsonl"
+        if progress.exists() and '"step"' in progress.read_text(errors="replace"):
+            break
+        time.sleep(0.2)
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stdout + stderr
+    assert time.monotonic() - sent < 10, "verify took too long to stop"
+    assert "stopped by SIGTERM during the audit" in " ".join(stdout.split())
+    assert not [p.name for p in runs.iterdir() if p.name.startswith(("A", "B", "fixed-"))]  # no A/B run started
+    left = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.strip()
+    assert not left, f"left running: {left}"

@@ -27,7 +27,7 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
         console.print(f"[red]the script as it is did not reach its window: {escape(v.baseline_failure)}[/]")
         return
     if v.interrupted and not v.verdicts:
-        console.print("verify was stopped before any fix was measured")
+        console.print(f"verify was stopped before any fix was measured ({escape(v.stopped_because or 'stopped')})")
         return
     if not v.verdicts:
         console.print("nothing to verify: no finding of this run has an automatic fix (`perfaudit fix` says why)")
