@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import weakref
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -52,8 +52,9 @@ class LoaderProbes:
     """Mixed into Probes (probes.py), which holds `loaders`, `placement`, `window_step` and the hooks."""
 
     if TYPE_CHECKING:
+        from ..emulation.placement import Placement
         loaders: dict[int, dict]
-        placement: Any
+        placement: Placement | None  # the emulated CUDA device, when the run emulates one
 
     def _install_loader_probes(self) -> None:
         dl = torch.utils.data.DataLoader

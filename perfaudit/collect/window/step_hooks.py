@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...outcome import Outcome
 from ..emulation import emulate
@@ -37,16 +37,17 @@ class StepHooks:
         from ..probes.compile import CompileProbe
         from ..probes.live import Probes
         from ..probes.startup import StartupProbe
+        from ..torch_types import Profiler, TorchModule
         from .selection import StepMarks
         from .steps import StepDetector
-        torch: Any
+        torch: TorchModule
         config: dict
         probes: Probes
         compile: CompileProbe
         startup: StartupProbe
         marks: StepMarks
         detector: StepDetector
-        prof: Any
+        prof: Profiler
         pid: int
         profiling: bool
         full: bool
