@@ -89,6 +89,8 @@ def test_a_clear_interval_is_decided_however_busy_the_machine_was():
     straddling = judged(1.0, 4.0, busy_share=0.8)                    # +10..+40 %: holds the bar
     assert straddling.verdict == "skip" and "too busy" in straddling.why
     assert "too busy" not in judged(1.0, 4.0, busy_share=0.0).why
+    no_interval = judged(float("nan"), float("nan"), busy_share=0.8)  # every disturbed step left out
+    assert no_interval.verdict == "skip" and "too busy to time it" in no_interval.why
 
 
 def test_sigterm_ends_bisect_with_what_it_timed_and_no_worktree_left(tmp_path):

@@ -178,8 +178,10 @@ def _judge(commit: Commit, v, threshold_pct: float) -> Comparison:
         return Comparison(commit, "skip", f"the script fails there: {verdict.broke}", None, v.rounds)
     s = verdict.speed
     if s is None or math.isnan(s.low_ms) or not s.mean_a_ms:
-        busy = f" ({100 * v.busy_share:.0f} % of the runs or steps waited for a CPU)" if v.busy_share else ""
-        return Comparison(commit, "skip", "too few steps for an interval" + busy, s, v.rounds)
+        if v.busy_share > BUSY_SHARE:  # no interval at all: the steps that waited for a CPU were left out
+            return Comparison(commit, "skip", f"the machine was too busy to time it: {100 * v.busy_share:.0f} % of "
+                              "the runs or steps waited for a CPU held by other processes", s, v.rounds)
+        return Comparison(commit, "skip", "too few steps for an interval", s, v.rounds)
     low, high = 100.0 * s.low_ms / s.mean_a_ms, 100.0 * s.high_ms / s.mean_a_ms
     change = f"{100.0 * s.delta_ms / s.mean_a_ms:+.1f} % [{low:+.1f}, {high:+.1f}]"
     if low > threshold_pct:
