@@ -206,36 +206,36 @@ def test_fix_from_something_that_is_not_a_run_is_one_clear_line(tmp_path):
     assert proc.returncode == 2 and "not a perfaudit report" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_bias_off_edits_only_the_layer_a_batchnorm_follows(tmp_path):
+def test_bias_off_edits_only_the_layer_a_batchnorm_follows(realistic_reports):
     """A one-line Sequential with a head: the Linear before BatchNorm loses its bias, the head keeps it. A
     helper that builds a layer with and without a norm after it (a GAN's `block(..., normalize=False)`)
-    is not edited: bias=False there would change the first layer, and `fix` says why."""
-    shutil.copy(ROOT / "tests" / "realistic" / "cuda_config_device.py", tmp_path / "one_line.py")
-    shutil.copy(ROOT / "tests" / "realistic" / "gan_blocks.py", tmp_path / "gan_blocks.py")
-    proc = perfaudit("fix", "one_line.py", "--select", "BN001", cwd=tmp_path)
+    is not edited: bias=False there would change the first layer, and `fix` says why. (From the shared
+    runs of the realistic scripts: `fix --from` their reports.)"""
+    realistic = ROOT / "tests" / "realistic"
+    report = realistic_reports["cuda_config_device.py"]["report_path"]
+    proc = perfaudit("fix", str(realistic / "cuda_config_device.py"), "--from", report, "--select", "BN001")
     assert proc.returncode == 1, proc.stdout + proc.stderr  # there is something to fix
     edited = [line[1:] for line in proc.stdout.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert len(edited) == 1 and "nn.Linear(64, 128, bias=False), nn.BatchNorm1d(128)" in edited[0], proc.stdout
     assert "nn.Linear(128, 4))" in edited[0]  # the head's bias stays
-    proc = perfaudit("fix", "gan_blocks.py", "--select", "BN001", "--write", cwd=tmp_path)
+    report = realistic_reports["gan_blocks.py"]["report_path"]
+    proc = perfaudit("fix", str(realistic / "gan_blocks.py"), "--from", report, "--select", "BN001")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     said = " ".join((proc.stdout + proc.stderr).split())
     assert "gan_blocks.py:18 BN001 this Linear(...) also built layers the run saw with no BatchNorm" in said, said
-    assert (tmp_path / "gan_blocks.py").read_text() == (ROOT / "tests" / "realistic" / "gan_blocks.py").read_text()
 
 
-def test_a_dataset_on_the_gpu_gets_no_workers_and_no_pinning(tmp_path):
+def test_a_dataset_on_the_gpu_gets_no_workers_and_no_pinning(realistic_reports):
     """Worker processes cannot make CUDA tensors (CUDA does not start in a forked worker) and pin_memory
     raises "cannot pin" on them: DATA001 says to index whole batches, and `fix` edits neither."""
-    shutil.copy(ROOT / "tests" / "realistic" / "gpu_resident_dataset.py", tmp_path / "train.py")
-    proc = perfaudit("fix", "train.py", "--select", "DATA001,COPY001", "--write", cwd=tmp_path)
-    said = " ".join((proc.stdout + proc.stderr).split())
-    assert proc.returncode == 0, said
-    assert "DATA001 its Dataset returns tensors on the GPU, which worker processes cannot make" in said
-    assert (tmp_path / "train.py").read_text() == (ROOT / "tests" / "realistic" / "gpu_resident_dataset.py").read_text()
-    lines = {25}
-    edit = EDITS["pin_memory"](lines, {"loader_line": 25, "loader_here": True, "loader_on_device": True})
     import libcst as cst
-    source = (tmp_path / "train.py").read_text()
+    script = ROOT / "tests" / "realistic" / "gpu_resident_dataset.py"
+    report = realistic_reports[script.name]["report_path"]
+    proc = perfaudit("fix", str(script), "--from", report, "--select", "DATA001,COPY001")
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 0 and "nothing to fix automatically" in said, said
+    assert "DATA001 its Dataset returns tensors on the GPU, which worker processes cannot make" in said
+    edit = EDITS["pin_memory"]({25}, {"loader_line": 25, "loader_here": True, "loader_on_device": True})
+    source = script.read_text()
     assert cst.MetadataWrapper(cst.parse_module(source)).visit(edit).code == source
     assert edit.outcome.refused and "cannot pin" in edit.outcome.refused[0][1]
