@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -15,10 +14,10 @@ from ..engine.loader import Rule, load_rules
 from ..errors import UsageError
 from ..findings import Finding, Report, rank
 from ..fix.plan import plan_fixes
-from ..outcome import Outcome
 from ..report.json_report import read_report
 from ..untrusted import Unreadable
 from ..verify import Rounds, Variant, Verification, run_ab
+from ..verify.stops import signal_name, stop_signal_of
 from .analysis import analyze, looks_like_trace
 from .audit import audit
 
@@ -109,12 +108,12 @@ def verify(script: str, args: list[str], audit_options: RunOptions, timing_optio
     say("auditing the script …")
     rules = rules if rules is not None else load_rules()
     report, base = _audited(script, args, replace(audit_options, out_dir=os.path.join(folder, "audit")), rules, source)
-    stopped = _stop_signal(report)
+    stopped = stop_signal_of(report.outcome)
     if stopped is not None:  # stopped during the audit: no A/B run starts, the audit is what is shown
         finish_run_dir(folder)
         interrupted = Verification(script, args, 0, timing_options.warmup, timing_options.steps, None, [], folder)
         interrupted.interrupted = stopped
-        interrupted.stopped_because = f"stopped by {signal.Signals(stopped).name} during the audit"
+        interrupted.stopped_because = f"stopped by {signal_name(stopped)} during the audit"
         return report, plan_fixes([], project_root(script), select, base), interrupted
     root = project_root(script)
     plan = plan_fixes(report.findings, root, select, base)
@@ -144,15 +143,6 @@ def verify(script: str, args: list[str], audit_options: RunOptions, timing_optio
     verification.flops = first.mfu if first is not None and first.mfu else None
     report.findings = rank([_with_figures(f, verification) for f in report.findings])
     return report, plan, verification
-
-
-def _stop_signal(report: Report) -> int | None:
-    """The stop signal that ended the audit's run, if one did."""
-    outcome = report.outcome or {}
-    if Outcome.of(outcome) != Outcome.INTERRUPTED:
-        return None
-    by = outcome.get("by")
-    return signal.Signals[by].value if isinstance(by, str) and by in signal.Signals.__members__ else signal.SIGINT.value
 
 
 def _with_figures(f: Finding, verification) -> Finding:

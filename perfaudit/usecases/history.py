@@ -19,10 +19,10 @@ from ..engine.loader import Rule, load_rules
 from ..errors import UsageError
 from ..files import append_line
 from ..findings import Report
-from ..outcome import Outcome
 from ..policy.gate import GateOptions
 from ..verify.history import HistoryCheck, check
 from ..verify.stats import trimmed_mean
+from ..verify.stops import signal_name, stop_signal_of
 from .analysis import analyze
 from .audit import audit
 from .diff import read_side, step_times
@@ -173,8 +173,9 @@ def history(target: str, args: list[str], options: RunOptions, path: str | None 
     entries, notes = read_history(path)
     entry = entry_of(report, script, repo)
     judged = check(entries, entry, window, fail_on_slowdown_pct)
-    if Outcome.of(report.outcome) == Outcome.INTERRUPTED:  # a stopped run is shown, never kept as a level
-        judged.stopped_by = str((report.outcome or {}).get("by") or "a signal")
+    stopped = stop_signal_of(report.outcome)
+    if stopped is not None:  # a stopped run is shown, never kept as a level
+        judged.stopped_by = signal_name(stopped)
     if write and judged.stopped_by is None:
         append(path, entry)
     return report, judged, path, notes

@@ -8,7 +8,8 @@ import signal
 import threading
 from contextlib import contextmanager
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+from ..collect.run.runner import STOP_SIGNALS  # the runner's: a child is stopped on the same signals
+from ..outcome import Outcome
 
 
 class StopRequested(BaseException):
@@ -21,6 +22,15 @@ class StopRequested(BaseException):
 
 def signal_name(signum: int) -> str:
     return signal.Signals(signum).name
+
+
+def stop_signal_of(outcome: dict | None) -> int | None:
+    """The stop signal that ended a run (its outcome, as the runner records it), if one did."""
+    outcome = outcome or {}
+    if Outcome.of(outcome) != Outcome.INTERRUPTED:
+        return None
+    by = outcome.get("by")
+    return signal.Signals[by].value if isinstance(by, str) and by in signal.Signals.__members__ else signal.SIGINT.value
 
 
 class NoteSignals:
