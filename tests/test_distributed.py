@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from conftest import ROOT, perfaudit
@@ -52,6 +54,48 @@ def test_a_rank_killed_mid_window_is_named_and_nothing_is_left_running(tmp_path)
         assert report["run"]["traces"][0]["rank"] == 0
     else:
         assert any(n.startswith("rank 0: the script crashed") for n in report["notes"]), report["notes"]
+    for pid in (int((tmp_path / f"pid{r}").read_text()) for r in (0, 1)):
+        assert not os.path.exists(f"/proc/{pid}"), f"process {pid} left running"
+
+
+def test_sigterm_to_a_job_keeps_every_ranks_trace_and_leaves_nothing_running(tmp_path):
+    """Under torchrun each rank leads a session of its own: the stop is asked of the ranks (torchrun has
+    no handler for it and died of it, taking the ranks' traces with it), rank 1 slower so that rank 0
+    waits in the gradients' all-reduce when the signal comes."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, time
+        import torch, torch.distributed as dist
+        from torch import nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        open(os.path.join({str(tmp_path)!r}, f"pid{{rank}}"), "w").write(str(os.getpid()))
+        model = DDP(nn.Linear(64, 8))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for step in range(100_000):
+            opt.zero_grad()
+            model(torch.randn(16, 64)).sum().backward()
+            opt.step()
+            time.sleep(0.3 if rank == 1 else 0.0)
+    """))
+    out, run = tmp_path / "job.json", tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "run", "--nproc-per-node", "2", str(script),
+                             "--warmup", "1", "--steps", "500", "--out-dir", str(run), "-f", f"json={out}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    progress, deadline = run / "rank0.progress.jsonl", time.monotonic() + 120
+    while time.monotonic() < deadline and not (progress.exists() and progress.read_text().count('"step"') >= 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stdout + stderr
+    assert time.monotonic() - stopped < 20, "the ranks were not asked: perfaudit waited out the grace period"
+    assert sorted(p.name for p in run.glob("rank*.trace.json.gz")) == ["rank0.trace.json.gz", "rank1.trace.json.gz"]
+    report = json.loads(out.read_text())
+    assert [t["rank"] for t in report["run"]["traces"]] == [0, 1]
+    assert {n.split(":")[0] for n in report["notes"] if "was stopped after" in n} == {"rank 0", "rank 1"}
+    assert "Traceback" not in stderr
     for pid in (int((tmp_path / f"pid{r}").read_text()) for r in (0, 1)):
         assert not os.path.exists(f"/proc/{pid}"), f"process {pid} left running"
 

@@ -102,23 +102,43 @@ def _kill_orphans(known: set[int]) -> None:
                 pass
 
 
-def _own_children() -> set[int]:
-    me, out = os.getpid(), set()
-    for p in (p for p in os.listdir("/proc") if p.isdigit()) if os.path.isdir("/proc") else ():
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
-                    out.add(int(p))
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
 
 def _kill_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _children_of(parent: int) -> set[int]:
+    out = set()
+    for p in (p for p in os.listdir("/proc") if p.isdigit()) if os.path.isdir("/proc") else ():
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == parent:
+                    out.add(int(p))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _own_children() -> set[int]:
+    return _children_of(os.getpid())
+
+
+def _signal_run(proc, launched: bool, sig: int) -> None:
+    """`sig` to the script's processes. Under torchrun each rank is the leader of a session of its own
+    (torchrun starts them so), and torchrun has no SIGUSR1 handler: the ranks are asked, each with its
+    DataLoader workers, while torchrun waits for them to end and then ends itself. Asked before any rank
+    started, or told to die, torchrun's group is signalled too."""
+    if not launched:
+        _kill_group(proc.pid, sig)
+        return
+    ranks = _children_of(proc.pid)
+    for rank in ranks:
+        _kill_group(rank, sig)
+    if sig == signal.SIGKILL or not ranks:
+        _kill_group(proc.pid, sig if sig == signal.SIGKILL else signal.SIGTERM)
 
 
 def _copy_capped(source, log_path: str) -> None:
@@ -233,6 +253,7 @@ def _supervise(proc, options: RunOptions, progress_path: str, on_progress) -> tu
                 previous[sig] = signal.signal(sig, on_stop)
     deadline = time.monotonic() + options.timeout if options.timeout else None
     stop_signal, timed_out, asked = None, False, False
+    launched = bool(options.launch)
     progress_pos, last_tick = 0, time.monotonic()
     try:
         while proc.poll() is None:
@@ -250,24 +271,24 @@ def _supervise(proc, options: RunOptions, progress_path: str, on_progress) -> tu
                 if deadline and time.monotonic() > deadline:
                     if not asked:
                         timed_out = asked = True
-                        _kill_group(proc.pid, signal.SIGUSR1)  # ask the child to write what it has
+                        _signal_run(proc, launched, signal.SIGUSR1)  # ask the child to write what it has
                         deadline = time.monotonic() + GRACE_SECONDS
                     else:
-                        _kill_group(proc.pid, signal.SIGKILL)
+                        _signal_run(proc, launched, signal.SIGKILL)
                 time.sleep(0.1)
             except (Stopped, KeyboardInterrupt) as exc:
                 signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
                 if stop_signal is not None:  # a second signal: stop waiting
-                    _kill_group(proc.pid, signal.SIGKILL)
+                    _signal_run(proc, launched, signal.SIGKILL)
                     continue
                 stop_signal, asked = signum, True
-                _kill_group(proc.pid, signal.SIGUSR1)
+                _signal_run(proc, launched, signal.SIGUSR1)
                 deadline = time.monotonic() + GRACE_SECONDS
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if proc.poll() is None:
-            _kill_group(proc.pid, signal.SIGKILL)
+            _signal_run(proc, launched, signal.SIGKILL)
             proc.wait()
         _kill_group(proc.pid, signal.SIGKILL)  # DataLoader workers or anything else it left behind
     return stop_signal, timed_out
