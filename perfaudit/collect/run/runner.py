@@ -24,6 +24,7 @@ from ...outcome import Outcome, is_failure
 from ..emulation.outcome import emulation_failure, same_failure
 from .leftovers import phase_reached, progress_record, salvage_trace
 from .options import RunOptions, RunResult
+from .processes import become_subreaper, kill_group, kill_orphans, own_children, signal_run
 from .rundir import finish_run_dir, make_run_dir, path_aliases, remove_aliases
 
 GRACE_SECONDS = 20          # how long a signalled child gets to write what it recorded
@@ -65,80 +66,6 @@ def _compile(source: bytes, script: str, where) -> None:
         raise UsageError(f"syntax error in {where(exc.lineno or 0)}: {exc.msg}; fix it and run again") from exc
     except ValueError as exc:
         raise UsageError(f"cannot compile {script}: {exc}") from exc
-
-
-def _become_subreaper() -> bool:
-    """Linux: orphaned descendants of the script (a helper it started in a session of its own, which
-    killing the script's process group does not reach) are re-parented to this process, so that they can
-    be found and stopped when the run ends."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        return False
-
-
-def _kill_orphans(known: set[int]) -> None:
-    """Stop every child of this process that the run left behind (re-parented to us as subreaper)."""
-    me = os.getpid()
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return
-    for pid in pids:
-        if pid in known:
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == me:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError, PermissionError):
-                pass
-
-
-
-def _kill_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _children_of(parent: int) -> set[int]:
-    out = set()
-    for p in (p for p in os.listdir("/proc") if p.isdigit()) if os.path.isdir("/proc") else ():
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) == parent:
-                    out.add(int(p))
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
-
-def _own_children() -> set[int]:
-    return _children_of(os.getpid())
-
-
-def _signal_run(proc, launched: bool, sig: int) -> None:
-    """`sig` to the script's processes. Under torchrun each rank is the leader of a session of its own
-    (torchrun starts them so), and torchrun has no SIGUSR1 handler: the ranks are asked, each with its
-    DataLoader workers, while torchrun waits for them to end and then ends itself. Asked before any rank
-    started, or told to die, torchrun's group is signalled too."""
-    if not launched:
-        _kill_group(proc.pid, sig)
-        return
-    ranks = _children_of(proc.pid)
-    for rank in ranks:
-        _kill_group(rank, sig)
-    if sig == signal.SIGKILL or not ranks:
-        _kill_group(proc.pid, sig if sig == signal.SIGKILL else signal.SIGTERM)
 
 
 def _copy_capped(source, log_path: str) -> None:
@@ -214,8 +141,8 @@ def _run_once(script: str, args: list[str], options: RunOptions,
     if options.launch:  # PyTorch's own launcher starts the ranks; each runs perfaudit.child
         cmd = [sys.executable, "-m", "torch.distributed.run", *options.launch, "-m", "perfaudit.child",
                script, *args]
-    reaping = _become_subreaper()
-    before = _own_children() if reaping else set()
+    reaping = become_subreaper()
+    before = own_children() if reaping else set()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, env=env, cwd=options.cwd)
     logger = threading.Thread(target=_copy_capped, args=(proc.stdout, log_path), daemon=True)
@@ -224,7 +151,7 @@ def _run_once(script: str, args: list[str], options: RunOptions,
         stop_signal, timed_out = _supervise(proc, options, progress_path, on_progress)
     finally:
         if reaping:
-            _kill_orphans(before)
+            kill_orphans(before)
         finish_run_dir(run_dir)
     logger.join(5)
     if alias_dir:
@@ -271,26 +198,26 @@ def _supervise(proc, options: RunOptions, progress_path: str, on_progress) -> tu
                 if deadline and time.monotonic() > deadline:
                     if not asked:
                         timed_out = asked = True
-                        _signal_run(proc, launched, signal.SIGUSR1)  # ask the child to write what it has
+                        signal_run(proc, launched, signal.SIGUSR1)  # ask the child to write what it has
                         deadline = time.monotonic() + GRACE_SECONDS
                     else:
-                        _signal_run(proc, launched, signal.SIGKILL)
+                        signal_run(proc, launched, signal.SIGKILL)
                 time.sleep(0.1)
             except (Stopped, KeyboardInterrupt) as exc:
                 signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
                 if stop_signal is not None:  # a second signal: stop waiting
-                    _signal_run(proc, launched, signal.SIGKILL)
+                    signal_run(proc, launched, signal.SIGKILL)
                     continue
                 stop_signal, asked = signum, True
-                _signal_run(proc, launched, signal.SIGUSR1)
+                signal_run(proc, launched, signal.SIGUSR1)
                 deadline = time.monotonic() + GRACE_SECONDS
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if proc.poll() is None:
-            _signal_run(proc, launched, signal.SIGKILL)
+            signal_run(proc, launched, signal.SIGKILL)
             proc.wait()
-        _kill_group(proc.pid, signal.SIGKILL)  # DataLoader workers or anything else it left behind
+        kill_group(proc.pid, signal.SIGKILL)  # DataLoader workers or anything else it left behind
     return stop_signal, timed_out
 
 
