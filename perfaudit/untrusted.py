@@ -1,5 +1,6 @@
 """Reading what perfaudit did not write in this process: a history file committed to a repository, a
-report or a baseline from another run, a notebook, a tool's arguments. Each is read as hostile: bounded in
+report or a baseline from another run, a notebook, a tool's arguments, a trace's metadata (its probes are
+then checked part by part against probe_schema). Each is read as hostile: bounded in
 size (a file larger than its bound is refused, or only its tail is read) and in depth, decoded into the
 shape perfaudit expects (msgspec, typed), and a bad record is skipped and named. The only exceptions are
 Unreadable (one line for the user, exit code 2) and FileNotFoundError (the caller says what was missing)."""

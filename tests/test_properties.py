@@ -81,6 +81,33 @@ def test_mutated_traces_analyse_or_fail_cleanly(flips, compress, cut):
     _analyze_bytes(gzip.compress(data) if compress else data, ".json.gz" if compress else ".json")
 
 
+PROBE_KEYS = ["optimizers", "loaders", "device_memory", "host_overhead", "flops", "cuda_emulation", "window"]
+hostile = st.recursive(scalar | st.just(1e308) | st.just(-(2 ** 70)),
+                       lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(PROBE_KEYS + ["path", "line"]),
+                                                                           c, max_size=3), max_leaves=10)
+
+
+@SETTINGS
+@given(st.sampled_from(["deviceProperties", "distributedInfo", "perfaudit", "schemaVersion"]),
+       st.dictionaries(st.sampled_from(PROBE_KEYS), hostile, max_size=4), st.integers(0, 30_000),
+       st.booleans(), st.booleans())
+def test_hostile_trace_metadata_is_read_or_named_never_a_crash(key, probes, depth, after, gzipped):
+    """Metadata a trace carries (the GPU's properties, the rank, perfaudit's own probes) is input like
+    any other: wrong types, huge numbers, nesting deeper than Python's decoder takes, before or after the
+    events. The trace is analysed; a part that cannot be read is left out and named in the notes."""
+    value = "[" * depth + json.dumps({"probes": probes}) + "]" * depth
+    events = json.dumps(json.loads(SEED)["traceEvents"])
+    text = (f'{{"traceEvents": {events}, "{key}": {value}}}' if after
+            else f'{{"{key}": {value}, "traceEvents": {events}}}')
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / ("t.json.gz" if gzipped else "t.json")
+        path.write_bytes(gzip.compress(text.encode()) if gzipped else text.encode())
+        report = analyze([str(path)], RULES)
+    assert report.traces and report.traces[0].steps >= 1
+    if depth >= 20_000:
+        assert any("metadata" in n and "analysed without it" in n for n in report.notes), report.notes
+
+
 SYNC = yaml.safe_load((Path(__file__).resolve().parent.parent / "rules" / "SYNC001.yaml").read_text())
 keys = st.sampled_from(sorted(SYNC) + ["junk"])
 

@@ -73,6 +73,7 @@ class Trace:
     step_source: str = "none"   # how steps were found: ProfilerStep, optimizer, dataloader, whole-trace
     skipped_events: int = 0     # malformed events that were ignored
     dropped_events: int = 0     # events beyond the most perfaudit keeps (parser.MAX_EVENTS), not read
+    unreadable_meta: list[str] = field(default_factory=list)  # metadata parts left out, and why
     memory: dict = field(default_factory=dict)  # "cuda:0" -> peak allocated/reserved bytes ([memory] events)
     _host_by_name: dict | None = field(default=None, init=False, repr=False, compare=False)
 

@@ -7,11 +7,11 @@ only the fields analyses use are kept.
 from __future__ import annotations
 
 import io
-import json
 import os
 
 from ..errors import TraceError
-from . import fast
+from ..untrusted import Unreadable, decode
+from . import fast, streams
 from .gc_pause import collection_paused
 from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace, emulated_run, sort_by_start, without_emulation_frames
 from .op_names import ANY_OP_ARGS, OP_ARGS
@@ -48,11 +48,11 @@ def _read_head(stream) -> tuple[dict, bytes, str]:
             head = buf[:idx].rstrip()
             if head.endswith(b","):
                 head = head[:-1]
-            try:
-                meta = json.loads(head.decode("utf-8", "replace") + "}")
-            except ValueError:
-                meta = {}  # odd metadata: analyses work without it
-            return (meta if isinstance(meta, dict) else {}), buf, "traceEvents.item"
+            try:  # the shared reader of untrusted JSON: any nesting, numbers, bytes give a dict or Unreadable
+                meta = decode(head.decode("utf-8", "replace") + "}", dict, "JSON metadata")
+            except Unreadable as exc:  # odd metadata: analyses work without it, and the report says so
+                meta = {streams.UNREADABLE_META: [f"the metadata before the events is {exc}"]}
+            return meta, buf, "traceEvents.item"
         if not chunk or len(buf) > _HEAD_LIMIT:
             if not buf.strip():
                 raise TraceError("trace file is empty")
@@ -165,6 +165,7 @@ def _parse_once(path: str, repair: bool, other_ops: tuple = ()) -> Trace:
         _events(reader, prefix, trace, other_ops)
         if prefix == "traceEvents.item":
             _meta_after_events(f, meta)
+    trace.unreadable_meta = meta.pop(streams.UNREADABLE_META, [])
     return trace
 
 
@@ -286,6 +287,7 @@ def _parse_fast(path: str, other_ops: tuple = ()) -> Trace:
         after: list[bytes] = []
         _fast_events(f, _after_bracket(head[key + len(b'"traceEvents"'):], f), trace, after, other_ops)
         meta_after_list(after[0], meta)
+    trace.unreadable_meta = meta.pop(streams.UNREADABLE_META, [])
     return trace
 
 

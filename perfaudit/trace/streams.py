@@ -145,8 +145,7 @@ def _meta_after_events(f, meta: dict) -> None:
     for candidate in _CLOSING.finditer(tail):
         found = _members_to_end(tail, candidate.end() - 1)
         if found is not None and "traceEvents" not in found:
-            for key, value in found.items():
-                meta.setdefault(key, value)
+            _merge(meta, found)
             return
 
 
@@ -156,8 +155,14 @@ def meta_after_list(after: bytes, meta: dict) -> None:
     text = after.decode("utf-8", "replace")
     at = _after_space(text, 0)
     if text[at:at + 1] == ",":
-        found = _members_to_end(text, _after_space(text, at + 1))
-        for key, value in (found or {}).items():
+        _merge(meta, _members_to_end(text, _after_space(text, at + 1)) or {})
+
+
+def _merge(meta: dict, found: dict) -> None:
+    for key, value in found.items():
+        if key == UNREADABLE_META:
+            meta.setdefault(key, []).extend(value)
+        else:
             meta.setdefault(key, value)
 
 
@@ -172,9 +177,13 @@ def _after_space(text: str, at: int) -> int:
     return found.end() if found else at
 
 
+UNREADABLE_META = "perfaudit#unreadable"  # meta's key for the parts the reader could not decode, named
+
+
 def _members_to_end(text: str, at: int) -> dict | None:
-    """`"key": value, …}` from `at` to the end of `text` (only white space after the brace), or None."""
-    out = {}
+    """`"key": value, …}` from `at` to the end of `text` (only white space after the brace), or None;
+    a value nested past what Python's decoder takes makes the rest unreadable, which is named."""
+    out: dict = {}
     try:
         while True:
             key, at = _DECODER.raw_decode(text, at)
@@ -191,6 +200,9 @@ def _members_to_end(text: str, at: int) -> dict | None:
             at = _after_space(text, at + 1)
     except ValueError:
         return None
+    except RecursionError:
+        out[UNREADABLE_META] = ["the metadata after the events is not JSON metadata: nested too deeply"]
+        return out
 
 
 def _open_raw(path: str):

@@ -216,6 +216,7 @@ def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job
     notes = context_notes(ctx)
     if trace.skipped_events:
         notes.append(f"{path}: {trace.skipped_events} malformed events were ignored")
+    notes.extend(f"{path}: {why}: analysed without it" for why in trace.unreadable_meta)
     if trace.dropped_events:
         notes.append(f"{path}: the trace holds more events than perfaudit keeps in memory: the last "
                      f"{trace.dropped_events:,} were not read, and the figures cover the steps before them "
