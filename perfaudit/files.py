@@ -19,6 +19,25 @@ def why(exc: OSError) -> str:
     return _WHY.get(exc.errno or 0, exc.strerror or str(exc))
 
 
+# the child's exit code when it could not write the run folder (result.json, the trace): the errno that
+# failed, for the runner to say in the user's words; no other exit of the child uses these
+_WRITE_FAILED = {errno.ENOSPC: 81, errno.EDQUOT: 82, errno.EROFS: 83, errno.EACCES: 84, errno.EPERM: 85}
+_WRITE_FAILED_OTHER = 86
+
+
+def write_failed_exit(exc: OSError) -> int:
+    return _WRITE_FAILED.get(exc.errno or 0, _WRITE_FAILED_OTHER)
+
+
+def write_failure_of(returncode: int | None) -> str | None:
+    """What the child could not do, from its exit code: "no space left on the device"...; None when the
+    code is not one of those."""
+    if returncode == _WRITE_FAILED_OTHER:
+        return "a write failed"
+    code = next((e for e, c in _WRITE_FAILED.items() if c == returncode), None)
+    return why(OSError(code, os.strerror(code))) if code is not None else None
+
+
 def write_atomic(path: str, data: str | bytes) -> None:
     """`data` (text is written as UTF-8) at `path`, all of it or nothing."""
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.perfaudit-{os.getpid()}.tmp")

@@ -400,3 +400,38 @@ def test_fix_write_keeps_the_copy_of_a_file_it_could_not_put_back(tmp_path, monk
         _two_file_plan(tmp_path).write()
     backup = next(p for p in tmp_path.iterdir() if p.name.endswith(".perfaudit-backup"))
     assert str(backup) in str(caught.value) and backup.read_text() == "x = 1  # a.py\n"
+
+
+def test_a_run_folder_on_a_full_disk_stops_at_once_and_says_so(tmp_path):
+    """`run --out-dir` on a file system with no room for the trace: the profiler's write fails (Kineto
+    says nothing), result.json cannot be rewritten. The script is stopped at once (it trained on until
+    the 600 s timeout, then the report blamed 'no trace recorded'), never run a second time, and the
+    run ends with what it saw, one line naming the full disk, exit 2. A real full file system: a 64 KB
+    tmpfs mounted in a namespace of the test's own (`unshare`, no privilege needed)."""
+    unshare = needs_program("unshare", why="mounts a small tmpfs for a full disk")
+    starts = tmp_path / "starts"
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""\
+        import torch
+        from torch import nn
+        open({str(starts)!r}, "a").write("start\\n")
+        model = nn.Sequential(*[nn.Linear(32, 32) for _ in range(20)])
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for step in range(100_000):
+            opt.zero_grad()
+            model(torch.randn(8, 32)).sum().backward()
+            opt.step()
+    """))
+    full = tmp_path / "full"
+    full.mkdir()
+    command = (f"mount -t tmpfs -o size=64k tmpfs {full} && exec {sys.executable} -m perfaudit run {script} "
+               f"--warmup 1 --steps 3 --out-dir {full}/run")
+    began = time.monotonic()
+    proc = subprocess.run([unshare, "--user", "--map-root-user", "--mount", "sh", "-c", command], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert time.monotonic() - began < 120, "the script trained on after its window could not be saved"
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("perfaudit: error: cannot write the run folder") and "no space left" in last, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert starts.read_text() == "start\n"  # run once: a full disk is not a crash to retry

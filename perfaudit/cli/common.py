@@ -159,6 +159,11 @@ class Reporting:
         failed = api.gate_fails(report, level, needs_training, self.settings.config.allow_no_training)
         report.command = command_line()
         emit(report, self.specs, self.settings.all_rules, verbose)
+        write_error = (report.outcome or {}).get("write_error")
+        if write_error and extra_exit is None:  # the run folder filled up, say: what was seen is above
+            from ..errors import UsageError
+            raise UsageError(f"{write_error}: the report above is what was measured before it; free some space "
+                             "or choose another --out-dir")
         if extra_exit is None and report.internal_errors:
             extra_exit = EXIT_INTERNAL
         raise typer.Exit(extra_exit if extra_exit is not None else EXIT_FINDINGS if failed else EXIT_OK)

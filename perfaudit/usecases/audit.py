@@ -287,6 +287,8 @@ def _no_trace_reason(result: RunResult) -> str:
         return ("nothing was measured: the script starts its training in new processes "
                 f"({o.get('api')}), which perfaudit does not watch; call the training function directly "
                 "(one process) or launch it with torchrun")
+    if o.get("write_error"):
+        return f"the trace could not be saved: {o['write_error']}"
     if o.get("export_error"):
         return f"the recorded trace could not be written: {o['export_error']} (is the disk full?)"
     if o.get("profiling_started"):

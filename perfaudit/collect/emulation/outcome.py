@@ -31,7 +31,7 @@ def emulation_may_cause(outcome: dict) -> bool:
 def emulation_failure(result: RunResult, options: RunOptions) -> str | None:
     """Why an emulated run is not to be reported (it failed before its window was recorded), in one
     line naming the exception and where it was raised; None when it is."""
-    if options.device != "emulate-cuda" or result.stop_signal is not None:
+    if options.device != "emulate-cuda" or result.stop_signal is not None or result.outcome.get("write_error"):
         return None
     outcome = result.outcome
     if outcome.get("outcome") not in (Outcome.RAISED, Outcome.INTERNAL_ERROR, Outcome.CRASHED):

@@ -94,3 +94,11 @@ def fit_threads_to_free_cores(torch) -> dict | None:
         return None
     torch.set_num_threads(free)
     return {"default": default, "used": free, "load_avg": load_average(), "cpu_count": os.cpu_count()}
+
+
+def choose_threads(torch, config: dict, fit: bool) -> dict | None:
+    """The intra-op threads: as `verify` chose them for all its runs, or fitted to a busy machine's free cores."""
+    if config.get("threads"):
+        torch.set_num_threads(int(config["threads"]))
+        return {"used": int(config["threads"]), "set_by": "verify"}
+    return fit_threads_to_free_cores(torch) if fit else None

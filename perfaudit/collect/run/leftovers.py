@@ -19,8 +19,13 @@ def salvage_trace(run_dir: str, prefix: str = "") -> None:
     if not os.path.exists(final) and _complete_json(plain):
         import gzip
         import shutil
-        with open(plain, "rb") as src, gzip.open(final, "wb", compresslevel=3) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+        try:
+            with open(plain, "rb") as src, gzip.open(final, "wb", compresslevel=3) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except OSError:  # no room for the gzipped copy: the plain trace is kept, whole and readable
+            if os.path.exists(final):
+                os.remove(final)
+            return
     os.remove(plain)
 
 

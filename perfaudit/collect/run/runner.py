@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from ...files import write_failure_of
 from ...outcome import Outcome, is_failure
 from ..emulation.outcome import emulation_failure, same_failure
 from .leftovers import phase_reached, progress_record, salvage_trace
@@ -70,7 +71,16 @@ def _compile(source: bytes, script: str, where) -> None:
 
 def _copy_capped(source, log_path: str) -> None:
     """The script's output into script.log: all of it up to LOG_HEAD + LOG_TAIL bytes, else the head
-    and the tail with a line saying how much was left out."""
+    and the tail with a line saying how much was left out. When the log cannot be written (a full disk)
+    the output is still read to its end: a pipe left full would block the script."""
+    try:
+        _copy_capped_to(source, log_path)
+    except OSError:
+        for _ in iter(lambda: source.read1(1 << 16), b""):
+            pass
+
+
+def _copy_capped_to(source, log_path: str) -> None:
     head, tail, dropped = bytearray(), bytearray(), 0
     with open(log_path, "wb") as log:
         for chunk in iter(lambda: source.read1(1 << 16), b""):
@@ -237,6 +247,8 @@ def _collect(script: str, run_dir: str, log_path: str, returncode: int, stop_sig
         outcome.update(outcome=Outcome.TIMEOUT, timeout_s=options.timeout)
     elif stop_signal is not None:
         outcome.update(outcome=Outcome.INTERRUPTED, by=signal.Signals(stop_signal).name)
+    elif write_failure_of(returncode):  # the child could not write the run folder: it stopped, and says why
+        outcome["write_error"] = f"cannot write the run folder {run_dir}: {write_failure_of(returncode)}"
     elif not result:
         if returncode is not None and returncode < 0:
             outcome.update(outcome=Outcome.CRASHED, signal=signal.Signals(-returncode).name)
@@ -248,7 +260,8 @@ def _collect(script: str, run_dir: str, log_path: str, returncode: int, stop_sig
     elif returncode and phase_reached(run_dir, "exporting") and not phase_reached(run_dir, "done"):
         # the window was recorded, then the process died writing it: the report must say so
         outcome["died_exporting"] = signal.Signals(-returncode).name if returncode < 0 else f"exit code {returncode}"
-    trace = result.get("trace") or os.path.join(run_dir, "trace.json.gz")
+    trace = result.get("trace") or next((p for p in (os.path.join(run_dir, "trace.json.gz"),
+                                                     os.path.join(run_dir, "trace.json")) if os.path.exists(p)), "")
     return RunResult(script, run_dir, trace if os.path.exists(trace) else None, outcome,
                      log_path, result.get("probes", {}), timing=result.get("timing"), stop_signal=stop_signal)
 

@@ -3,6 +3,7 @@ under the `perfaudit` key (one file to copy or attach), and result.json (the out
 to a temporary name and moved into place, so a reader never sees half a file."""
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -10,20 +11,32 @@ import shutil
 
 from ...files import remove_if_there
 
+# a write that failed for these reasons is the run folder's, not perfaudit's nor the script's
+CANNOT_WRITE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
 
 def write_json(path: str, data: dict) -> None:
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, default=str)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, default=str)
+        os.replace(tmp, path)
+    except OSError:  # a full disk, say: no partial file left to fill it further
+        remove_if_there(tmp)
+        raise
 
 
 def export_trace(prof, plain: str, meta: dict) -> str:
     """Kineto's JSON at `plain`, then `plain`.gz with `meta` embedded. Raises OSError when the profiler
     wrote no trace (Kineto does not raise when its own write fails, on a full disk say)."""
     final = plain + ".gz"
-    prof.export_chrome_trace(plain)
-    _check_written(plain)
+    try:
+        prof.export_chrome_trace(plain)
+        _check_written(plain)
+    except OSError:  # Kineto writes `plain`.tmp first and leaves it when the disk fills
+        remove_if_there(plain + ".tmp")
+        remove_if_there(plain)
+        raise
     tmp = final + ".tmp"
     try:
         with open(plain, "rb") as src, gzip.open(tmp, "wb", compresslevel=3) as dst:
@@ -39,12 +52,30 @@ def export_trace(prof, plain: str, meta: dict) -> str:
 
 
 def _check_written(plain: str) -> None:
-    with open(plain, "rb") as f:
-        head = _skip_to_brace(f)
+    """Kineto says nothing when its write fails: a missing or empty file on a full disk is named so."""
+    folder = os.path.dirname(os.path.abspath(plain))
+    try:
+        with open(plain, "rb") as f:
+            head = _skip_to_brace(f)
+    except FileNotFoundError:
+        if disk_full(folder):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), folder) from None
+        raise
+    if head != b"{" and disk_full(folder):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), folder)
     if head != b"{":
         size = os.path.getsize(plain)
         remove_if_there(plain)
         raise OSError(f"the profiler's trace file is {'empty' if not head else 'not JSON'} ({size} bytes)")
+
+
+def disk_full(folder: str, margin: int = 1 << 20) -> bool:
+    """Less than `margin` bytes free for this user in `folder`'s file system."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < margin
 
 
 def _skip_to_brace(f) -> bytes:

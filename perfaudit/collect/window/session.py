@@ -18,13 +18,13 @@ from ...outcome import Outcome
 from ..emulation.cuda_shim import gpu_present
 from ..internal import internal_errors, record_internal_error
 from ..probes.compile import CompileProbe
-from ..probes.environment import fit_threads_to_free_cores
+from ..probes.environment import choose_threads
 from ..probes.flops import FlopProbe
 from ..probes.host_overhead import HostOverhead
 from ..probes.live import Probes
 from ..probes.startup import StartupProbe
 from .clock import OwnClock
-from .export import export_trace, write_json
+from .export import CANNOT_WRITE, export_trace, write_json
 from .frameworks import detect as detect_framework
 from .selection import StepMarks
 from .sizing import Sizer, fit_budget
@@ -72,6 +72,7 @@ class Session(StepHooks):
         self.detector = StepDetector(self._step_boundary, self._restart)
         self.prof = None
         self.export_error: str | None = None
+        self.write_error: OSError | None = None  # the run folder could not be written (the child exits saying so)
         self.step_rf = None
         self.step_index = 0          # steps completed inside the profiled window
         self.window_closed = False
@@ -96,7 +97,7 @@ class Session(StepHooks):
         self.rank = self._launched_rank()  # under torchrun: every rank writes rank<R>.* files in the run folder
         self.probes.worker_dir = self._path("workers")
         self._progress = open(self._path("progress.jsonl"), "a", buffering=1)
-        self.threads = _threads(torch, config, self.rank is None and self.profiling and self.fits_threads)
+        self.threads = choose_threads(torch, config, self.rank is None and self.profiling and self.fits_threads)
 
     fits_threads = True  # on a busy machine, fit the intra-op threads to the free cores (not in-process)
     counts_flops = True  # FlopCounterMode over one step after the window (the script ends then; not in-process)
@@ -286,6 +287,8 @@ class Session(StepHooks):
                     self.trace_path = export_trace(self.prof, self._path("trace.json"), self._meta(result))
                 except Exception as exc:  # nothing recorded, or the exporter failed (a full disk, say)
                     self.export_error = f"{type(exc).__name__}: {exc}"[:300]
+                    if isinstance(exc, OSError) and exc.errno in CANNOT_WRITE:
+                        self.write_error = self.write_error or exc
                     self._say("export_failed", error=str(exc))
             finally:
                 self.exporting = False
@@ -342,7 +345,10 @@ class Session(StepHooks):
             out["export_error"] = self.export_error
         if with_probes:
             out["probes"] = self.probes.snapshot()
-        write_json(self._path("result.json"), out)
+        try:
+            write_json(self._path("result.json"), out)
+        except OSError as exc:  # a full disk, say: the earlier result.json stands; the run stops and says why
+            self.write_error = self.write_error or exc
 
     def result_extra(self, result: dict) -> dict:
         """More for result.json once the script has ended (the timing session's exercise run)."""
@@ -364,13 +370,16 @@ class Session(StepHooks):
             self._close_window(result)
         else:
             path = self._path("result.json")
-            with open(path) as f:
-                previous = json.load(f)
-            if result["outcome"] not in (Outcome.COMPLETED, Outcome.WINDOW_COMPLETE):
-                previous["after_window"] = result
-            previous["internal_errors"] = internal_errors()
-            previous.update(self.result_extra(result))
-            write_json(path, previous)
+            try:
+                with open(path) as f:
+                    previous = json.load(f)
+                if result["outcome"] not in (Outcome.COMPLETED, Outcome.WINDOW_COMPLETE):
+                    previous["after_window"] = result
+                previous["internal_errors"] = internal_errors()
+                previous.update(self.result_extra(result))
+                write_json(path, previous)
+            except OSError as exc:
+                self.write_error = self.write_error or exc
         # not after a stop (Ctrl-C, a timeout, a crash): the user waits for the report, not for one more step
         ended_well = Outcome.of(result) in (Outcome.WINDOW_COMPLETE, Outcome.COMPLETED)
         if self.counts_flops and self.trace_path and self.rank is None and ended_well:
@@ -379,14 +388,6 @@ class Session(StepHooks):
             except Exception as exc:  # the report counts from the op shapes instead
                 record_internal_error("FLOP count", exc)
         self._say("done")
-
-
-def _threads(torch, config: dict, fit: bool) -> dict | None:
-    """The intra-op threads: as `verify` chose them for all its runs, or fitted to a busy machine's free cores."""
-    if config.get("threads"):
-        torch.set_num_threads(int(config["threads"]))
-        return {"used": int(config["threads"]), "set_by": "verify"}
-    return fit_threads_to_free_cores(torch) if fit else None
 
 
 def launched_rank() -> int | None:

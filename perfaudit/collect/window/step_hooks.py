@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from typing import TYPE_CHECKING
 
+from ...files import why, write_failed_exit
 from ...outcome import Outcome
 from ..emulation import emulate
 from ..internal import record_internal_error
@@ -57,6 +59,7 @@ class StepHooks:
         window_closed: bool
         finished: bool
         exporting: bool
+        write_error: OSError | None
         optimizer_counts: dict[str, int]
         _forward_hooks: tuple | None
 
@@ -121,6 +124,10 @@ class StepHooks:
         def guarded_exit(code=0):
             if os.getpid() == self.pid:
                 self.finish({"outcome": Outcome.OS_EXIT, "exit_code": code})
+                if self.write_error is not None:  # the run folder could not be written: the runner says why
+                    print(f"perfaudit: cannot write the run folder ({why(self.write_error)}): "
+                          f"{self.write_error}", file=sys.stderr, flush=True)
+                    code = write_failed_exit(self.write_error)
             original_exit(code)
 
         patch(os, "_exit", guarded_exit)
