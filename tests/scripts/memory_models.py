@@ -1,16 +1,43 @@
 """Two training steps whose device memory perfaudit estimates on the emulated CUDA path, and which the
 test measures again with torch's own MemTracker on the CPU (the same step, the optimizer in the
 implementation torch picks for CUDA parameters: foreach): an MLP under AdamW, and a small CNN with
-BatchNorm under SGD with momentum. `python memory_models.py mlp|cnn` trains one of them."""
+BatchNorm under SGD with momentum, and a small GPT whose attention has dropout (the CPU then takes
+SDPA's math path, a GPU its fused kernel). `python memory_models.py mlp|cnn|gpt` trains one of them."""
 import sys
 
 import torch
 from torch import nn
 
 
-def build(kind: str, device, foreach=None):
+class Block(nn.Module):
+    """A GPT block as nanoGPT writes it: attention through scaled_dot_product_attention with dropout."""
+
+    def __init__(self, dim: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+                   for t in self.qkv(self.ln1(x)).split(C, dim=2))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                       dropout_p=self.dropout if self.training else 0.0)
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + self.mlp(self.ln2(x))
+
+
+def build(kind: str, device, foreach=None, attention_dropout=0.1):
     torch.manual_seed(0)
-    if kind == "mlp":
+    if kind == "gpt":
+        vocab, dim = 512, 128
+        model = nn.Sequential(nn.Embedding(vocab, dim), *[Block(dim, 4, attention_dropout) for _ in range(2)],
+                              nn.LayerNorm(dim), nn.Linear(dim, vocab))
+        optimizer = torch.optim.AdamW(model.to(device).parameters(), lr=1e-3, foreach=foreach)
+        batch = (torch.randint(0, vocab, (4, 512)), torch.randint(0, vocab, (4, 512)))
+    elif kind == "mlp":
         model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
         optimizer = torch.optim.AdamW(model.to(device).parameters(), lr=1e-3, foreach=foreach)
         batch = (torch.randn(512, 1024), torch.randint(0, 10, (512,)))
@@ -25,7 +52,8 @@ def build(kind: str, device, foreach=None):
 
 def step(model, optimizer, batch, device):
     x, y = batch[0].to(device), batch[1].to(device)
-    loss = nn.functional.cross_entropy(model(x), y)
+    out = model(x)
+    loss = nn.functional.cross_entropy(out.flatten(0, -2) if out.dim() > 2 else out, y.flatten())
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()

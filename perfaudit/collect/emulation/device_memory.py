@@ -93,6 +93,7 @@ class DeviceMemory:
         # forward and backward run cuBLAS from different threads on a GPU (autograd's device thread): a
         # workspace each; on the emulated device backward runs on the caller's thread, so the pass is noted
         self.cublas_passes: set[str] = set()
+        self._attention = False  # an attention runs the CPU's math path, forward or backward (attention.py)
 
     # -- the step --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -152,20 +153,53 @@ class DeviceMemory:
             if record["category"] == "temporaries":
                 record["category"] = category
 
+    # -- an attention kernel (attention.py) ---------------------------------------------------------
+    def in_attention(self, running: bool) -> None:
+        """An attention runs the CPU's math path (forward, or its backward), or it ended: what it allocates
+        meanwhile is inside a GPU's kernel, never in its allocator."""
+        self._attention = running
+
+    def made_on_device(self, t: torch.Tensor, category: str) -> None:
+        """`t` was made inside the kernel, and a GPU's kernel makes it too: its output, the inputs' gradients."""
+        record = self.records.get(_key(t)[0])
+        if record is not None:
+            record["device"], record["category"] = True, category
+
+    def kernel_keeps(self, out: torch.Tensor, inputs: list) -> dict | None:
+        """What a GPU's attention kernel saves for backward: its inputs and output (the caller holds them, as
+        autograd holds them there) and a float32 log-sum-exp per query row, whose record is returned (to be
+        released when the kernel's backward has run)."""
+        if self._mode is None:
+            return None
+        self.made_on_device(out, "activations")
+        for t in inputs:
+            self._recategorize(t, "activations")
+        lse = {"bytes": rounded(out.numel() // max(out.shape[-1], 1) * 4), "category": "activations",
+               "device": True, "site": user_site(4), "key": None}
+        self.timeline.append((1, lse))
+        return lse
+
+    def released(self, record: dict) -> None:
+        if self._mode is not None:
+            self.timeline.append((-1, record))
+
     # -- records ----------------------------------------------------------------------------------
     def _on_device(self, t) -> bool:
         if self.placement.on_device.has(t):
             return True
         key, _ = _key(t)
         record = self.records.get(key)
-        return (record is not None and record["device"]) or key in self._baseline_keys
+        return (record is not None and (record["device"] or record["in_kernel"])) or key in self._baseline_keys
 
     def _allocated(self, t: torch.Tensor, category: str) -> None:
         key, storage = _key(t)
         if key is None or key in self.records or key in self._baseline_keys or not storage.nbytes():
             return
-        record = {"bytes": rounded(storage.nbytes()), "category": category, "device": True,
-                  "site": user_site(3), "key": key}
+        # the math path's scaled copies, Sq x Sk weights, mask and their gradients: inside a GPU's attention
+        # kernel, never in its allocator (its output and the inputs' gradients are made the device's again)
+        device = not self._attention
+        record = {"bytes": rounded(storage.nbytes()), "category": category, "device": device,
+                  "site": user_site(3), "key": key, "in_kernel": not device}
         self.records[key] = record
         self.timeline.append((1, record))
         record["ref"] = weakref.ref(storage, self._gone(record))
@@ -203,7 +237,8 @@ class DeviceMemory:
             self._baseline_keys.add(key)
             kind = kinds.get(key) or ("parameters" if isinstance(t, torch.nn.Parameter)
                                       else "activations" if t.grad_fn is not None else "other")
-            record = {"bytes": rounded(storage.nbytes()), "category": kind, "device": True, "site": None, "key": key}
+            record = {"bytes": rounded(storage.nbytes()), "category": kind, "device": True, "site": None, "key": key,
+                      "in_kernel": False}
             self.records[key] = record
             self.baseline_records.append(record)
             record["ref"] = weakref.ref(storage, self._gone(record))

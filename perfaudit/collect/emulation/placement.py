@@ -19,6 +19,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..internal import record_internal_error
 from ..userframes import is_user_file, user_site
+from .attention import attend
 from .cuda_shim import LEGACY_TYPES
 from .tensor_registry import TAGGABLE, Registry, first_placed, is_cuda, tag, tensor_bytes
 
@@ -83,6 +84,7 @@ class Placement(TorchFunctionMode):
         }
         for func, name in _READS.items():
             self.handlers[func] = self._reader(name)
+        self.handlers[torch._C._nn.scaled_dot_product_attention] = lambda f, a, k: attend(self, f, a, k)
 
     # -- the mode --------------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):

@@ -1,0 +1,92 @@
+"""scaled_dot_product_attention on the emulated device, held in memory as a GPU's kernel holds it.
+
+Where the CPU takes SDPA's math path (dropout in training, or inputs its flash kernel does not take), it
+builds the Sq x Sk attention weights, the dropout mask and, in backward, their gradients, and autograd
+saves them: O(S²) per layer. A GPU's flash or memory-efficient kernel (every NVIDIA GPU torch supports
+since sm50) never allocates them; it saves its output and one log-sum-exp per query row (float32) for
+backward. While device memory is tracked (device_memory.py), what the math path allocates (scaled copies
+of the inputs, the weights, the mask, and in backward their gradients) is noted as not the device's; the
+kernel's output (laid out as the kernel lays it out, so that the `.transpose(1, 2).contiguous()` after it
+copies nothing, as on a GPU) and log-sum-exp are held until its backward has made the inputs' gradients.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
+def _math_path(a: dict) -> bool:
+    """Whether the CPU runs this call on SDPA's math path (not its flash kernel)."""
+    try:
+        from torch.nn.attention import SDPBackend
+        choice = torch._fused_sdp_choice(a["query"], a["key"], a["value"], a.get("attn_mask"),
+                                         float(a.get("dropout_p") or 0.0), bool(a.get("is_causal")),
+                                         scale=a.get("scale"), enable_gqa=bool(a.get("enable_gqa")))
+        return choice == SDPBackend.MATH.value
+    except Exception:  # noqa: BLE001 - another torch: dropout is what sends training to the math path
+        return float(a.get("dropout_p") or 0.0) > 0
+
+
+def attend(placement, func, args: tuple, kwargs: dict):
+    """The call, run as it is, its output on the device when an input is; on the math path, laid out and
+    held in memory as a GPU's kernel would."""
+    a = dict(zip(_NAMES, args), **kwargs)
+    q, k, v = a.get("query"), a.get("key"), a.get("value")
+    inputs = [t for t in (q, k, v) if isinstance(t, Tensor)]
+    on_device = any(placement.on_device.has(t) for t in inputs)
+    if not on_device or len(inputs) < 3 or not _math_path(a):
+        out = func(*args, **kwargs)
+    else:
+        memory = placement.memory
+        if memory is not None:
+            memory.in_attention(True)
+        try:
+            out = func(*args, **kwargs)
+            if isinstance(out, Tensor) and out.dim() == 4:  # a GPU kernel's output is laid out (B, S, H, D)
+                out = out.transpose(1, 2).contiguous().transpose(1, 2)
+        finally:
+            if memory is not None:
+                memory.in_attention(False)
+        if isinstance(out, Tensor) and out.grad_fn is not None:
+            _saved_as_a_kernel_saves(placement, out, inputs)
+    if on_device and isinstance(out, Tensor):
+        placement.device_ops += 1
+        placement.on_device.add(out)
+    return out
+
+
+def _saved_as_a_kernel_saves(placement, out: Tensor, inputs: list) -> None:
+    """The kernel's inputs and output held until its backward has made the inputs' gradients, as autograd
+    holds them on a GPU, with its log-sum-exp; that backward, on the math path again, marked as the
+    kernel's. Hooks on every call (a step's memory may be tracked from its backward on); each reads the
+    tracker as it runs."""
+    node = out.grad_fn
+    if node is None:
+        return
+    memory = placement.memory
+    lse = memory.kernel_keeps(out, inputs) if memory is not None else None
+    held = [out, *inputs] if lse is not None else []
+    waiting = {id(t) for t in inputs if t.requires_grad}
+
+    def backward_begins(grad_outputs):
+        if placement.memory is not None:
+            placement.memory.in_attention(True)
+
+    def made(key: int):  # the tensor's id, not the tensor: a hook that held its tensor would keep it alive
+        def hook(grad):  # the kernel's dq, dk or dv
+            tracker = placement.memory
+            if tracker is not None:
+                tracker.made_on_device(grad, "temporaries")
+            waiting.discard(key)
+            if not waiting:
+                held.clear()
+                if tracker is not None:
+                    tracker.in_attention(False)
+                    if lse is not None:
+                        tracker.released(lse)
+        return hook
+    node.register_prehook(backward_begins)
+    for key, t in {id(t): t for t in inputs if t.requires_grad}.items():
+        t.register_hook(made(key))
