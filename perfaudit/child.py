@@ -68,7 +68,16 @@ def _run_main(script_path: str, patched: str | None) -> None:
             sys.modules["__main__"] = previous
 
 
+def _raised_as_on_a_gpu(exc: BaseException) -> bool:
+    """An error the emulated device raised because a GPU raises it there (a DataLoader's pinning thread
+    passes it on with its message): the script's."""
+    shim = sys.modules.get("perfaudit.collect.emulation.cuda_shim")
+    return shim is not None and any(message in str(exc) for message in shim.AS_ON_A_GPU)
+
+
 def _describe_exception(exc: BaseException) -> dict:
+    if _raised_as_on_a_gpu(exc):
+        return {**raised(exc), "as_on_a_gpu": True}
     if _raised_by_perfaudit(exc.__traceback__):
         record_internal_error("the audited process", exc)
         return {"outcome": Outcome.INTERNAL_ERROR, "exception": type(exc).__name__,

@@ -228,6 +228,23 @@ def test_a_scripts_own_error_is_reported_as_the_scripts(tmp_path):
     assert len([p for p in (tmp_path / "run").parent.iterdir() if p.name.startswith("run")]) == 1
 
 
+def test_pinning_a_dataset_of_device_tensors_fails_as_on_a_gpu(tmp_path):
+    """A Dataset that returns CUDA tensors under `DataLoader(pin_memory=True)` raises "cannot pin" on any GPU;
+    the emulated device raised nothing (it pinned them), so a fix or a script that does this passed. Now it
+    raises as a GPU does, at the loop that fetches the batch, and the error is the script's: no rerun on
+    the CPU path, and the report says a GPU fails the same way."""
+    source = (ROOT / "tests" / "realistic" / "gpu_resident_dataset.py").read_text()
+    script = tmp_path / "train.py"
+    script.write_text(source.replace("shuffle=True)", "shuffle=True, pin_memory=True)"))
+    report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "3")
+    outcome = report["run"]["outcome"]
+    assert outcome["outcome"] == "raised" and outcome["exception"] == "RuntimeError", outcome
+    assert "cannot pin 'torch.cuda.FloatTensor'" in outcome["message"]
+    assert script.read_text().splitlines()[outcome["site"]["line"] - 1].strip() == "for x, y in loader:"
+    assert any("as a GPU raises it" in n for n in report["notes"]), report["notes"]
+    assert not any("could not serve" in n for n in report["notes"]) and "could not serve" not in console
+
+
 def test_memory_and_cudnn_queries_answer_as_a_gpu_would(tmp_path):
     """Scripts divide by the reserved bytes or log cudnn's version: the emulated device answers from the
     bytes it holds (never 0) and with a version number, so the script runs past its window as on a GPU."""

@@ -159,6 +159,9 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
         notes.append(f"the script raised {outcome.get('exception')}{where} on the emulated CUDA device, after its "
                      "window: a call there that the emulation serves differently from a GPU may be the cause, not "
                      "the script (the measured window is reported; `--device cpu` runs the script as it runs here)")
+    if outcome.get("as_on_a_gpu"):
+        notes.append("the emulated CUDA device raised this error as a GPU raises it: the script fails the same way "
+                     "on a GPU")
     if result.emulation_failed:
         notes.append(f"the emulated CUDA device could not serve this script ({result.emulation_failed}): it was "
                      "run again on the CPU path, and what is reported comes from that run "

@@ -119,6 +119,16 @@ LEGACY_TYPES = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "Ha
            "BoolTensor": torch.bool}
 
 
+# the messages of errors the emulated device raised because a GPU raises them there: the script's errors,
+# not the emulation's (child.py reports them as the script's; no rerun on the CPU path)
+AS_ON_A_GPU: set[str] = set()
+
+
+def gpu_error(message: str) -> RuntimeError:
+    AS_ON_A_GPU.add(message)
+    return RuntimeError(message)
+
+
 def zero(*args, **kwargs) -> int:
     return 0
 

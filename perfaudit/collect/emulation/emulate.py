@@ -67,8 +67,12 @@ def _leave(mode: Placement) -> None:
 
 
 def _pinning(mode: Placement) -> None:
-    """pin_memory() pins (a pinning DataLoader's thread calls it too, outside the mode's thread)."""
+    """pin_memory() pins (a pinning DataLoader's thread calls it too, outside the mode's thread); a tensor
+    on the device cannot be pinned, as on a GPU (a Dataset of CUDA tensors under pin_memory=True)."""
     def pin_memory(self, device=None):
+        if mode.on_device.has(self):
+            name = next((n for n, d in cuda_shim.LEGACY_TYPES.items() if d == self.dtype), "Tensor")
+            raise cuda_shim.gpu_error(f"cannot pin 'torch.cuda.{name}' only dense CPU tensors can be pinned")
         mode.pinned.add(self)
         return self
 

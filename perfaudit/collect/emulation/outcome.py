@@ -23,6 +23,8 @@ _EMULATION_FRAMES = re.compile(r"perfaudit[/\\]collect[/\\]emulation[/\\](?:plac
 def emulation_may_cause(outcome: dict) -> bool:
     """Whether the emulated device may be what failed: the error names CUDA (a call it does not serve),
     or the emulation's own code is on the traceback. Otherwise the error is the script's own."""
+    if outcome.get("as_on_a_gpu"):  # raised as a GPU raises it (cuda_shim.gpu_error): the script's
+        return False
     text = f"{outcome.get('exception') or ''} {outcome.get('message') or ''}"
     return bool(_CUDA_WORDS.search(text) or _EMULATION_FRAMES.search(outcome.get("traceback") or "")
                 or outcome.get("outcome") != Outcome.RAISED)
