@@ -38,8 +38,37 @@ def write_failure_of(returncode: int | None) -> str | None:
     return why(OSError(code, os.strerror(code))) if code is not None else None
 
 
+_INPUTS: set[tuple[int, int]] = set()  # (device, inode) of every user file this command read
+
+
+def read_as_input(path: str) -> None:
+    """`path` is an input of this command (a trace, a report, a baseline read back): the writer never
+    replaces it, whatever name it is given as an output (a hard link, another suffix)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    _INPUTS.add((st.st_dev, st.st_ino))
+
+
+def forget_inputs() -> None:
+    """A long-lived process (the MCP server) starts a new command: its inputs are its own."""
+    _INPUTS.clear()
+
+
+def is_input(path: str) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) in _INPUTS
+
+
 def write_atomic(path: str, data: str | bytes) -> None:
-    """`data` (text is written as UTF-8) at `path`, all of it or nothing."""
+    """`data` (text is written as UTF-8) at `path`, all of it or nothing; never over a file this command
+    read (WriteError, the file unchanged)."""
+    if is_input(path):
+        raise WriteError(path, errno.EEXIST, "it is an input of this command")
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.perfaudit-{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from .errors import UsageError
+from .files import read_as_input
 
 T = TypeVar("T")
 
@@ -41,12 +42,17 @@ def decode(data: bytes | str, type: Any = Any, what: str = "JSON") -> Any:
         raise Unreadable(f"not {what}: not valid JSON ({exc})") from None
 
 
-def load(path: str, type: Any = Any, what: str = "JSON", max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
+def load(path: str, type: Any = Any, what: str = "JSON", max_bytes: int = MAX_DOCUMENT_BYTES,
+         updated_in_place: bool = False) -> Any:
     """The file at `path` decoded as `type`; Unreadable (the path in its message) when it is larger than
-    `max_bytes`, cannot be read or is not `what`. FileNotFoundError passes through."""
+    `max_bytes`, cannot be read or is not `what`. FileNotFoundError passes through. The file is an input
+    of the command, which the writer never replaces, unless it is one the command is meant to update
+    (`updated_in_place`: a baseline read and written again)."""
     try:
         with open(path, "rb") as f:
             data = f.read(max_bytes + 1)
+        if not updated_in_place:
+            read_as_input(path)
     except FileNotFoundError:
         raise
     except OSError as exc:

@@ -402,6 +402,27 @@ def test_fix_write_keeps_the_copy_of_a_file_it_could_not_put_back(tmp_path, monk
     assert str(backup) in str(caught.value) and backup.read_text() == "x = 1  # a.py\n"
 
 
+def test_diff_never_writes_over_what_it_reads(tmp_path):
+    """`diff r1 r1 -f json=r1/trace.json.gz` replaced the trace it had just compared, and `-f json=` a run
+    folder's report.json replaced that report (fix --from then failed on it). A file inside a folder the
+    command reads is refused up front; a hard link to an input, under any name, is refused by the writer
+    itself (it knows every file the command read); a new file in that folder is fine."""
+    run = tmp_path / "r1"
+    run.mkdir()
+    shutil.copy(ROOT / "tests" / "data" / "derived" / "alloc_churn_mi250.json.gz", run / "trace.json.gz")
+    original = (run / "trace.json.gz").read_bytes()
+    os.link(run / "trace.json.gz", tmp_path / "elsewhere.json")
+    for target, said in ((run / "trace.json.gz", "in a folder this command reads"),
+                         (tmp_path / "elsewhere.json", "input of this command")):
+        proc = perfaudit("diff", str(run), str(run), "-f", f"json={target}")
+        assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    proc = perfaudit("diff", str(run / "trace.json.gz"), str(run / "trace.json.gz"), "-f", f"json={run / 'trace.json.gz'}")
+    assert proc.returncode == 2 and "input of this command" in proc.stderr, proc.stderr
+    assert (run / "trace.json.gz").read_bytes() == original
+    proc = perfaudit("diff", str(run), str(run), "-f", f"json={run / 'diff.json'}")
+    assert proc.returncode == 0 and json.loads((run / "diff.json").read_text()), proc.stderr
+
+
 def test_a_run_folder_on_a_full_disk_stops_at_once_and_says_so(tmp_path):
     """`run --out-dir` on a file system with no room for the trace: the profiler's write fails (Kineto
     says nothing), result.json cannot be rewritten. The script is stopped at once (it trained on until

@@ -140,7 +140,7 @@ def diff(
             specs.append(("json", output))
         else:
             specs[free] = (specs[free][0], output)
-    check_writable([p for _, p in specs if p])
+    check_writable([p for _, p in specs if p], protected=(a, b))
     rules = api.rules_catalogue(rules_dir) if rules_dir else None
     with err.status("reading both sides …"):
         result = api.diff(a, b, rules, tuple(source_root or ()))

@@ -176,7 +176,8 @@ def verify(
     the tolerance, or the time runs out; exits 1 when a fix breaks the script or changes the loss."""
     from ..report.verify_report import render_console, render_json
     specs = outputs.parse_formats(fmt, None) if fmt else []
-    outputs.check_writable([p for _, p in specs if p] + ([output] if output else []), protected=(script,))
+    outputs.check_writable([p for _, p in specs if p] + ([output] if output else []),
+                           protected=(script, *((source,) if source else ())))
     settings = api.prepare(config, rules_dir, select, ignore)
     api.check_script(script)
     audit_options = api.run_options(settings, timeout=timeout)

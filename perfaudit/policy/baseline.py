@@ -47,7 +47,8 @@ class _Baseline(TypedDict):
 def read(path: str) -> set[str]:
     """The fingerprints of a baseline file (read as hostile: perfaudit.untrusted)."""
     try:
-        data = untrusted.load(path, _Baseline, "a perfaudit baseline (a list of fingerprints)")
+        data = untrusted.load(path, _Baseline, "a perfaudit baseline (a list of fingerprints)",
+                              updated_in_place=True)
     except FileNotFoundError as exc:
         raise UsageError(f"baseline not found: {path}; create it with --baseline-write") from exc
     return set(data["fingerprints"])

@@ -41,6 +41,11 @@ def parse_formats(formats: list[str] | None, output: str | None) -> list[tuple[s
     return specs
 
 
+def _inside(path: str, folder: str) -> bool:
+    real, top = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([real, top]) == top
+
+
 def check_writable(paths: list[str], protected: tuple[str, ...] = ()) -> None:
     """Every file perfaudit will write can be written, and none is an input of the command (`protected`:
     the audited script, the files linted, the traces read; by the file's identity, whatever its name or
@@ -51,6 +56,9 @@ def check_writable(paths: list[str], protected: tuple[str, ...] = ()) -> None:
             raise UsageError(f"cannot write {path}: it is a directory")
         if any(os.path.isfile(p) and os.path.exists(path) and os.path.samefile(p, path) for p in protected):
             raise UsageError(f"refusing to write a report over {path}: it is an input of this command")
+        if os.path.isfile(path) and any(os.path.isdir(p) and _inside(path, p) for p in protected):
+            raise UsageError(f"refusing to write a report over {path}: it is in a folder this command reads "
+                             "(a run folder's report or trace); choose a file outside it")
         if os.path.exists(path) and path.lower().endswith(_SOURCE_SUFFIXES):
             raise UsageError(f"refusing to write a report over {path}: it is Python source; choose another file")
         if not os.path.isdir(folder):

@@ -10,6 +10,7 @@ import io
 import os
 
 from ..errors import TraceError
+from ..files import read_as_input
 from ..untrusted import Unreadable, decode
 from . import fast, streams
 from .gc_pause import collection_paused
@@ -298,6 +299,7 @@ def load_trace(path: str, fast_path: bool = True, op_shapes: bool = False) -> Tr
     from a CPU trace reads them; a GPU trace's kernels say what they cost). Raises TraceError with a
     one-line reason."""
     path = os.fspath(path)
+    read_as_input(path)
     spooled = _spool(path)
     try:
         with collection_paused():
