@@ -423,19 +423,34 @@ def test_diff_never_writes_over_what_it_reads(tmp_path):
     assert proc.returncode == 0 and json.loads((run / "diff.json").read_text()), proc.stderr
 
 
-def test_a_run_folder_on_a_full_disk_stops_at_once_and_says_so(tmp_path):
-    """`run --out-dir` on a file system with no room for the trace: the profiler's write fails (Kineto
-    says nothing), result.json cannot be rewritten. The script is stopped at once (it trained on until
-    the 600 s timeout, then the report blamed 'no trace recorded'), never run a second time, and the
-    run ends with what it saw, one line naming the full disk, exit 2. A real full file system: a 64 KB
-    tmpfs mounted in a namespace of the test's own (`unshare`, no privilege needed)."""
+def _on_a_small_disk(command: str, folder, size: str) -> subprocess.CompletedProcess:
+    """`command` with a `size` tmpfs mounted at `folder`, in a namespace of the test's own (`unshare`, no
+    privilege needed): a real full file system."""
     unshare = needs_program("unshare", why="mounts a small tmpfs for a full disk")
-    starts = tmp_path / "starts"
+    return subprocess.run([unshare, "--user", "--map-root-user", "--mount", "sh", "-c",
+                           f"mount -t tmpfs -o size={size} tmpfs {folder} && exec {command}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_a_run_folder_on_a_full_disk_stops_at_once_and_says_so(tmp_path):
+    """`run --out-dir` on a file system that fills up during the run (the script's own checkpoint took the
+    room): the profiler's write fails (Kineto says nothing), result.json cannot be rewritten. The script is
+    stopped at once (it trained on until the 600 s timeout, then the report blamed 'no trace recorded'),
+    never run a second time, and the run ends with what it saw, one line naming the full disk, exit 2.
+    A folder already full is refused before the script starts, under torchrun too."""
+    starts, full = tmp_path / "starts", tmp_path / "full"
+    full.mkdir()
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(f"""\
         import torch
         from torch import nn
         open({str(starts)!r}, "a").write("start\\n")
+        try:  # a checkpoint as large as the disk allows
+            with open({str(full / "ckpt.bin")!r}, "wb") as f:
+                while True:
+                    f.write(bytes(1 << 20))
+        except OSError:
+            pass
         model = nn.Sequential(*[nn.Linear(32, 32) for _ in range(20)])
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         for step in range(100_000):
@@ -443,16 +458,17 @@ def test_a_run_folder_on_a_full_disk_stops_at_once_and_says_so(tmp_path):
             model(torch.randn(8, 32)).sum().backward()
             opt.step()
     """))
-    full = tmp_path / "full"
-    full.mkdir()
-    command = (f"mount -t tmpfs -o size=64k tmpfs {full} && exec {sys.executable} -m perfaudit run {script} "
-               f"--warmup 1 --steps 3 --out-dir {full}/run")
     began = time.monotonic()
-    proc = subprocess.run([unshare, "--user", "--map-root-user", "--mount", "sh", "-c", command], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = _on_a_small_disk(f"{sys.executable} -m perfaudit run {script} --warmup 1 --steps 3 --out-dir {full}/run",
+                            full, "20m")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert time.monotonic() - began < 120, "the script trained on after its window could not be saved"
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("perfaudit: error: cannot write the run folder") and "no space left" in last, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert starts.read_text() == "start\n"  # run once: a full disk is not a crash to retry
+    for launch in ((), ("--nproc-per-node", "2")):
+        proc = _on_a_small_disk(f"{sys.executable} -m perfaudit run {script} {' '.join(launch)} --out-dir {full}/run",
+                                full, "64k")
+        assert proc.returncode == 2 and "KB free on its disk" in proc.stderr, proc.stdout + proc.stderr
+    assert starts.read_text() == "start\n"  # refused before the script started

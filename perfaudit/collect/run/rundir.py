@@ -29,15 +29,26 @@ def is_run_dir(path: str) -> bool:
     return os.path.isfile(os.path.join(path, MARK))
 
 
+MIN_FREE = 16 << 20  # a run folder needs room for a trace: a tiny model's window writes about 1 MB
+
+
 def _writable(base: str) -> None:
+    """The folder can be made and written, with room for a trace: a full disk is said before the script
+    runs (a run that finds it full while saving stops and says so too, but under torchrun the ranks
+    cannot say which write failed)."""
     try:
         os.makedirs(base, exist_ok=True)
         probe = os.path.join(base, ".write-test")
         with open(probe, "w"):
             pass
         os.remove(probe)
+        st = os.statvfs(base)
     except OSError as exc:
         raise UsageError(f"cannot write to output folder {base}: {exc.strerror}; pass --out-dir") from exc
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE:
+        raise UsageError(f"cannot write to output folder {base}: {free >> 10} KB free on its disk, less than a "
+                         f"trace needs ({MIN_FREE >> 20} MB); make room or pass another --out-dir")
 
 
 def make_run_dir(out_dir: str | None, keep_runs: int = 10) -> str:
