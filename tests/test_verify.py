@@ -96,6 +96,60 @@ def test_a_fix_that_changes_the_model_is_caught_by_the_loss_check(tmp_path):
     assert verdict.loss.verdict == "changed" and not verdict.passed and not result.passed
 
 
+BN_NET = textwrap.dedent('''\
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self, classes: int = 10):
+            super().__init__()
+            self.features = nn.Sequential(
+                nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+            )
+            self.classifier = nn.Sequential(nn.Linear(32, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, classes))
+
+        def forward(self, x):
+            return self.classifier(self.features(x).mean((2, 3)))
+
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    images, labels = torch.randn(16, 3, 16, 16), torch.randint(0, 10, (16,))
+    for step in range(100_000):
+        optimizer.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+    ''')
+
+
+def test_bias_off_is_judged_step_for_step_and_a_head_that_loses_its_bias_fails(tmp_path):
+    """BN001's fix must leave the maths as they were: B still draws the removed biases' initial values, so
+    every other weight starts as A's and the loss matches A's step for step (without that draw it differed
+    by 7 % from the first step, and only a loose check could pass it). An edit that also takes the
+    classifier head's bias, where no BatchNorm follows (BN001's old edit of a one-line Sequential), then
+    fails verify. Another fix of the plan adds a line above the layers: the lines are followed."""
+    script = tmp_path / "train.py"
+    script.write_text(BN_NET)
+    lines = BN_NET.splitlines()
+    convs = [n for n, line in enumerate(lines, 1) if "nn.Conv2d(" in line]
+    head = next(n for n, line in enumerate(lines, 1) if "nn.Linear(32, 64)" in line)
+
+    def plan(with_head: bool) -> FixPlan:
+        fixed = BN_NET.replace("padding=1)", "padding=1, bias=False)")
+        fixed = fixed.replace("nn.Linear(32, 64)", "nn.Linear(32, 64, bias=False)")
+        if with_head:
+            fixed = fixed.replace("nn.Linear(64, classes)", "nn.Linear(64, classes, bias=False)")
+        fixed = "torch_backends_note = None  # another fix's line\n" + fixed
+        changes = [Change("BN001", script.name, n, "bias=False", "conv_bias_off") for n in [*convs, head]]
+        return FixPlan([FileFix(str(script), script.name, BN_NET, fixed)], changes)
+    result = run_ab(str(script), [], [Variant("A", None), Variant("BN001", plan(False)), Variant("head too", plan(True))],
+                    str(tmp_path / "v"), RunOptions(warmup=2, steps=6, seed=0), rounds=2)
+    right, wrong = result.verdicts
+    assert right.loss.verdict == "same" and right.passed, right.loss
+    assert wrong.loss.verdict == "changed" and not wrong.passed and "should not change the maths" in wrong.loss.detail
+
+
 def test_a_fix_that_breaks_the_script_is_reported_as_such(tmp_path):
     helper = tmp_path / "model.py"
     helper.write_text("from torch import nn\n\ndef build():\n    return nn.Linear(8, 1)\n")

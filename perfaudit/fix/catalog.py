@@ -17,7 +17,9 @@ class FixKind:
 FIX_KINDS: dict[str, FixKind] = {
     "set_to_none": FixKind("zero_grad(set_to_none=True); `p.grad.zero_()` becomes `p.grad = None`", True,
                            "a zero_grad() call or a `p.grad.zero_()`"),
-    "conv_bias_off": FixKind("bias=False on the layers that feed a BatchNorm", False, "a Conv or Linear constructor"),
+    # verify's B still draws the removed biases' initial values (collect/run/init_draws.py): every other weight
+    # starts as A's, and a bias a BatchNorm in training subtracts again changes no loss
+    "conv_bias_off": FixKind("bias=False on the layers that feed a BatchNorm", True, "a Conv or Linear constructor"),
     "pin_memory": FixKind("pin_memory=True on the DataLoader and non_blocking=True on the copies", True,
                           "a DataLoader(...) call or a `.to(device)` / `.cuda()` copy"),
     "loader_workers": FixKind("num_workers=<measured recommendation> and persistent_workers=True on the "

@@ -4,6 +4,7 @@ process with the same seeds and the same step window, no profiler. The user's fi
 written: B's child reads the fixed sources from the verify folder."""
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import time
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from ..collect.run.runner import RunOptions, RunResult, run_script
 from ..fix.catalog import FIX_KINDS
-from ..fix.plan import FixPlan
+from ..fix.plan import FileFix, FixPlan
 from ..outcome import Outcome, describe, is_failure
 from .stats import MIN_STEPS, LossCheck, SpeedChange, loss_check, speed_change, undisturbed_steps
 from .stops import NoteSignals, signal_name
@@ -41,6 +42,26 @@ class Variant:
     @property
     def same_maths(self) -> bool:
         return self.plan is not None and all(FIX_KINDS[c.kind].same_maths for c in self.plan.changes)
+
+    @property
+    def init_draws(self) -> dict[str, list[int]] | None:
+        """Where the fix removed a layer's bias: B still makes its random draw (collect/run/init_draws.py)."""
+        lines: dict[str, list[int]] = {}
+        files = {f.shown: f for f in self.plan.files} if self.plan else {}
+        for c in self.plan.changes if self.plan else ():
+            f = files.get(c.path)
+            if c.kind == "conv_bias_off" and f is not None:
+                lines.setdefault(f.path, []).append(line_in_fixed(f, c.line))
+        return lines or None
+
+
+def line_in_fixed(f: FileFix, line: int) -> int:
+    """An original line's number in the fixed text (another fix of the plan may have added lines above it)."""
+    a, b = f.original.splitlines(), f.fixed.splitlines()
+    for _, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if i1 <= line - 1 < i2:
+            return j1 + min(line - 1 - i1, max(j2 - j1 - 1, 0)) + 1
+    return line
 
 
 @dataclass
@@ -162,6 +183,7 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
                 say(f"round {done}{'' if done > plan.min else '/' + str(plan.min)}: "
                     f"{'as it is' if v.plan is None else 'with ' + v.name}")
                 opts = replace(options, out_dir=os.path.join(folder, f"{v.name}{done}"), patched=served[v.name],
+                               init_draws=v.init_draws,
                                mode="timing", seed=options.seed if options.seed is not None else 0,
                                cwd=v.cwd or options.cwd)
                 result = run_script(v.script or script, args, opts)

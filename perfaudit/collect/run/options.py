@@ -35,6 +35,8 @@ class RunOptions:
     rules_dirs: list[str] = field(default_factory=list)
     threads: int | None = None             # intra-op threads for the script (verify: the same in every run)
     watch: dict[str, list[int]] | None = None  # verify's exercise run: lines to see run (path -> lines)
+    # verify's B of a fix that removes biases: where (path -> lines) a layer's bias draw is still made
+    init_draws: dict[str, list[int]] | None = None
     cwd: str | None = None                 # the script's working directory (bisect: the same one in a commit's tree)
     min_measure_s: float = 0.0             # timing: measure steps for at least this long (more than `steps`)
     import_dir: str | None = None          # first on the script's sys.path instead of its folder (a notebook's)

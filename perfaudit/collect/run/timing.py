@@ -35,6 +35,9 @@ class TimingSession(Session):
 
     def install(self) -> None:
         super().install()
+        if self.config.get("init_draws"):  # B of a fix that removes biases: A's initial weights
+            from .init_draws import keep_bias_draws
+            keep_bias_draws(self.config["init_draws"])
         watch = self.config.get("watch")
         self.watcher = None
         if watch:  # verify's exercise run: the edited lines and the later uses of what they assign
