@@ -150,6 +150,27 @@ def test_bias_off_is_judged_step_for_step_and_a_head_that_loses_its_bias_fails(t
     assert wrong.loss.verdict == "changed" and not wrong.passed and "should not change the maths" in wrong.loss.detail
 
 
+def test_a_fix_that_breaks_the_gpu_path_fails_verify_on_a_machine_without_a_gpu(tmp_path):
+    """The A/B rounds time the CPU path; `pin_memory=True` over a Dataset of CUDA tensors raises only on the
+    GPU path. Each fixed script runs once on the emulated CUDA device too: that fix fails verify there (it
+    passed, "no measurable change"), a harmless one passes."""
+    from conftest import ROOT
+    source = (ROOT / "tests" / "realistic" / "gpu_resident_dataset.py").read_text()
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if "DataLoader(ResidentDataset()" in text)
+    pinning = _plan(script, source.replace("shuffle=True)", "shuffle=True, pin_memory=True)"), "pin_memory",
+                    "COPY001", line)
+    harmless = _plan(script, source + "# a comment\n", "set_to_none", "GRAD001", line)
+    result = run_ab(str(script), [], [Variant("A", None), Variant("COPY001", pinning), Variant("GRAD001", harmless)],
+                    str(tmp_path / "v"), RunOptions(warmup=1, steps=4, seed=0, device="auto"), rounds=1,
+                    gpu_path=True)
+    assert result.device == "cpu"  # the rounds ran on the CPU path
+    broke = {v.name: v.broke for v in result.verdicts}
+    assert broke["COPY001"] and "GPU path" in broke["COPY001"] and "cannot pin" in broke["COPY001"], broke
+    assert broke["GRAD001"] is None and not result.passed
+
+
 def test_a_fix_that_breaks_the_script_is_reported_as_such(tmp_path):
     helper = tmp_path / "model.py"
     helper.write_text("from torch import nn\n\ndef build():\n    return nn.Linear(8, 1)\n")

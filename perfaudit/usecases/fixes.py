@@ -15,6 +15,7 @@ from ..errors import UsageError
 from ..findings import Finding, Report, rank
 from ..fix.plan import plan_fixes
 from ..report.json_report import read_report
+from ..static.cuda_path import has_cuda_path
 from ..untrusted import Unreadable
 from ..verify import Rounds, Variant, Verification, run_ab
 from ..verify.stops import signal_name, stop_signal_of
@@ -128,7 +129,8 @@ def verify(script: str, args: list[str], audit_options: RunOptions, timing_optio
             nothing.baseline_failure = "it never reached a training step in the audit run"
         return report, plan, nothing
     try:
-        verification = run_ab(script, args, variants, folder, timing_options, rounds, say, end_check_s)
+        verification = run_ab(script, args, variants, folder, timing_options, rounds, say, end_check_s,
+                              gpu_path=timing_options.device != "cpu" and has_cuda_path(script))
     finally:
         finish_run_dir(folder)
     for v in verification.verdicts:  # what the audit expected of these fixes, beside what verify measured

@@ -15,6 +15,7 @@ from ..collect.run.runner import RunOptions, RunResult, run_script
 from ..fix.catalog import FIX_KINDS
 from ..fix.plan import FileFix, FixPlan
 from ..outcome import Outcome, describe, is_failure
+from .gpu_path import check_on_the_gpu_path
 from .stats import MIN_STEPS, LossCheck, SpeedChange, loss_check, speed_change, undisturbed_steps
 from .stops import NoteSignals, signal_name
 
@@ -162,8 +163,10 @@ def _write_sources(plan: FixPlan, folder: str) -> dict[str, str]:
 
 def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, options: RunOptions,
            rounds: Rounds | int, on_progress: Callable[[str], None] | None = None,
-           end_check_s: float = 0.0) -> Verification:
-    """A and each B, round after round (A B, B A, A B, …), until the verdicts are clear (Rounds)."""
+           end_check_s: float = 0.0, gpu_path: bool = False) -> Verification:
+    """A and each B, round after round (A B, B A, A B, …), until the verdicts are clear (Rounds); with
+    `gpu_path` (a script with a CUDA branch) each B runs once on the emulated CUDA device too, when the
+    rounds ran on the CPU (gpu_path.py)."""
     say = on_progress or (lambda text: None)
     plan = rounds if isinstance(rounds, Rounds) else Rounds(min=rounds, max=rounds, max_time_s=0)
     served = {v.name: _write_sources(v.plan, os.path.join(folder, f"fixed-{v.name}")) if v.plan else {}
@@ -225,6 +228,10 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
             verdict.speed = speed_change(a.times, b.times, tolerance_pct=plan.tolerance_pct)
             verdict.loss = loss_check(a.losses, b.losses, v.same_maths)
         verification.verdicts.append(verdict)
+    if gpu_path and a.device == "cpu" and not interrupted and any(v.broke is None for v in verification.verdicts):
+        note = check_on_the_gpu_path(script, args, variants, served, folder, options, verification.verdicts, say)
+        if note:
+            verification.notes.append(note)
     if end_check_s and not interrupted:
         for v, verdict in zip(variants[1:], verification.verdicts):
             if verdict.broke is None:
