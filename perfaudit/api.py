@@ -29,7 +29,7 @@ _WHERE = {
     "Settings": "usecases.settings", "prepare": "usecases.settings", "run_options": "usecases.settings",
     "rules_catalogue": "usecases.settings", "rules_for": "usecases.settings", "check_rounds": "usecases.settings",
     "WindowAudit": "usecases.inprocess", "GateFailed": "usecases.inprocess", "metrics": "usecases.inprocess",
-    "audit_cell": "usecases.inprocess",
+    "audit_cell": "usecases.inprocess", "forget_inputs": "files",
 }
 __all__ = sorted(_WHERE)
 

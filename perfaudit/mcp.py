@@ -26,7 +26,6 @@ def build_server():
     except ImportError:
         raise UsageError("perfaudit mcp needs the MCP SDK: pip install 'perfaudit[mcp]'") from None
     from . import api
-    from .files import forget_inputs
     from .report.json_report import to_dict
     from .report.markdown import render as markdown
 
@@ -38,7 +37,7 @@ def build_server():
         """An agent's arguments, bounded before anything runs (a 64 MB string once cost 2.85 GB and came
         back whole in the error): each text a path or a flag, each list a command line. Each call is a
         command of its own: what an earlier call read is no input of this one (files.read_as_input)."""
-        forget_inputs()
+        api.forget_inputs()
         for name, value in values.items():
             texts = value if isinstance(value, list) else [value]
             if isinstance(value, list) and len(value) > MAX_ARGS:
