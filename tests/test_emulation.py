@@ -288,3 +288,40 @@ def test_the_gpu_switch_reader_takes_any_file_without_failing(tmp_path_factory):
         found = gpu_switch(str(script))
         assert found is None or isinstance(found, str)
     check()
+
+
+def test_a_sample_moved_in_a_fetch_is_recorded_as_the_general_path_records_it():
+    """`sample.to(device)` in a Dataset's `__getitem__` takes a fast path from its second move at a line on
+    (one Python frame: the profiler records every call the mode makes); its copy record, the tensor's place
+    and what `.to()` returns must be what the general path gives."""
+    import torch
+
+    from perfaudit.collect.emulation.placement import Placement
+
+    general_records = []
+
+    def moves(mode: Placement, general: bool) -> tuple[dict, list]:
+        if general:
+            mode.handlers[torch.Tensor.to] = mode._to
+        else:  # counted: the general path's record of a copy, which the fast path leaves out
+            record = mode._copy_in
+            mode._copy_in = lambda *a, **k: (general_records.append(a), record(*a, **k))  # type: ignore[method-assign]
+        pinned = torch.ones(4)
+        mode.pinned.add(pinned)  # as pin_memory() notes it on the emulated device
+        step: list = [None]
+        mode.window_step = lambda: step[0]
+        out = []
+        with mode:
+            mode.in_fetch = True
+            for i, src in enumerate([pinned, torch.ones(8), torch.ones(2, 3), pinned, torch.ones(8), torch.ones(16)]):
+                step[0] = [None, None, 3, 3, 4, 4][i]
+                moved = src.to("cuda", non_blocking=i < 3) if i % 2 else src.to(torch.device("cuda"))
+                out.append((moved is src, moved.is_cuda, tuple(moved.shape), moved.data_ptr() != src.data_ptr()))
+            mode.in_fetch = False
+        return {k[1:]: {f: v for f, v in e.items() if f != "site"} for k, e in mode.copies.items()}, out
+
+    fast, general = moves(Placement(), False), moves(Placement(), True)
+    assert fast == general and len(general_records) == 1  # the first move at the line only
+    (record,) = fast[0].values()
+    assert record["calls"] == 6 and record["window_calls"] == 4 and record["by_step"] == {"3": 2, "4": 2}
+    assert record["bytes"] == 64 and not record["pinned"] and not record["non_blocking"]

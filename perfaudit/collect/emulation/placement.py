@@ -4,10 +4,9 @@ A TorchFunctionMode sees every torch call of the audited process's main thread. 
 "cuda" (a `.to(device)`, `.cuda()`, a factory with `device="cuda"`, an op on such tensors) is computed
 on the CPU and remembered by identity, so the script sees `x.device == cuda:0` and `x.is_cuda`, and
 torch's own Python code (the optimizer's foreach/fused choice, GradScaler, DDP) takes its CUDA path.
-Every crossing of the host/device line is recorded as a GPU run would perform it: host-to-device
-copies (bytes, pinned or pageable source, non_blocking, where the source came from, per step, at the
-user's line), device-to-host reads that synchronise, and the CUDA calls that block.
-"""
+Every crossing of the host/device line is recorded as a GPU run would perform it: host-to-device copies
+(bytes, pinned or pageable source, non_blocking, where the source came from, per step, at the user's
+line), device-to-host reads that synchronise, and the CUDA calls that block."""
 from __future__ import annotations
 
 import sys
@@ -21,6 +20,7 @@ from ..internal import record_internal_error
 from ..userframes import is_user_file, user_site
 from .attention import attend
 from .cuda_shim import LEGACY_TYPES
+from .sample_moves import sample_moves
 from .tensor_registry import TAGGABLE, Registry, first_placed, is_cuda, tag, tensor_bytes
 
 CUDA = torch.device("cuda", 0)
@@ -72,7 +72,7 @@ class Placement(TorchFunctionMode):
         self.device_ops = 0           # torch calls on tensors on the device
         self._user_code: dict = {}
         self.handlers = {
-            Tensor.to: self._to, Tensor.cuda: self._cuda, Tensor.cpu: self._cpu,
+            Tensor.to: sample_moves(self), Tensor.cuda: self._cuda, Tensor.cpu: self._cpu,
             Tensor.is_cuda.__get__: lambda f, a, k: self.on_device.has(a[0]),
             Tensor.device.__get__: lambda f, a, k: CUDA if self.on_device.has(a[0]) else f(*a, **k),
             Tensor.get_device: lambda f, a, k: 0 if self.on_device.has(a[0]) else f(*a, **k),
