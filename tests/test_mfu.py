@@ -3,6 +3,7 @@ GPT's closed form; on real GPU traces MFU comes with its peak and a ledger that 
 run and an unknown GPU say why there is no MFU."""
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import runpy
@@ -105,9 +106,28 @@ def test_a_trace_without_shapes_or_of_an_unknown_gpu_says_why():
     no_shapes = Context(load_trace(str(needs_shared(SHARED / "hta/alexnet_a100.json.gz"))), None, ())
     with pytest.raises(Missing, match="no input shapes"):
         no_shapes.get("mfu")
-    unknown = Context(load_trace(str(needs_shared(SHARED / "hta/amd_mi250_minitoy_train.json.gz"))), None, ())
-    mfu = unknown.get("mfu")
+
+
+def test_an_amd_gpu_is_known_by_its_architecture_and_an_unknown_gpu_still_gets_its_ledger(tmp_path):
+    """A ROCm trace names every GPU "AMD Radeon Graphics": its deviceProperties (HIP's 9.0 with a 64-wide
+    wavefront, 104 compute units: gfx90a, one of an MI250's two dies) say which part it is, and its peak is
+    half the package's. A GPU that nothing identifies still gets the ledger's causes (idle, data, syncs,
+    copies, communication, small kernels); only the ideal is left out, and the report says why."""
+    path = needs_shared(SHARED / "hta/amd_mi250_minitoy_train.json.gz")
+    mfu = Context(load_trace(str(path)), None, ()).get("mfu")
+    assert mfu["device"] == "MI250 (one of its 2 dies, gfx90a)" and mfu["precision"] == "fp32"
+    assert mfu["peak_tflops"] == pytest.approx(90.5 / 2) and mfu["mfu"] is not None
+    data = json.loads(gzip.open(path).read())
+    for props in data["deviceProperties"]:
+        props.pop("numSms")
+    unknown_gpu = tmp_path / "unknown.json"
+    unknown_gpu.write_text(json.dumps(data))
+    mfu = Context(load_trace(str(unknown_gpu)), None, ()).get("mfu")
     assert mfu["mfu"] is None and "'AMD Radeon Graphics' is not in perfaudit's table" in mfu["why_no_mfu"]
+    assert "the ledger without its ideal" in mfu["why_no_mfu"]
+    bars = {b["name"]: b["ms_per_step"] for b in mfu["ledger"]}
+    assert "ideal at peak" not in bars and bars["host-bound idle"] > 0 and all(ms >= 0 for ms in bars.values())
+    assert abs(sum(bars.values()) / mfu["step_ms"] - 1) < 0.02
 
 
 def test_device_names_find_their_peaks_and_every_entry_has_a_source():

@@ -56,6 +56,32 @@ def entry_for(name: str | None) -> dict | None:
     return None
 
 
+# AMD Instinct parts as their GPUs report themselves when the name is generic ("AMD Radeon Graphics"): the
+# architecture (gcnArchName, else HIP's major.minor with a 64-wide wavefront) and the compute units, which
+# say the part and whether one device is the whole package or one of its dies (an MI250 shows as two GPUs)
+_AMD = (("gfx90a", 9, 0, 104, "MI250", 2), ("gfx90a", 9, 0, 110, "MI250X", 2), ("gfx942", 9, 4, 304, "MI300X", 1))
+
+
+def entry_by_architecture(props: dict | None) -> dict | None:
+    """The table's entry (per die where a package has two) for a device the name does not identify, from the
+    trace's deviceProperties; None when they do not say."""
+    if not isinstance(props, dict):
+        return None
+    arch = str(props.get("gcnArchName") or "").split(":")[0]
+    units, warp = props.get("numSms"), props.get("warpSize")
+    major, minor = props.get("computeMajor"), props.get("computeMinor")
+    for gfx, want_major, want_minor, want_units, name, dies in _AMD:
+        if units != want_units or not (arch == gfx or (not arch and warp == 64 and (major, minor) == (want_major, want_minor))):
+            continue
+        entry = next((e for e in table() if e["name"] == name), None)
+        if entry is None or dies == 1:
+            return entry
+        return {**entry, "name": f"{name} (one of its {dies} dies, {gfx})",
+                "tflops": {k: v / dies for k, v in entry["tflops"].items()}, "memory_gbs": entry["memory_gbs"] / dies,
+                "memory_gib": entry["memory_gib"] / dies, "sms": entry["sms"] // dies}
+    return None
+
+
 def _device(entry: dict) -> Device:
     return Device(entry["name"], dict(entry["tflops"]), float(entry["memory_gbs"]), int(entry["sms"]),
                   int(entry["pcie"]), tuple(entry["match"]), float(entry.get("fp32_sustained", 1.0)),

@@ -147,6 +147,10 @@ def mfu_text(m: dict) -> str:
     flops = f"{m['flops_per_step'] / 1e9:.2f} GFLOP/step ({m['flops_source']})"
     if m.get("mfu") is None:
         text = f"{flops}, {rate} achieved; no MFU: {m['why_no_mfu']}"
+        if m.get("ledger") and m["step_ms"]:  # a GPU the peak table does not know: the causes still stand
+            text += "; the step: " + ", ".join(
+                f"{b['name']} {b['ms_per_step']:.2f} ms ({100 * b['ms_per_step'] / m['step_ms']:.0f}%)"
+                for b in sorted(m["ledger"], key=lambda b: -b["ms_per_step"])[:3])
         p = m.get("projected")
         if p:
             lost = sorted(p["ledger"][1:], key=lambda b: -b["ms_per_step"])[:3]

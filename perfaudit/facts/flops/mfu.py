@@ -40,29 +40,38 @@ def _best(tflops: dict) -> float:
     return max(tflops.get("bf16", 0.0), tflops.get("fp16", 0.0)) or max(tflops.values())
 
 
-def _ledger(ctx: Context, flops: float, tflops: dict) -> list[dict]:
+def _ledger(ctx: Context, flops: float, tflops: dict | None) -> list[dict]:
     """Bars in ms per step that add up to the measured mean step: the GPU's idle time by cause and its
     copies as measured; kernel time split into the ideal (the FLOPs at the 16-bit peak), exposed
     communication, the FP32/TF32 premium (that matrix time less the same work at the 16-bit peak),
-    small elementwise kernels, and the residual kernel efficiency. Each part taken from what is left."""
+    small elementwise kernels, and the residual kernel efficiency. Each part taken from what is left.
+    Without the device's peak (`tflops` None) the causes stand and the ideal, the premium and the kernels'
+    efficiency are one bar: the kernel time the peak would split."""
     gpu = ctx.get("gpu.step_breakdown")
-    best = _best(tflops)
-    precision = ctx.get("gpu.precision")
-    premium = (precision["fp32"] * (1 - tflops.get("fp32", best) / best)
-               + precision["tf32"] * (1 - tflops.get("tf32", tflops.get("fp32", best)) / best))
+    if tflops is None:
+        best, premium, ideal = 1.0, 0.0, 0.0
+    else:
+        best = _best(tflops)
+        precision = ctx.get("gpu.precision")
+        premium = (precision["fp32"] * (1 - tflops.get("fp32", best) / best)
+                   + precision["tf32"] * (1 - tflops.get("tf32", tflops.get("fp32", best)) / best))
+        ideal = flops / (best * 1e12) * 1000.0
     try:
         exposed = ctx.get("comm.exposed")["exposed_ms"]
     except Missing:
         exposed = 0.0
     left = gpu["compute"]
     parts = {}
-    for name, wanted in (("ideal", flops / (best * 1e12) * 1000.0), ("exposed communication", exposed),
+    for name, wanted in (("ideal", ideal), ("exposed communication", exposed),
                          ("precision (FP32/TF32 matrix work)", premium), ("small kernels", _small_kernel_ms(ctx))):
         parts[name] = min(max(wanted, 0.0), left)
         left -= parts[name]
     parts["kernel efficiency"] = left
     parts.update({"host-bound idle": gpu["other_idle"], "data wait": gpu["data_wait"], "sync wait": gpu["sync_wait"],
                   "allocator wait": gpu["alloc_wait"], "copies": gpu["copies"]})
+    if tflops is None:
+        return [{"name": "kernel time (no peak to split it)" if name == "kernel efficiency" else name,
+                 "ms_per_step": parts[name], "rule": rule} for name, rule in BARS if not name.startswith("precision")]
     return [{"name": "ideal at peak", "ms_per_step": parts["ideal"], "rule": None}] + \
         [{"name": name, "ms_per_step": parts[name], "rule": rule} for name, rule in BARS]
 
@@ -112,12 +121,14 @@ def model_flops_utilisation(ctx: Context) -> dict:
         out["projected"] = _projected(ctx, flops)
         return out
     name = device_name(ctx)
-    entry = device_peak(name)
+    entry = device_peak(name) or devices.entry_by_architecture(ctx.need_trace().device_properties)
     out["device"] = name
     if entry is None:
         out["why_no_mfu"] = (f"the peak of {name!r} is not in perfaudit's table" if name else
-                             "the trace does not name its GPU") + ": achieved TFLOP/s only"
+                             "the trace does not name its GPU") + (
+            ": achieved TFLOP/s, and the ledger without its ideal (the kernel time the peak would split is one bar)")
         out["worst_ops"] = worst_ops(ctx, counted_ops(ctx), op_flops, None)
+        out["ledger"] = _ledger(ctx, flops, None)
         return out
     precision = _precision(ctx)
     tflops = entry["tflops"]
