@@ -325,3 +325,61 @@ def test_a_sample_moved_in_a_fetch_is_recorded_as_the_general_path_records_it():
     (record,) = fast[0].values()
     assert record["calls"] == 6 and record["window_calls"] == 4 and record["by_step"] == {"3": 2, "4": 2}
     assert record["bytes"] == 64 and not record["pinned"] and not record["non_blocking"]
+
+
+POOLING_LIBRARY = '''\
+import torch
+
+
+def global_mean_pool(x, batch):
+    """A graph library's pooling, as PyG writes it: the number of graphs read from the batch vector."""
+    size = int(batch.max()) + 1
+    out = torch.zeros(size, x.shape[1], device=x.device).index_add_(0, batch, x)
+    count = torch.zeros(size, device=x.device).index_add_(0, batch, torch.ones_like(batch, dtype=x.dtype))
+    return out / count.clamp(min=1).unsqueeze(1)
+'''
+GNN_SCRIPT = '''\
+import torch
+from torch import nn
+from graphpool import global_mean_pool
+
+
+class GraphClassifier(nn.Module):
+    def __init__(self, features=16, hidden=32, classes=2):
+        super().__init__()
+        self.embed, self.head = nn.Linear(features, hidden), nn.Linear(hidden, classes)
+
+    def forward(self, x, batch):
+        return self.head(global_mean_pool(self.embed(x).relu(), batch))  # expect: SYNC001
+
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = GraphClassifier().to(device)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+nodes = torch.randn(500, 16, device=device)
+batch = torch.arange(500, device=device) // 10
+labels = torch.randint(0, 2, (50,), device=device)
+for step in range(100_000):
+    loss = nn.functional.cross_entropy(model(nodes, batch), labels)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+'''
+
+
+def test_a_device_read_inside_an_installed_librarys_function_is_a_sync_at_the_users_call(tmp_path):
+    """A graph library's pooling reads `int(batch.max())` every step: on a GPU a sync, made inside library
+    code the step calls. The emulated device saw the read of a device value at the user's call, so SYNC001
+    places it there, whole; the optimizer's reads of its own host step counters (library code too) stay out."""
+    packages = tmp_path / "site-packages" / "graphpool"
+    packages.mkdir(parents=True)
+    (packages / "__init__.py").write_text(POOLING_LIBRARY)
+    script = tmp_path / "train.py"
+    script.write_text(GNN_SCRIPT)
+    report_path = tmp_path / "report.json"
+    proc = perfaudit("run", str(script), "--warmup", "1", "--steps", "3", "--out-dir", str(tmp_path / "run"),
+                     "-f", f"json={report_path}", cwd=tmp_path, env={"PYTHONPATH": str(packages.parent)})
+    assert report_path.exists(), proc.stdout + proc.stderr
+    syncs = [f for f in json.loads(report_path.read_text())["findings"] if f["rule"] == "SYNC001"]
+    line = next(n for n, text in enumerate(GNN_SCRIPT.splitlines(), 1) if "expect: SYNC001" in text)
+    assert [(loc["line"], loc.get("count_per_step")) for f in syncs for loc in f["locations"]] == [(line, 1.0)], syncs

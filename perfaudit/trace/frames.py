@@ -53,7 +53,8 @@ def _is_library_module(top: str) -> bool:
     if origin in ("built-in", "frozen"):
         return True
     lib_dirs = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return any(origin.startswith(d) for d in lib_dirs)
+    # an installed package, also from another site-packages on the path (a user site, PYTHONPATH)
+    return any(origin.startswith(d) for d in lib_dirs) or any(m in origin for m in _LIB_MARKERS)
 
 
 def is_user_path(path: str, user_roots: tuple[str, ...] = ()) -> bool:

@@ -138,7 +138,9 @@ def sync_sites(ctx: Context):
     items = _sync_items(ctx)
     attributions = ctx.frames.attribute_all([anchor for anchor, _, _, _ in items]) if ctx.frames else {}
     if not ctx.is_gpu and ctx.frames:
-        items = [item for item in items if _user_read(attributions.get(id(item[0])))]
+        on_device = _device_read_lines(ctx)
+        items = [item for item in items if _user_read(attributions.get(id(item[0])))
+                 or _read_of_the_device(ctx, attributions.get(id(item[0])), on_device)]
     items = [_for_module(item, attributions.get(id(item[0]))) for item in items]
     collector = SiteCollector(ctx, *COPY_FALLBACK)
     collector.add_all(items, hints={DETAIL["aten::_local_scalar_dense"]: SCALAR_FALLBACK,
@@ -205,6 +207,34 @@ def _for_module(item, att):
         return item
     anchor, counted, ms, detail = item
     return anchor, counted, ms, f"made by torch inside {att.module}.forward for this call: {detail}"
+
+
+def _device_read_lines(ctx: Context) -> dict[str, set[int]]:
+    """On the emulated CUDA path, the user's lines (file -> lines) that read a value on the device in the
+    window, directly or through library code they call: the emulation saw each read, wherever it was made."""
+    if not emulated(ctx):
+        return {}
+    lines: dict[str, set[int]] = {}
+    for r in (ctx.probes.get("cuda_emulation") or {}).get("reads") or []:
+        site = r.get("site") if isinstance(r, dict) and r.get("window_calls") else None
+        if isinstance(site, dict) and isinstance(site.get("path"), str) and isinstance(site.get("line"), int):
+            lines.setdefault(ctx.source.resolve(site["path"]) or site["path"], set()).add(site["line"])
+    return lines
+
+
+def _read_of_the_device(ctx: Context, att, lines: dict[str, set[int]]) -> bool:
+    """A read inside library code the step calls (a pooling function's `int(index.max())`) is a device sync
+    when the emulated device saw the user's line that calls that function read a device value; a library's
+    read of its own host tensors (an optimizer's step counters) is not, nor torch's own checks (GradScaler's
+    found-inf read, which the rule cannot ask the user to remove)."""
+    if att is None or att.loading or not att.via or not lines:
+        return False
+    where = (att.via_path or "").replace("\\", "/")
+    if where.startswith("torch/") or "/torch/" in where:
+        return False
+    path = ctx.source.resolve(att.frame.path) or att.frame.path
+    call = f"{att.via.rsplit('.', 1)[-1]}("
+    return any(call in ctx.source.line_text(path, line) for line in lines.get(path, ()))
 
 
 def _user_read(att) -> bool:
