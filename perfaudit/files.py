@@ -23,6 +23,16 @@ def why(exc: OSError) -> str:
 # failed, for the runner to say in the user's words; no other exit of the child uses these
 _WRITE_FAILED = {errno.ENOSPC: 81, errno.EDQUOT: 82, errno.EROFS: 83, errno.EACCES: 84, errno.EPERM: 85}
 _WRITE_FAILED_OTHER = 86
+CANNOT_WRITE = tuple(_WRITE_FAILED)  # a write that failed for these reasons is the folder's, not a bug
+
+
+def free_bytes(folder: str) -> int | None:
+    """The bytes this user may still write in `folder`'s file system; None when it cannot be asked."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def write_failed_exit(exc: OSError) -> int:

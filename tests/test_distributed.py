@@ -22,25 +22,29 @@ def _strip(report: dict) -> list:
     return sorted((f["rule"], f["severity"], f["message"]) for f in report["findings"])
 
 
-def test_a_rank_killed_mid_window_is_named_and_nothing_is_left_running(tmp_path):
+def _ddp_script(tmp_path, steps: int, before: str = "", after: str = ""):
+    """A two-rank DDP trainer on gloo that notes each rank's pid in tmp_path (pid0, pid1), with `before` and
+    `after` run in each step around the update."""
+    def step_code(code: str) -> str:
+        return textwrap.indent(code, " " * 4) + "\n" if code else ""
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(f"""
-        import os, signal
-        import torch, torch.distributed as dist
-        from torch import nn
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        dist.init_process_group("gloo")
-        rank = dist.get_rank()
-        open(os.path.join({str(tmp_path)!r}, f"pid{{rank}}"), "w").write(str(os.getpid()))
-        model = DDP(nn.Linear(64, 8))
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        for step in range(1000):
-            if rank == 1 and step == 5:
-                os.kill(os.getpid(), signal.SIGKILL)
-            opt.zero_grad()
-            model(torch.randn(16, 64)).sum().backward()
-            opt.step()
-    """))
+    script.write_text(
+        "import os, signal, time\n"
+        "import torch, torch.distributed as dist\n"
+        "from torch import nn\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        'dist.init_process_group("gloo")\n'
+        "rank = dist.get_rank()\n"
+        f'open(os.path.join({str(tmp_path)!r}, f"pid{{rank}}"), "w").write(str(os.getpid()))\n'
+        "model = DDP(nn.Linear(64, 8))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        f"for step in range({steps}):\n" + step_code(before)
+        + "    opt.zero_grad()\n    model(torch.randn(16, 64)).sum().backward()\n    opt.step()\n" + step_code(after))
+    return script
+
+
+def test_a_rank_killed_mid_window_is_named_and_nothing_is_left_running(tmp_path):
+    script = _ddp_script(tmp_path, steps=1000, before="if rank == 1 and step == 5:\n    os.kill(os.getpid(), signal.SIGKILL)")
     out = tmp_path / "job.json"
     proc = perfaudit("run", "--nproc-per-node", "2", str(script), "--out-dir", str(tmp_path / "run"),
                      "-f", f"json={out}")
@@ -62,23 +66,7 @@ def test_sigterm_to_a_job_keeps_every_ranks_trace_and_leaves_nothing_running(tmp
     """Under torchrun each rank leads a session of its own: the stop is asked of the ranks (torchrun has
     no handler for it and died of it, taking the ranks' traces with it), rank 1 slower so that rank 0
     waits in the gradients' all-reduce when the signal comes."""
-    script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(f"""
-        import os, time
-        import torch, torch.distributed as dist
-        from torch import nn
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        dist.init_process_group("gloo")
-        rank = dist.get_rank()
-        open(os.path.join({str(tmp_path)!r}, f"pid{{rank}}"), "w").write(str(os.getpid()))
-        model = DDP(nn.Linear(64, 8))
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        for step in range(100_000):
-            opt.zero_grad()
-            model(torch.randn(16, 64)).sum().backward()
-            opt.step()
-            time.sleep(0.3 if rank == 1 else 0.0)
-    """))
+    script = _ddp_script(tmp_path, steps=100_000, after="time.sleep(0.3 if rank == 1 else 0.0)")
     out, run = tmp_path / "job.json", tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "run", "--nproc-per-node", "2", str(script),
                              "--warmup", "1", "--steps", "500", "--out-dir", str(run), "-f", f"json={out}"],

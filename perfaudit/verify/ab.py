@@ -15,7 +15,7 @@ from ..collect.run.runner import RunOptions, RunResult, run_script
 from ..fix.catalog import FIX_KINDS
 from ..fix.plan import FileFix, FixPlan
 from ..outcome import Outcome, describe, is_failure
-from .gpu_path import check_on_the_gpu_path
+from .gpu_path import check_on_the_gpu_path, run_failure
 from .stats import MIN_STEPS, LossCheck, SpeedChange, loss_check, speed_change, undisturbed_steps
 from .stops import NoteSignals, signal_name
 
@@ -142,11 +142,11 @@ class Verification:
 
 def _describe(result: RunResult) -> str | None:
     """Why a run gave no usable step times (it failed, or ended before its window), or None."""
-    outcome = result.outcome or {}
-    if is_failure(outcome):
-        return describe(outcome) or f"it ended: {outcome.get('outcome')}"
+    failed = run_failure(result)
+    if failed:
+        return failed
     if not (result.timing and result.timing.get("step_times_s")):
-        return f"it ended ({outcome.get('outcome', 'unknown')}) before any step was measured"
+        return f"it ended ({(result.outcome or {}).get('outcome', 'unknown')}) before any step was measured"
     return None
 
 

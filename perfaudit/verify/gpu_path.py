@@ -12,7 +12,8 @@ from ..collect.run.runner import RunOptions, RunResult, run_script
 from ..outcome import describe, is_failure
 
 
-def _failure(result: RunResult) -> str | None:
+def run_failure(result: RunResult) -> str | None:
+    """What went wrong in a run that failed (outcome.describe), or None."""
     outcome = result.outcome or {}
     if is_failure(outcome):
         return describe(outcome) or f"it ended: {outcome.get('outcome')}"
@@ -34,7 +35,7 @@ def check_on_the_gpu_path(script: str, args: list[str], variants: list, served: 
     if a.emulation_failed:
         return ("the fixes were not run on the script's GPU path: the emulated CUDA device could not serve it "
                 f"({a.emulation_failed})")
-    failed = _failure(a)
+    failed = run_failure(a)
     if failed:
         return f"the fixes were not run on the script's GPU path: the script as it is fails there too ({failed})"
     ran = []
@@ -45,7 +46,7 @@ def check_on_the_gpu_path(script: str, args: list[str], variants: list, served: 
         b = run(v.name, served[v.name], v.init_draws)
         if b.stop_signal is not None:
             break
-        failed = _failure(b) or (f"the emulated CUDA device could not serve it ({b.emulation_failed})"
+        failed = run_failure(b) or (f"the emulated CUDA device could not serve it ({b.emulation_failed})"
                                  if b.emulation_failed else None)
         if failed:
             verdict.broke = (f"on the script's GPU path (the emulated CUDA device) {failed}, where the script as "

@@ -20,25 +20,12 @@ def become_subreaper() -> bool:
 
 def kill_orphans(known: set[int]) -> None:
     """Stop every child of this process that the run left behind (re-parented to us as subreaper)."""
-    me = os.getpid()
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return
-    for pid in pids:
-        if pid in known:
-            continue
+    for pid in own_children() - known:
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == me:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError, PermissionError):
-                pass
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError, PermissionError):
+            pass
 
 
 def kill_group(pid: int, sig: int) -> None:

@@ -14,6 +14,7 @@ import shutil
 from datetime import datetime
 
 from ...errors import UsageError
+from ...files import free_bytes
 
 MARK = ".perfaudit-run"
 OWN_FILES = (MARK, "report.html", "trace.json.gz", "trace.json", "trace.json.tmp", "result.json", "result.json.tmp",
@@ -42,11 +43,10 @@ def _writable(base: str) -> None:
         with open(probe, "w"):
             pass
         os.remove(probe)
-        st = os.statvfs(base)
     except OSError as exc:
         raise UsageError(f"cannot write to output folder {base}: {exc.strerror}; pass --out-dir") from exc
-    free = st.f_bavail * st.f_frsize
-    if free < MIN_FREE:
+    free = free_bytes(base)
+    if free is not None and free < MIN_FREE:
         raise UsageError(f"cannot write to output folder {base}: {free >> 10} KB free on its disk, less than a "
                          f"trace needs ({MIN_FREE >> 20} MB); make room or pass another --out-dir")
 

@@ -9,10 +9,7 @@ import json
 import os
 import shutil
 
-from ...files import remove_if_there
-
-# a write that failed for these reasons is the run folder's, not perfaudit's nor the script's
-CANNOT_WRITE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+from ...files import free_bytes, remove_if_there
 
 
 def write_json(path: str, data: dict) -> None:
@@ -71,11 +68,8 @@ def _check_written(plain: str) -> None:
 
 def disk_full(folder: str, margin: int = 1 << 20) -> bool:
     """Less than `margin` bytes free for this user in `folder`'s file system."""
-    try:
-        st = os.statvfs(folder)
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < margin
+    free = free_bytes(folder)
+    return free is not None and free < margin
 
 
 def _skip_to_brace(f) -> bytes:

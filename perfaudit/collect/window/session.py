@@ -4,8 +4,7 @@ The session installs the probes and the step hooks, sizes one step, records `war
 torch.profiler and then ends the script (WindowDone), unless asked to let it run on. Whatever happens
 to the script (it finishes, raises, calls sys.exit or os._exit, is interrupted), `finish()` writes what
 was recorded to the run folder: `trace.json.gz` (the Kineto trace with the probes embedded under the
-`perfaudit` key) and `result.json` (the outcome). perfaudit.child composes it and runs the script.
-"""
+`perfaudit` key) and `result.json` (the outcome). perfaudit.child composes it and runs the script."""
 from __future__ import annotations
 
 import gc
@@ -14,6 +13,7 @@ import os
 import sys
 import time
 
+from ...files import CANNOT_WRITE
 from ...outcome import Outcome
 from ..emulation.cuda_shim import gpu_present
 from ..internal import internal_errors, record_internal_error
@@ -24,7 +24,7 @@ from ..probes.host_overhead import HostOverhead
 from ..probes.live import Probes
 from ..probes.startup import StartupProbe
 from .clock import OwnClock
-from .export import CANNOT_WRITE, export_trace, write_json
+from .export import export_trace, write_json
 from .frameworks import detect as detect_framework
 from .selection import StepMarks
 from .sizing import Sizer, fit_budget
