@@ -340,3 +340,29 @@ def test_sigterm_during_the_audit_runs_no_ab_round_and_exits_143(tmp_path):
     assert not [p.name for p in runs.iterdir() if p.name.startswith(("A", "B", "fixed-"))]  # no A/B run started
     left = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.strip()
     assert not left, f"left running: {left}"
+
+
+def test_sigterm_during_the_gpu_path_check_starts_no_other_run_and_exits_143(tmp_path):
+    """Stopped while the script as it is runs on the emulated CUDA path (after the rounds): no fixed script
+    runs there afterwards, no end check starts, exit 143 within seconds."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "train.py"
+    script.write_text((SAMPLES / "bias_bn_bad.py").read_text())  # a CUDA branch and a fix (BN001)
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "verify", "train.py", "--select", "BN001",
+                             "--rounds", "1", "--max-rounds", "1", "--warmup", "1", "--steps", "400",
+                             "--out-dir", str(runs)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None and not (runs / "A-gpu-path").exists():
+        time.sleep(0.2)
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stdout + stderr
+    assert time.monotonic() - sent < 10, "verify took too long to stop"
+    assert sorted(p.name for p in runs.iterdir() if "gpu-path" in p.name or p.name.endswith("-end")) == ["A-gpu-path"]

@@ -229,9 +229,13 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
             verdict.loss = loss_check(a.losses, b.losses, v.same_maths)
         verification.verdicts.append(verdict)
     if gpu_path and a.device == "cpu" and not interrupted and any(v.broke is None for v in verification.verdicts):
-        note = check_on_the_gpu_path(script, args, variants, served, folder, options, verification.verdicts, say)
+        note, stopped = check_on_the_gpu_path(script, args, variants, served, folder, options,
+                                              verification.verdicts, say)
         if note:
             verification.notes.append(note)
+        if stopped is not None:  # Ctrl-C or SIGTERM there: no further run starts
+            interrupted = verification.interrupted = stopped
+            verification.stopped_because = f"stopped by {signal_name(stopped)} on the GPU path check"
     if end_check_s and not interrupted:
         for v, verdict in zip(variants[1:], verification.verdicts):
             if verdict.broke is None:
