@@ -3,10 +3,13 @@ simulation on their own, then what a user sees: the header row, the JSON `projec
 on the target and the ranking by it, on real GPU traces and on CPU runs of realistic scripts."""
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
+import random
 from dataclasses import replace
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -224,3 +227,50 @@ def test_device_memory_is_weighed_against_the_target_gpu(realistic_reports, tmp_
     assert "of an L4 24 GB" in console.replace("\n", " ")
     default, _ = _analyze(trace, tmp_path=tmp_path)
     assert default["memory"]["target"] == "H100 80 GB"
+
+
+def _preempted(trace_path, out, factor):
+    """The trace as a busy machine would have recorded it: in each measured step the scheduler took the CPU
+    away for `factor` steps' time in one of the step's longer Python gaps, the window measured that wait, and no
+    step was undisturbed (all readmitted)."""
+    data = json.loads(gzip.open(trace_path).read())
+    events, window = data["traceEvents"], data["perfaudit"]["window"]
+    steps = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    waited, rng = [0.0] * len(steps), random.Random(len(steps))
+    for n in range(len(steps) - 1, window["warmup"] - 1, -1):   # from the last: shifts leave earlier steps be
+        step = steps[n]
+        ops = sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in events if e.get("cat") == "cpu_op"
+                     and step["ts"] < e["ts"] < step["ts"] + step["dur"])
+        gaps, cursor = [], step["ts"]
+        for s, e in ops:
+            gaps.append((s - cursor, cursor, s))
+            cursor = max(cursor, e)
+        _, a, b = rng.choice(sorted(gaps)[-8:])  # one of the longer gaps, a different one each step
+        at, lost = (a + b) / 2, factor * step["dur"]
+        for e in events:
+            if "ts" not in e:
+                continue
+            if e["ts"] >= at:
+                e["ts"] += lost
+            elif e.get("ph") == "X" and e["ts"] + e.get("dur", 0) > at:
+                e["dur"] += lost
+        waited[n] = lost / 1000.0
+    window.update(step_waited_ms=waited, excluded_steps={}, busy_steps_measured=len(steps) - window["warmup"])
+    out.write_bytes(gzip.compress(json.dumps(data).encode()))
+    return out
+
+
+@pytest.mark.timing
+def test_a_step_the_scheduler_preempted_projects_as_an_undisturbed_one(realistic_reports, tmp_path):
+    """On a busy machine the CPU is taken away mid-step, often in one Python gap: the wait the window measured
+    comes out of the host's time, so the projected GPU idle, its cause and UTIL001's verdict are the quiet
+    run's, not the load's."""
+    trace = Path(realistic_reports["cuda_path_trainer.py"]["run_dir"]) / "trace.json.gz"
+    quiet, _ = _analyze(trace, tmp_path=tmp_path)
+    busy, _ = _analyze(_preempted(trace, tmp_path / "busy.json.gz", 0.8), tmp_path=tmp_path)
+    q, b = quiet["projection"], busy["projection"]
+    assert b["step_ms"] == pytest.approx(q["step_ms"], rel=0.15)
+    for part in ("data", "sync", "host"):
+        assert b["idle_ms"][part] == pytest.approx(q["idle_ms"][part], rel=0.15, abs=0.02), part
+    assert b["bottleneck"] == q["bottleneck"]
+    assert ({f["rule"] for f in busy["findings"]} & {"UTIL001"}) == ({f["rule"] for f in quiet["findings"]} & {"UTIL001"})

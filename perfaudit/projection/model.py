@@ -87,7 +87,7 @@ class Projector:
     why = ""  # why this target (facts/projection.py): named, the trace's own GPU, or the default
 
     def __init__(self, trace: Trace, steps: list[Step], target: Device, inputs: Inputs,
-                 recorded_on: Device | None = None):
+                 recorded_on: Device | None = None, undisturbed: Callable[[Step], float] | None = None):
         self.own_cost = in_python_time(trace)   # measured on the whole trace (its calibration precedes the steps)
         self.on_gpu = trace.has_gpu
         self.measured_ms = sum(s.dur for s in steps) / max(len(steps), 1) / 1e3
@@ -95,7 +95,7 @@ class Projector:
         # a large trace replays a run of its steps: what it projects is scaled to the mean measured step
         self.scale = self.measured_ms / (sum(s.dur for s in steps) / len(steps) / 1e3)
         self.trace, self.steps, self.target, self.inputs = trace, steps, target, inputs
-        self.recorded_on = recorded_on
+        self.recorded_on, self.undisturbed = recorded_on, undisturbed
         self.cal = calibration()
         if self.on_gpu:
             if recorded_on is None:
@@ -111,7 +111,8 @@ class Projector:
         own_cost = self.own_cost
         if self.on_gpu:
             return plan(self.trace, self.steps, from_kernels(self.trace, self._kernel_scale(precision),
-                                                             self._copy_scale(), self._op_ratio(precision)), own_cost)
+                                                             self._copy_scale(), self._op_ratio(precision)), own_cost,
+                        self.undisturbed)
         target, cal = self.target, self.cal
 
         def model(work: Work) -> float:
@@ -120,7 +121,7 @@ class Projector:
             return kernel_us(work, target, cal)
         host_us = cal["host_us_per_kernel" if own_cost is not None else "host_us_per_kernel_profiled"]
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
-                                                         self.inputs.tf32_conv), own_cost)
+                                                         self.inputs.tf32_conv), own_cost, self.undisturbed)
         if self.inputs.workers and not self.inputs.worker_ms_per_batch:
             _hand_off_only(plans)
         if self.inputs.batch_bytes:

@@ -143,11 +143,14 @@ def _gap_items(start: float, end: float, data: list[tuple[float, float]]) -> lis
 
 
 def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
-         own_cost: Callable[[Step, int], float] | None = None) -> list[StepPlan]:
+         own_cost: Callable[[Step, int], float] | None = None,
+         undisturbed: Callable[[Step], float] | None = None) -> list[StepPlan]:
     """Each step as items: the gaps between root ops (Python, DataLoader fetches) and each root op as
     `expand` turns it into host time, kernels and syncs. Roots that overlap (two threads) count once.
-    `own_cost(step, root ops)`: what perfaudit added to the step's Python time (µs), taken out of it."""
-    plans, index = [], _Index(trace)
+    `own_cost(step, root ops)`: what perfaudit added to the step's Python time (µs), taken out of it.
+    `undisturbed(step)`: the step's duration less its wait for a CPU held by other processes (µs), taken
+    out of the host's measured time (_take_out_waits), so a busy machine does not make the host look slow."""
+    plans, counts, index = [], [], _Index(trace)
     for step in steps:
         items, cursor = [], step.ts
         data = index.data_ranges(step)
@@ -165,9 +168,13 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
             cursor = max(cursor, op.end)
         if step.end > cursor:
             items.extend(_gap_items(cursor, step.end, data))
-        if own_cost is not None:
-            _take_out(items, own_cost(step, len(roots)))
         plans.append(StepPlan(step.number, step.dur, items))
+        counts.append(len(roots))
+    if undisturbed is not None:  # first: perfaudit's own cost is a share of the host's undisturbed time
+        _take_out_waits(plans, [max(s.dur - undisturbed(s), 0.0) for s in steps])
+    if own_cost is not None:
+        for step, p, n in zip(steps, plans, counts):
+            _take_out(p.items, own_cost(step, n))
     return plans
 
 
@@ -195,6 +202,36 @@ def _take_out(items: list[Item], us: float) -> None:
     keep = max(1.0 - us / total, 0.0)
     for item in gaps:
         item.host_us *= keep
+
+
+MEASURED = ("host", "data")   # the host's own measured time: Python gaps, ops' CPU time, fetches in the main process
+
+
+def _take_out_waits(plans: list[StepPlan], waited: list[float]) -> None:
+    """Each step's wait for a CPU (µs) out of its measured host time. A wait lands where the scheduler took
+    the CPU away, often in one gap: first out of what a part exceeds that part's median over the steps
+    of the same shape (load only lengthens), the rest in proportion to the step (a tenth of the step
+    spent waiting is a tenth of each part of it)."""
+    shapes: dict[tuple, list[StepPlan]] = {}
+    for p in plans:
+        shapes.setdefault(tuple(i.kind for i in p.items), []).append(p)
+    usual = {shape: [sorted(q.items[n].host_us for q in alike)[len(alike) // 2] for n in range(len(shape))]
+             for shape, alike in shapes.items() if len(alike) >= 3}
+    for p, wait in zip(plans, waited):
+        if wait <= 0 or p.measured_us <= 0:
+            continue
+        medians = usual.get(tuple(i.kind for i in p.items))
+        if medians:
+            excess = sorted(((i.host_us - m, i) for i, m in zip(p.items, medians) if i.kind in MEASURED),
+                            key=lambda pair: -pair[0])
+            for over, item in excess:
+                cut = min(max(over, 0.0), wait)
+                item.host_us -= cut
+                wait -= cut
+        keep = max(1.0 - wait / p.measured_us, 0.0)
+        for item in p.items:
+            if item.kind in MEASURED:
+                item.host_us *= keep
 
 
 # -- a CPU trace: each op's kernels from its shapes ---------------------------------------------------------------
