@@ -231,12 +231,14 @@ def test_device_memory_is_weighed_against_the_target_gpu(realistic_reports, tmp_
 
 def _preempted(trace_path, out, factor):
     """The trace as a busy machine would have recorded it: in each measured step the scheduler took the CPU
-    away for `factor` steps' time in one of the step's longer Python gaps, the window measured that wait, and no
-    step was undisturbed (all readmitted)."""
+    away for `factor` steps' time in one of the step's longer Python gaps, the window measured that wait (on top
+    of what the run itself waited), and no step was undisturbed (all readmitted)."""
     data = json.loads(gzip.open(trace_path).read())
     events, window = data["traceEvents"], data["perfaudit"]["window"]
     steps = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
-    waited, rng = [0.0] * len(steps), random.Random(len(steps))
+    recorded = window.get("step_waited_ms") or []
+    waited = [float(recorded[n]) if n < len(recorded) else 0.0 for n in range(len(steps))]  # the run's own waits
+    rng = random.Random(len(steps))
     for n in range(len(steps) - 1, window["warmup"] - 1, -1):   # from the last: shifts leave earlier steps be
         step = steps[n]
         ops = sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in events if e.get("cat") == "cpu_op"
@@ -254,7 +256,7 @@ def _preempted(trace_path, out, factor):
                 e["ts"] += lost
             elif e.get("ph") == "X" and e["ts"] + e.get("dur", 0) > at:
                 e["dur"] += lost
-        waited[n] = lost / 1000.0
+        waited[n] += lost / 1000.0
     window.update(step_waited_ms=waited, excluded_steps={}, busy_steps_measured=len(steps) - window["warmup"])
     out.write_bytes(gzip.compress(json.dumps(data).encode()))
     return out

@@ -208,27 +208,29 @@ MEASURED = ("host", "data")   # the host's own measured time: Python gaps, ops' 
 
 
 def _take_out_waits(plans: list[StepPlan], waited: list[float]) -> None:
-    """Each step's wait for a CPU (µs) out of its measured host time. A wait lands where the scheduler took
-    the CPU away, often in one gap: first out of what a part exceeds that part's median over the steps
-    of the same shape (load only lengthens), the rest in proportion to the step (a tenth of the step
-    spent waiting is a tenth of each part of it)."""
+    """Each step's wait for a CPU (µs) out of its measured host time. The scheduler takes the CPU away in
+    slices, each lengthening the part of the step it lands in: first out of what a part exceeds that part's
+    first quartile over the steps of the same shape (load only lengthens, and a low quartile holds when most
+    steps were hit in the same long part), the rest in proportion to the step (a slice lands in the ops'
+    own time as often as in the host's parts, by their length)."""
     shapes: dict[tuple, list[StepPlan]] = {}
     for p in plans:
         shapes.setdefault(tuple(i.kind for i in p.items), []).append(p)
-    usual = {shape: [sorted(q.items[n].host_us for q in alike)[len(alike) // 2] for n in range(len(shape))]
+    usual = {shape: [sorted(q.items[n].host_us for q in alike)[len(alike) // 4] for n in range(len(shape))]
              for shape, alike in shapes.items() if len(alike) >= 3}
     for p, wait in zip(plans, waited):
         if wait <= 0 or p.measured_us <= 0:
             continue
-        medians = usual.get(tuple(i.kind for i in p.items))
-        if medians:
-            excess = sorted(((i.host_us - m, i) for i, m in zip(p.items, medians) if i.kind in MEASURED),
-                            key=lambda pair: -pair[0])
-            for over, item in excess:
+        rest = p.measured_us
+        typical = usual.get(tuple(i.kind for i in p.items))
+        if typical:
+            for over, item in sorted(((i.host_us - q, i) for i, q in zip(p.items, typical) if i.kind in MEASURED),
+                                     key=lambda pair: -pair[0]):
                 cut = min(max(over, 0.0), wait)
                 item.host_us -= cut
                 wait -= cut
-        keep = max(1.0 - wait / p.measured_us, 0.0)
+                rest -= cut
+        keep = max(1.0 - wait / rest, 0.0) if rest > 0 else 1.0
         for item in p.items:
             if item.kind in MEASURED:
                 item.host_us *= keep
