@@ -18,6 +18,11 @@ CREATION = frozenset({"randn", "rand", "randint", "zeros", "ones", "empty", "ful
 # Optimizers with a foreach and (for the first four) a fused implementation in torch 2.x.
 FUSABLE_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
 FOREACH_OPTIMIZERS = FUSABLE_OPTIMIZERS | {"Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"}
+# frameworks that build the optimizer from an option naming it: package -> (option, {non-fused name: fused name})
+# (Hugging Face's Trainer: `optim="adamw_torch"` is torch's AdamW without fused=; its default is fused on
+# torch >= 2.8)
+FRAMEWORK_OPTIMIZER_OPTIONS = {"transformers": ("optim", {"adamw_torch": "adamw_torch_fused",
+                                                          "adamw_hf": "adamw_torch_fused"})}
 
 # What to look for in the user's function when a sync op has no Python call of its own (a slot such
 # as bool(t) or t[mask] called from C): call names, then syntactic forms ("branch", "mask").

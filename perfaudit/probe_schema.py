@@ -19,7 +19,9 @@ def _list_of(required: dict, optional: dict | None = None) -> dict:
 PROBE_FIELDS: dict[str, dict] = {
     "optimizers": _list_of({"class": {"type": "string"}, "site": _SITE},
                            {"options": {"type": "object"}, "param_tensors": _INT, "param_numel": _INT,
-                            "on_emulated_device": {"type": "boolean"}}),
+                            "on_emulated_device": {"type": "boolean"},
+                            # the installed package whose code built it (a Trainer), else null
+                            "built_in": {"type": ["string", "null"]}}),
     "dataloaders": _list_of({"site": _SITE, "num_workers": _INT, "pin_memory": {"type": "boolean"},
                              "batches_seen": _INT},
                             {"persistent_workers": {"type": "boolean"}, "prefetch_factor": _OPT_INT,

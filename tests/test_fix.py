@@ -239,3 +239,18 @@ def test_a_dataset_on_the_gpu_gets_no_workers_and_no_pinning(realistic_reports):
     source = script.read_text()
     assert cst.MetadataWrapper(cst.parse_module(source)).visit(edit).code == source
     assert edit.outcome.refused and "cannot pin" in edit.outcome.refused[0][1]
+
+
+@pytest.mark.timing
+def test_an_optimizer_the_trainer_builds_is_fixed_at_the_option_that_names_it(realistic_reports):
+    """Hugging Face's Trainer builds AdamW from `optim="adamw_torch"` (no fused=): OPT001 stands on that option's
+    line, not on `trainer.train()`, says so, and `fix` names the fused one there."""
+    script = ROOT / "tests" / "realistic" / "hf_trainer_optim.py"
+    report = realistic_reports[script.name]
+    opt = next(f for f in report["run"]["findings"] if f["rule"] == "OPT001")
+    assert "built by transformers from optim=\"adamw_torch\"" in opt["message"]
+    assert any('optim="adamw_torch_fused"' in note for note in opt["notes"])
+    proc = perfaudit("fix", str(script), "--from", report["report_path"], "--select", "OPT001")
+    assert proc.returncode == 1, proc.stderr
+    changed = [line for line in proc.stdout.splitlines()[2:] if line[:1] in "+-"]
+    assert len(changed) == 2 and '"adamw_torch"' in changed[0] and 'optim="adamw_torch_fused"' in changed[1], changed

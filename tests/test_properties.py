@@ -125,3 +125,25 @@ def test_random_rule_files_load_or_fail_cleanly(mutation, from_valid):
             load_rule(path)
         except RuleError:
             pass
+
+
+_literal = st.one_of(st.text(max_size=12), st.integers(), st.none(), st.sampled_from(["adamw_torch", "adamw_hf"]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["optim", "lr", "opt", "optim_args"]), _literal), max_size=6),
+       st.booleans())
+def test_a_framework_option_is_found_only_where_the_source_sets_it(pairs, as_dict):
+    """A user's source read for `optim="adamw_torch"`: any keyword names and literal values, in a call or a
+    config dict, give exactly the lines that set the option to a non-fused name."""
+    import ast
+
+    from perfaudit.static.uses import option_literals
+    wanted = {"adamw_torch", "adamw_hf"}
+    unique = list(dict(pairs).items())  # a call takes each keyword once
+    if as_dict:
+        lines = ["cfg = {"] + [f"    {k!r}: {v!r}," for k, v in unique] + ["}"]
+    else:
+        lines = ["args = TrainingArguments("] + [f"    {k}={v!r}," for k, v in unique] + [")"]
+    expected = [(n, v) for n, (k, v) in enumerate(unique, 2) if k == "optim" and v in wanted]
+    assert option_literals(ast.parse("\n".join(lines)), "optim", wanted) == expected

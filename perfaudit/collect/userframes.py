@@ -46,6 +46,22 @@ def user_site(depth: int = 2) -> dict | None:
     return None
 
 
+def library_caller(depth: int = 2) -> str | None:
+    """The installed package (top-level name) whose code made the call, between torch and the user's code
+    (`transformers` for an optimizer its Trainer builds), or None when the user's code called torch itself."""
+    frame: FrameType | None = sys._getframe(depth)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if is_user_file(path):
+            return None
+        if not (path.startswith(_OWN_DIR) or path.startswith(_torch_dir()) or path.startswith("<")):
+            for marker in ("site-packages", "dist-packages"):
+                if marker in path:
+                    return path.split(marker, 1)[1].lstrip(os.sep).split(os.sep, 1)[0].removesuffix(".py")
+        frame = frame.f_back
+    return None
+
+
 def user_frame_of(tb) -> dict | None:
     """The innermost frame of the user's code in a traceback: {path, line, func}."""
     last = None

@@ -1,7 +1,7 @@
 """Optimizers: implementation (single-tensor loop, foreach, fused) and training advice (T10, T24)."""
 from __future__ import annotations
 
-from ..calls import FOREACH_OPTIMIZERS, FUSABLE_OPTIMIZERS
+from ..calls import FOREACH_OPTIMIZERS, FRAMEWORK_OPTIMIZER_OPTIONS, FUSABLE_OPTIMIZERS
 from ..static.cuda_path import CUDA_PATH
 from .registry import Context, Missing, fact
 from .sites import Site, site_from_probe
@@ -81,9 +81,10 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
         params = probe.get("param_tensors")
         if params is not None and params < 4:
             continue  # a handful of tensors: nothing to batch
-        site = site_from_probe(ctx, probe.get("site"),
+        where, option = _built_at(ctx, probe)
+        site = site_from_probe(ctx, where,
                                f"{cls} single-tensor loop ({m['ops_per_step']:.0f} ops per step"
-                               + (f" over {params} parameter tensors)" if params else ")"),
+                               + (f" over {params} parameter tensors)" if params else ")") + option,
                                **{"class": cls, "fusable": cls in FUSABLE_OPTIMIZERS, "cuda_path": cuda_path})
         site.count, site.ms, site.steps_seen = n, m["ms_per_step"] * n, set(range(n))
         sites.append(site)
@@ -104,13 +105,50 @@ def _foreach_site(ctx: Context, cls: str, m: dict, probe: dict) -> Site:
     foreach: a few launches per op over all tensors; the fused kernel does the whole update in one."""
     n = len(ctx.steps)
     params = probe.get("param_tensors")
-    site = site_from_probe(ctx, probe.get("site"),
+    where, option = _built_at(ctx, probe)
+    site = site_from_probe(ctx, where,
                            f"{cls} foreach on the CUDA path, fused available ({m['ops_per_step']:.0f} ops per step"
                            + (f" over {params} parameter tensors" if params else "")
-                           + f", {probe.get('param_numel', 0) / 1e6:.1f}M parameters)",
+                           + f", {probe.get('param_numel', 0) / 1e6:.1f}M parameters)" + option,
                            **{"class": cls, "fusable": True, "cuda_path": False, "foreach_not_fused": True})
     site.count, site.ms, site.steps_seen = n, m["ms_per_step"] * n, set(range(n))
     return site
+
+
+def _built_at(ctx: Context, probe: dict) -> tuple[dict | None, str]:
+    """Where the fix goes: the line that built the optimizer, or, for one a framework built from an option
+    the user's code names (`optim="adamw_torch"`), that option's line; and the detail that says so."""
+    option = _framework_option(ctx, probe)
+    if option is None:
+        return probe.get("site"), ""
+    return ({"path": option["path"], "line": option["line"], "func": None},
+            f", built by {option['framework']} from {option['option']}")
+
+
+def _framework_option(ctx: Context, probe: dict) -> dict | None:
+    from ..static.uses import option_literals
+    framework = probe.get("built_in")
+    if framework not in FRAMEWORK_OPTIMIZER_OPTIONS:
+        return None
+    key, fused = FRAMEWORK_OPTIMIZER_OPTIONS[framework]
+    script = ctx.meta.get("script")
+    for path in dict.fromkeys(([script] if isinstance(script, str) else []) + list(ctx.probes.get("user_files") or [])):
+        tree = ctx.source.tree(path)
+        for line, value in option_literals(tree, key, set(fused)) if tree is not None else []:
+            return {"framework": framework, "path": path, "line": line, "option": f'{key}="{value}"',
+                    "fused": f'{key}="{fused[value]}"'}
+    return None
+
+
+@fact("optim.framework_option", "For an optimizer a framework built from an option the user's code names "
+                                "(`optim=\"adamw_torch\"` for the Hugging Face Trainer): framework, option, "
+                                "fused (the option that picks the fused kernel), path, line.")
+def framework_option(ctx: Context) -> dict:
+    for probe in ctx.probes.get("optimizers") or []:
+        option = _framework_option(ctx, probe)
+        if option is not None:
+            return option
+    raise Missing("no optimizer built by a framework from an option in the source")
 
 
 def _script_runs_on_cuda(ctx: Context) -> bool:

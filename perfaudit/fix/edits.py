@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..calls import CREATION, FOREACH_OPTIMIZERS
+from ..calls import CREATION, FOREACH_OPTIMIZERS, FRAMEWORK_OPTIMIZER_OPTIONS
 from . import layer_edits  # noqa: F401  (registers conv_bias_off)
 from .cst import (
     EDITS,
@@ -217,8 +217,28 @@ class CudnnOff(_CudnnFlag):
     VALUE = False
 
 
+# a framework's option naming a non-fused optimizer -> its fused one: `TrainingArguments(optim="adamw_torch")`,
+# or the same entry of a config dict
+_FUSED_OPTION = {(key, name): fused for key, names in FRAMEWORK_OPTIMIZER_OPTIONS.values()
+                 for name, fused in names.items()}
+
+
 @edit("optimizer_multi_tensor")
 class OptimizerMultiTensor(LineTransformer):
+    def _option(self, original, updated, key):
+        value = original.value
+        fused = _FUSED_OPTION.get((key, getattr(value, "evaluated_value", None)))
+        if fused is None or not isinstance(value, cst.SimpleString) or self.hit(value) is None:
+            return updated
+        self.changed(original, f'{key}="{fused}"')
+        return updated.with_changes(value=cst.SimpleString(f'"{fused}"'))
+
+    def leave_Arg(self, original, updated):
+        return self._option(original, updated, original.keyword.value if original.keyword else None)
+
+    def leave_DictElement(self, original, updated):
+        return self._option(original, updated, getattr(original.key, "evaluated_value", None))
+
     def leave_Call(self, original, updated):
         name = call_attr(original)
         if name not in FOREACH_OPTIMIZERS or self.hit(original) is None:

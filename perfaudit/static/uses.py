@@ -187,3 +187,21 @@ def call_requests(tree: ast.AST, line: int, key: str, names: set[str]) -> bool |
                                                                           for t in n.targets) for n in ast.walk(scope)):
             unknown = True  # a parameter, or a name bound to something unreadable
     return None if unknown else False
+
+
+def option_literals(tree: ast.AST, key: str, values: set[str]) -> list[tuple[int, str]]:
+    """Where the source sets option `key` to one of `values` as a string literal: a keyword of a call
+    (`TrainingArguments(optim="adamw_torch")`) or an entry of a dict literal (a config): (line, value)."""
+    found = []
+    for node in ast.walk(tree):
+        pairs: list[tuple[object, ast.expr]]
+        if isinstance(node, ast.Call):
+            pairs = [(kw.arg, kw.value) for kw in node.keywords]
+        elif isinstance(node, ast.Dict):
+            pairs = [(k.value if isinstance(k, ast.Constant) else None, v) for k, v in zip(node.keys, node.values)]
+        else:
+            continue
+        for name, value in pairs:
+            if name == key and isinstance(value, ast.Constant) and value.value in values:
+                found.append((value.lineno, value.value))
+    return sorted(found)

@@ -14,7 +14,7 @@ import torch
 
 from ..emulation.cuda_shim import gpu_present
 from ..internal import record_internal_error
-from ..userframes import is_user_file, user_site
+from ..userframes import is_user_file, library_caller, user_site
 from ..window.profilers import neutralise_profilers
 from ..wrap import patch, wrap
 from . import worker_timing
@@ -153,8 +153,9 @@ class Probes(LoaderProbes):
     def _optimizer_init(self, args, kwargs, site: dict | None | bool = False):
         opt = args[0]
         if id(opt) not in self.optimizers:
-            site = user_site(3) if site is False else site
-            self.optimizers[id(opt)] = {"class": type(opt).__name__, "site": site, "_ref": opt}
+            site, built_in = (user_site(3), library_caller(3)) if site is False else (site, None)
+            self.optimizers[id(opt)] = {"class": type(opt).__name__, "site": site, "_ref": opt,
+                                        "built_in": built_in}
             self.on_optimizer_built()
 
     def optimizer_stepping(self, opt) -> None:
@@ -297,7 +298,7 @@ class Probes(LoaderProbes):
             n_params = sum(len(g["params"]) for g in groups)
             numel = sum(p.numel() for g in groups for p in g["params"] if isinstance(p, torch.Tensor))
             entry = {"class": info["class"], "site": info["site"], "options": defaults, "param_tensors": n_params,
-                     "param_numel": numel}
+                     "param_numel": numel, "built_in": info.get("built_in")}
             if self.placement is not None:  # torch chose its implementation as on CUDA for these
                 entry["on_emulated_device"] = any(self.placement.on_device.has(p) for g in opt.param_groups
                                                   for p in g["params"])
