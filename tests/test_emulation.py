@@ -383,3 +383,14 @@ def test_a_device_read_inside_an_installed_librarys_function_is_a_sync_at_the_us
     syncs = [f for f in json.loads(report_path.read_text())["findings"] if f["rule"] == "SYNC001"]
     line = next(n for n, text in enumerate(GNN_SCRIPT.splitlines(), 1) if "expect: SYNC001" in text)
     assert [(loc["line"], loc.get("count_per_step")) for f in syncs for loc in f["locations"]] == [(line, 1.0)], syncs
+
+
+@pytest.mark.timing
+def test_a_frameworks_device_reads_are_syncs_and_its_optimizers_step_counters_are_not(realistic_reports):
+    """Under `trainer.train()` the emulated device saw the Trainer read the loss (its nan/inf filter, two reads
+    a step): SYNC001 there, at two per step. AdamW's per-parameter step counters, read by torch inside the same
+    call, are host tensors on a GPU too (no sync): they made it 14 a step."""
+    report = realistic_reports["hf_trainer_optim.py"]["run"]
+    sync = next(f for f in report["findings"] if f["rule"] == "SYNC001")
+    (where,) = sync["locations"]
+    assert where["code"].startswith("trainer.train()") and where["count_per_step"] == pytest.approx(2.0)

@@ -37,6 +37,7 @@ class Attribution:
     library: bool = False     # library Python code ran between the user's line and the event
     module: str | None = None  # the torch module class the user's line called (`nn.Module: X` events)
     loading: bool = False     # the user's code ran for the DataLoader (a Dataset's __getitem__, a collate_fn)
+    reader_path: str | None = None  # the innermost library Python code below the user's line (what made the event)
 
 
 @lru_cache(maxsize=4096)
@@ -89,6 +90,22 @@ def _via(name: str) -> tuple[str | None, str | None]:
     return None, None
 
 
+# Python code between a library and the event that is not the library's own: torch's Tensor method wrappers and
+# torch-function dispatch, and perfaudit's emulated device (its mode serves every torch call)
+_PASS_THROUGH = _TENSOR_METHOD_FILES + ("torch/overrides.py",)
+
+
+def _innermost_library(below: list[Event], roots: tuple[str, ...]) -> str | None:
+    for event in reversed(below):
+        frame = parse_frame(event.name, roots)
+        if frame is None:
+            continue
+        path = frame.path.replace("\\", "/")
+        if not path.endswith(_PASS_THROUGH) and "perfaudit/collect/" not in path:
+            return path
+    return None
+
+
 class FrameIndex:
     """Attributes host events to the user frames that were running when they started."""
 
@@ -110,7 +127,7 @@ class FrameIndex:
                               for f in (parse_frame(e.name, self._roots) for e in below))
                 loading = any("torch/utils/data/" in e.name.replace("\\", "/") for e in stack[:i])
                 return Attribution(frame, via if not module or via else f"module:{module}", via_path, library, module,
-                                   loading)
+                                   loading, _innermost_library(below, self._roots))
         return None
 
     def attribute_all(self, events: list[Event]) -> dict[int, Attribution]:

@@ -229,9 +229,10 @@ def _read_of_the_device(ctx: Context, att, lines: dict[str, set[int]]) -> bool:
     found-inf read, which the rule cannot ask the user to remove)."""
     if att is None or att.loading or not att.via or not lines:
         return False
-    where = (att.via_path or "").replace("\\", "/")
-    if where.startswith("torch/") or "/torch/" in where:
-        return False
+    for where in (att.via_path or "", att.reader_path or ""):  # called through torch, or torch made the read
+        where = where.replace("\\", "/")
+        if where.startswith("torch/") or "/torch/" in where:
+            return False
     path = ctx.source.resolve(att.frame.path) or att.frame.path
     call = f"{att.via.rsplit('.', 1)[-1]}("
     return any(call in ctx.source.line_text(path, line) for line in lines.get(path, ()))
