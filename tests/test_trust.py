@@ -208,6 +208,20 @@ def test_a_run_keeps_its_trace_budget_and_says_what_it_cut(tmp_path):
     assert "window was closed after step" not in notes  # it ended where it was sized to end, not cut
 
 
+def test_a_cost_measured_over_too_few_steps_says_so(tmp_path):
+    """Two measured steps (`--steps 2`, or a budget or a script that allowed no more): each finding whose cost
+    rests on them says how few they were; the report with the usual window does not."""
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(ROOT / "sample_scripts" / "sync_bad.py"), "--warmup", "1", "--steps", "2",
+                     "--out-dir", str(tmp_path / "run"), "-f", f"json={out}")
+    assert proc.returncode in (0, 1), proc.stderr
+    report = json.loads(out.read_text())
+    measured = [f for f in report["findings"] if f["cost"]["ms_per_step"] is not None]
+    assert "SYNC001" in {f["rule"] for f in measured}
+    assert all(any(n.startswith("Measured over 2 step(s) only") for n in f["notes"]) for f in measured)
+    assert "Measured over 2 step(s) only" in proc.stdout
+
+
 def test_a_trace_the_profiler_could_not_write_is_named_with_the_reason(tmp_path):
     """Kineto does not raise when its write fails (a full disk): an empty trace file is an export error
     the report names, not a silent run with no steps."""

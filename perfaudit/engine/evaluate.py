@@ -9,6 +9,8 @@ from .loader import Rule
 from .ops import OPS as _OPS
 from .template import PLACEHOLDER, format_value
 
+FEW_STEPS = 3  # a cost measured over fewer steps says so
+
 
 class _Evaluation:
     def __init__(self, rule: Rule, ctx: Context):
@@ -150,6 +152,10 @@ def evaluate(rule: Rule, ctx: Context) -> Finding | Skipped | None:
         fix = ev.render(variant) or ""
     except Missing as exc:
         return Skipped(rule.id, str(exc))
+    if n_steps < FEW_STEPS and cost.ms_per_step is not None and ctx.trace is not None and rule.scope == "trace":
+        notes += (f"Measured over {n_steps} step(s) only (the trace budget or the script allowed no more): a "
+                  "figure from so few steps may not be a typical step's; more steps (--steps, --max-trace-mb) "
+                  "make it firmer.",)
     locations = tuple(_locations(sites, n_steps))
     evidence = {k: v for k, v in ev.aggregates.items()}
     if projected:
