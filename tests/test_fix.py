@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -254,3 +255,18 @@ def test_an_optimizer_the_trainer_builds_is_fixed_at_the_option_that_names_it(re
     assert proc.returncode == 1, proc.stderr
     changed = [line for line in proc.stdout.splitlines()[2:] if line[:1] in "+-"]
     assert len(changed) == 2 and '"adamw_torch"' in changed[0] and 'optim="adamw_torch_fused"' in changed[1], changed
+
+
+def test_a_diff_applies_where_the_command_ran(tmp_path):
+    """`perfaudit fix proj/train.py > fix.diff` from a folder that is no repository: the diff names the file
+    from there, so `git apply fix.diff` (or `patch -p1`) applies it where the command ran."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    shutil.copy(SAMPLES / "debug_bad.py", project / "train.py")
+    proc = perfaudit("fix", "proj/train.py", "--warmup", "1", "--steps", "2", "--out-dir", str(tmp_path / "run"),
+                     cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stdout.startswith("--- a/proj/train.py"), proc.stdout + proc.stderr
+    (tmp_path / "fix.diff").write_text(proc.stdout)
+    applied = subprocess.run(["git", "apply", "fix.diff"], cwd=tmp_path, capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stderr
+    assert (project / "train.py").read_text() != (SAMPLES / "debug_bad.py").read_text()

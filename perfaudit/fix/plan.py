@@ -41,7 +41,7 @@ class NotFixed:
 @dataclass
 class FileFix:
     path: str         # absolute (a symbolic link resolved: the file it points to is edited)
-    shown: str        # relative to the project root: the path the diff names (git apply, patch -p1 there)
+    shown: str        # the path the diff names (_shown: the repository's root, or the working directory)
     original: str     # the text as it is on disk: line endings untouched, without a UTF-8 BOM
     fixed: str
     bom: bool = False  # the file starts with a UTF-8 byte-order mark, kept on write
@@ -201,6 +201,17 @@ def _absolute(path: str, base_dir: str | None) -> str:
     return os.path.join(base_dir, path)
 
 
+def _shown(path: str, root: str) -> str:
+    """The name a diff gives a file: relative to the repository's root in a git repository (`git apply`
+    anywhere in it), else to the working directory when the file is under it (`patch -p1` or `git apply`
+    where the command ran), else to the project root."""
+    base = os.path.realpath(root)
+    here = os.path.realpath(os.getcwd())
+    if not os.path.exists(os.path.join(base, ".git")) and os.path.commonpath([path, here]) == here:
+        base = here
+    return os.path.relpath(path, base).replace(os.sep, "/")
+
+
 def _where(f: Finding) -> str:
     return f"{f.location.path}:{f.location.line}" if f.location else ""
 
@@ -211,7 +222,7 @@ def _plan_file(plan: FixPlan, path: str, entries: list, root: str, base_dir: str
     bom = False
     if refusal is None:
         path = os.path.realpath(path)  # a link: the file it points to is the one edited
-        shown = os.path.relpath(path, os.path.realpath(root)).replace(os.sep, "/")
+        shown = _shown(path, root)
         try:
             with open(path, "rb") as src:
                 raw = src.read()
