@@ -394,3 +394,49 @@ def test_a_frameworks_device_reads_are_syncs_and_its_optimizers_step_counters_ar
     sync = next(f for f in report["findings"] if f["rule"] == "SYNC001")
     (where,) = sync["locations"]
     assert where["code"].startswith("trainer.train()") and where["count_per_step"] == pytest.approx(2.0)
+
+
+def test_a_moved_tensor_is_a_copy_the_script_may_write_either_side_of(tmp_path):
+    """A move to the emulated device shares the source's bytes until one side writes (copy-on-write): a
+    Dataset that normalises each moved sample in place, a batch edited on the device, and host data edited
+    after its move all behave as with a real copy. The script checks it and raises if not."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\n"
+        "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "data = torch.arange(64 * 64, dtype=torch.float32).reshape(64, 64)\n"
+        "snapshot = data.clone()\n\n\n"
+        "class Samples(torch.utils.data.Dataset):\n"
+        "    def __len__(self):\n        return 64\n\n"
+        "    def __getitem__(self, i):\n"
+        "        x = data[i].to(device)\n"
+        "        x.mul_(0.5)  # normalised on the device, in place\n"
+        "        return x\n\n\n"
+        "loader = torch.utils.data.DataLoader(Samples(), batch_size=8)\n"
+        "model = nn.Linear(64, 1).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=1e-9)\n"
+        "for epoch in range(100):\n"
+        "    for xb in loader:\n"
+        "        moved = data[:8].to(device)\n"
+        "        moved.sub_(1.0)\n"
+        "        kept = data[0].cuda() if device == 'cuda' else data[0].clone()\n"
+        "        data[0, 0] += 1000.0\n"
+        "        if not (kept[0] == snapshot[0, 0] and moved[0, 0] == snapshot[0, 0] - 1):\n"
+        "            raise SystemExit('a device copy changed with its source')\n"
+        "        data[0, 0] -= 1000.0\n"
+        "        fresh = torch.ones(8, 64)\n"
+        "        on = fresh.to(device)\n"
+        "        on.add_(1.0)\n"
+        "        fresh.mul_(3.0)\n"
+        "        if not (fresh.sum() == 3 * 8 * 64 and on.sum() == 2 * 8 * 64):\n"
+        "            raise SystemExit('a whole tensor and its device copy share a write')\n"
+        "        if not (torch.equal(data, snapshot) and torch.equal(xb, snapshot[:8] * 0.5)):\n"
+        "            raise SystemExit('the host data changed with its device copy')\n"
+        "        loss = model(xb.to(device)).pow(2).mean()\n"
+        "        opt.zero_grad()\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+        "        break\n")
+    report, _, _ = _run(tmp_path, script, "--warmup", "1", "--steps", "3")
+    assert report["run"]["device"] == "cuda (emulated)" or "emulated" in str(report["run"]["device"]), report["run"]
+    assert report["run"]["outcome"]["outcome"] == "window_complete", report["run"]["outcome"]

@@ -21,7 +21,7 @@ NO_KERNEL = frozenset(f"aten::{n}" for n in (
     "unbind", "split_with_sizes", "view_as", "numpy_T", "size", "stride", "is_same_size", "result_type",
     "to", "_to_copy", "contiguous", "lift_fresh_copy", "is_nonzero", "item", "_local_scalar_dense",
     "record_stream", "zeros_like", "ones_like", "new_empty", "new_empty_strided", "_has_compatible_shallow_copy_type",
-    "requires_grad_", "retain_grad", "pin_memory", "_pin_memory", "is_pinned", "clone"))
+    "requires_grad_", "retain_grad", "pin_memory", "_pin_memory", "is_pinned", "clone", "_lazy_clone"))
 # a CPU read of a device value: the host waits for the GPU's queue to drain
 SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero", "aten::masked_select",
                       "aten::unique", "aten::_unique2", "aten::equal", "aten::allclose"})

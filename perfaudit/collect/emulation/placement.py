@@ -21,7 +21,7 @@ from ..userframes import is_user_file, user_site
 from .attention import attend
 from .cuda_shim import LEGACY_TYPES
 from .sample_moves import sample_moves
-from .tensor_registry import TAGGABLE, Registry, first_placed, is_cuda, tag, tensor_bytes
+from .tensor_registry import TAGGABLE, Registry, copied, first_placed, is_cuda, tag, tensor_bytes
 
 CUDA = torch.device("cuda", 0)
 CPU = torch.device("cpu")
@@ -169,12 +169,12 @@ class Placement(TorchFunctionMode):
         was_on = self.on_device.has(src)
         if target == "cuda":
             if not was_on:
-                out = out.clone() if out is src else out
+                out = copied(out) if out is src else out
                 self._copy_in(src, tensor_bytes(src), non_blocking, "to")
                 self._placed(out, src)
             tag(out, self.on_device)
         elif target == "cpu" and was_on:
-            out = out.clone() if out is src else out
+            out = copied(out) if out is src else out
             self._read(".to(cpu)" if not non_blocking else ".to(cpu, non_blocking=True)", blocking=not non_blocking)
         elif was_on:
             tag(out, self.on_device)
@@ -184,7 +184,7 @@ class Placement(TorchFunctionMode):
         src = args[0]
         if self.on_device.has(src):
             return src
-        out = src.clone(memory_format=kwargs.get("memory_format", torch.preserve_format))
+        out = src.clone(memory_format=kwargs["memory_format"]) if "memory_format" in kwargs else copied(src)
         self._copy_in(src, tensor_bytes(src), bool(kwargs.get("non_blocking", False)), "cuda")
         self._placed(out, src)
         tag(out, self.on_device)
@@ -195,7 +195,7 @@ class Placement(TorchFunctionMode):
         out = func(*args, **kwargs)
         if self.on_device.has(src):
             self._read(".cpu()", blocking=True)
-            out = out.clone() if out is src else out
+            out = copied(out) if out is src else out
         return out
 
     def _type(self, func, args, kwargs):
@@ -221,7 +221,7 @@ class Placement(TorchFunctionMode):
         dtype = LEGACY_TYPES.get(name.rsplit(".", 1)[-1]) if isinstance(name, str) else None
         out = src.to(dtype=dtype) if dtype is not None else src
         if not on:
-            out = out.clone() if out is src else out
+            out = copied(out) if out is src else out
             self._copy_in(src, tensor_bytes(src), bool(kwargs.get("non_blocking", False)), "type")
         self._placed(out, src)
         tag(out, self.on_device)

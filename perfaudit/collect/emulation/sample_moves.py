@@ -15,6 +15,7 @@ import weakref
 import torch
 
 from ..userframes import is_user_file
+from .tensor_registry import copied
 
 Tensor = torch.Tensor
 
@@ -60,7 +61,7 @@ def sample_moves(mode):
             entry["pinned"] = held is not None and held[0]() is src
         if entry["non_blocking"] and not (kwargs and kwargs["non_blocking"]):
             entry["non_blocking"] = False
-        out = src.clone()
+        out = copied(src)
         mode.placements += 1
         if mode.memory is not None:
             mode.memory.placed(out, "batches")

@@ -79,5 +79,23 @@ def tag(out, registry: Registry, value=True) -> None:
 TAGGABLE = (Tensor, list, tuple)
 
 
+_LAZY_CLONE = getattr(torch, "_lazy_clone", None)  # torch >= 2.4: copy-on-write
+
+
+def copied(t: Tensor) -> Tensor:
+    """The tensor a move to the (emulated) device makes: a copy the script may write to without touching the
+    source. Copy-on-write where torch has it, so a batch's bytes are copied only if one side writes (a moved
+    image batch cost a real copy of its megabytes per step). A plain clone for a source that is not all of its
+    storage: a slice of a dataset tensor would share, and on a write copy, the whole dataset; a non-contiguous
+    one's GPU copy is contiguous."""
+    if (_LAZY_CLONE is not None and t.storage_offset() == 0 and t.is_contiguous()
+            and t.untyped_storage().nbytes() == t.numel() * t.element_size()):
+        try:
+            return _LAZY_CLONE(t)
+        except RuntimeError:  # memory it cannot share: a DataLoader worker's batch, in shared memory
+            pass
+    return t.clone()
+
+
 def tensor_bytes(t) -> int:
     return t.numel() * t.element_size() if isinstance(t, Tensor) else 0
