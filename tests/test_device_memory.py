@@ -70,3 +70,34 @@ def test_the_cublas_workspace_follows_the_target_gpu():
     assert cublas_workspace_bytes(devices.target("A100").compute_capability) == 8 * 2**20 + 128 * 2**10
     assert cublas_workspace_bytes(devices.target("B200").compute_capability) == 8 * 2**20 + 128 * 2**10
     assert cublas_workspace_bytes(devices.target("MI300X").compute_capability) == 0
+
+
+def _with_peak(trace, out, reserved_gib: float):
+    """The run's trace as if its step had held `reserved_gib` on the emulated device (a larger model)."""
+    import gzip
+    data = json.loads(gzip.open(trace).read())
+    seen = data["perfaudit"]["probes"]["device_memory"]
+    seen["peak_reserved_bytes"] = int(reserved_gib * 2**30)
+    seen["peak_allocated_bytes"] = int(0.9 * reserved_gib * 2**30)
+    out.write_bytes(gzip.compress(json.dumps(data).encode()))
+    return out
+
+
+@pytest.mark.timing
+def test_a_step_near_the_target_gpus_memory_is_a_mem002_warning_on_the_estimate(realistic_reports, tmp_path):
+    """MEM002 on a CPU run: the emulated device's estimate of a step against the target GPU's memory, said as
+    an estimate, with the line holding the most; silent when the step fits with room to spare."""
+    from pathlib import Path
+    trace = Path(realistic_reports["cuda_path_trainer.py"]["run_dir"]) / "trace.json.gz"
+    for reserved, target, fires in ((10.5, "RTX 2080 Ti", True), (10.5, "H100 SXM", False), (None, "T4", False)):
+        path = _with_peak(trace, tmp_path / "t.json.gz", reserved) if reserved else trace
+        out = tmp_path / "r.json"
+        proc = perfaudit("analyze", str(path), "--target", target, "-f", f"json={out}")
+        assert proc.returncode in (0, 1), proc.stderr
+        found = [f for f in json.loads(out.read_text())["findings"] if f["rule"] == "MEM002"]
+        assert bool(found) == fires, (target, reserved, found)
+        if fires:
+            (mem,) = found
+            assert mem["severity"] == "warning" and mem["cost"]["ms_per_step"] is None
+            assert mem["message"].startswith("Estimated on the emulated CUDA device, a step would reserve 10.5 GiB")
+            assert "RTX 2080 Ti 11 GB" in mem["message"] and "cuda_path_trainer.py:" in mem["message"]

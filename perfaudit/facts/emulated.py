@@ -200,3 +200,18 @@ def emulated_memory(ctx: Context) -> dict | None:
             "by_category": dict(sorted(by_category.items(), key=lambda kv: -kv[1])), "top_sites": sites,
             "target": name, "device_total_bytes": total, "headroom_bytes": total - reserved,
             "cublas_workspace_bytes": workspace}
+
+
+@fact("memory.emulated_peak", "The emulated device's peak memory against the target GPU, for the rules: "
+                              "reserved_gib, allocated_gib, device_gib, reserved_pct (of the target's memory), "
+                              "target, top_site (file:line holding the most at the peak) and top_site_gib.")
+def emulated_peak(ctx: Context) -> dict:
+    seen = ctx.get("memory.emulated")
+    if not seen or not seen.get("device_total_bytes"):
+        raise Missing("no device memory estimate (the CUDA path did not run emulated)")
+    gib, total = float(1 << 30), seen["device_total_bytes"]
+    top = (seen.get("top_sites") or [None])[0]
+    return {"reserved_gib": seen["peak_reserved_bytes"] / gib, "allocated_gib": seen["peak_allocated_bytes"] / gib,
+            "device_gib": total / gib, "reserved_pct": 100.0 * seen["peak_reserved_bytes"] / total,
+            "target": seen["target"], "top_site": f"{top['file']}:{top['line']}" if top else "an unknown line",
+            "top_site_gib": top["bytes"] / gib if top else 0.0}
