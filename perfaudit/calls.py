@@ -23,6 +23,13 @@ FOREACH_OPTIMIZERS = FUSABLE_OPTIMIZERS | {"Adadelta", "Adamax", "ASGD", "NAdam"
 # torch >= 2.8)
 FRAMEWORK_OPTIMIZER_OPTIONS = {"transformers": ("optim", {"adamw_torch": "adamw_torch_fused",
                                                           "adamw_hf": "adamw_torch_fused"})}
+# host reads a framework makes every step on the user's behalf: (file, function) -> what it is and the option
+# that turns it off (the Trainer's `torch.isnan(loss) or torch.isinf(loss)`, two device reads a step)
+# (in _inner_training_loop up to transformers 4.x, _run_epoch from 5.0)
+_NAN_INF_FILTER = ("the Hugging Face Trainer's nan/inf filter reading the loss",
+                   "TrainingArguments(logging_nan_inf_filter=False)")
+FRAMEWORK_READS = {("transformers/trainer.py", "_inner_training_loop"): _NAN_INF_FILTER,
+                   ("transformers/trainer.py", "_run_epoch"): _NAN_INF_FILTER}
 
 # What to look for in the user's function when a sync op has no Python call of its own (a slot such
 # as bool(t) or t[mask] called from C): call names, then syntactic forms ("branch", "mask").

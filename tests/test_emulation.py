@@ -388,12 +388,13 @@ def test_a_device_read_inside_an_installed_librarys_function_is_a_sync_at_the_us
 @pytest.mark.timing
 def test_a_frameworks_device_reads_are_syncs_and_its_optimizers_step_counters_are_not(realistic_reports):
     """Under `trainer.train()` the emulated device saw the Trainer read the loss (its nan/inf filter, two reads
-    a step): SYNC001 there, at two per step. AdamW's per-parameter step counters, read by torch inside the same
-    call, are host tensors on a GPU too (no sync): they made it 14 a step."""
+    a step): SYNC001 there, at two per step, named with the option that removes them. AdamW's per-parameter step
+    counters, read by torch inside the same call, are host tensors on a GPU too (no sync): they made it 14."""
     report = realistic_reports["hf_trainer_optim.py"]["run"]
     sync = next(f for f in report["findings"] if f["rule"] == "SYNC001")
     (where,) = sync["locations"]
     assert where["code"].startswith("trainer.train()") and where["count_per_step"] == pytest.approx(2.0)
+    assert "nan/inf filter" in where["detail"] and "logging_nan_inf_filter=False" in where["detail"]
 
 
 def test_a_moved_tensor_is_a_copy_the_script_may_write_either_side_of(tmp_path):

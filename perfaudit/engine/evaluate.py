@@ -153,9 +153,9 @@ def evaluate(rule: Rule, ctx: Context) -> Finding | Skipped | None:
     except Missing as exc:
         return Skipped(rule.id, str(exc))
     if n_steps < FEW_STEPS and cost.ms_per_step is not None and ctx.trace is not None and rule.scope == "trace":
-        notes += (f"Measured over {n_steps} step(s) only (the trace budget or the script allowed no more): a "
-                  "figure from so few steps may not be a typical step's; more steps (--steps, --max-trace-mb) "
-                  "make it firmer.",)
+        notes += (f"Measured over {n_steps} step(s) only: a figure from so few steps may not be a typical "
+                  "step's; more steps make it firmer (`perfaudit run --steps`, `--max-trace-mb` when the trace "
+                  "budget cut the window; a profiler schedule with more active steps).",)
     locations = tuple(_locations(sites, n_steps))
     evidence = {k: v for k, v in ev.aggregates.items()}
     if projected:

@@ -37,7 +37,7 @@ class Attribution:
     library: bool = False     # library Python code ran between the user's line and the event
     module: str | None = None  # the torch module class the user's line called (`nn.Module: X` events)
     loading: bool = False     # the user's code ran for the DataLoader (a Dataset's __getitem__, a collate_fn)
-    reader_path: str | None = None  # the innermost library Python code below the user's line (what made the event)
+    reader: Frame | None = None  # the innermost library Python frame below the user's line (what made the event)
 
 
 @lru_cache(maxsize=4096)
@@ -95,14 +95,14 @@ def _via(name: str) -> tuple[str | None, str | None]:
 _PASS_THROUGH = _TENSOR_METHOD_FILES + ("torch/overrides.py",)
 
 
-def _innermost_library(below: list[Event], roots: tuple[str, ...]) -> str | None:
+def _innermost_library(below: list[Event], roots: tuple[str, ...]) -> Frame | None:
     for event in reversed(below):
         frame = parse_frame(event.name, roots)
         if frame is None:
             continue
         path = frame.path.replace("\\", "/")
         if not path.endswith(_PASS_THROUGH) and "perfaudit/collect/" not in path:
-            return path
+            return frame
     return None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 
-from ...calls import HOST_READS, NONZERO_CALLS, SCALAR_READ_CALLS, SYNC_CALLS
+from ...calls import FRAMEWORK_READS, HOST_READS, NONZERO_CALLS, SCALAR_READ_CALLS, SYNC_CALLS
 from ...static.uses import host_consumer
 from ...trace.model import Event
 from ...trace.nesting import enclosing, innermost
@@ -141,7 +141,8 @@ def sync_sites(ctx: Context):
         on_device = _device_read_lines(ctx)
         items = [item for item in items if _user_read(attributions.get(id(item[0])))
                  or _read_of_the_device(ctx, attributions.get(id(item[0])), on_device)]
-    items = [_for_module(item, attributions.get(id(item[0]))) for item in items]
+    items = [_for_framework(_for_module(item, att), att) for item in items
+             for att in [attributions.get(id(item[0]))]]
     collector = SiteCollector(ctx, *COPY_FALLBACK)
     collector.add_all(items, hints={DETAIL["aten::_local_scalar_dense"]: SCALAR_FALLBACK,
                                     DETAIL["aten::nonzero"]: NONZERO_FALLBACK}, attributions=attributions)
@@ -209,6 +210,21 @@ def _for_module(item, att):
     return anchor, counted, ms, f"made by torch inside {att.module}.forward for this call: {detail}"
 
 
+def _for_framework(item, att):
+    """A read a framework makes every step for the user's call (calls.FRAMEWORK_READS), named with the
+    option that turns it off."""
+    reader = att.reader if att is not None else None
+    if reader is None:
+        return item
+    path = reader.path.replace("\\", "/")
+    known = next((v for (where, func), v in FRAMEWORK_READS.items() if path.endswith(where) and reader.func == func),
+                 None)
+    if known is None:
+        return item
+    anchor, counted, ms, detail = item
+    return anchor, counted, ms, f"{known[0]}: {known[1]} removes it"
+
+
 def _device_read_lines(ctx: Context) -> dict[str, set[int]]:
     """On the emulated CUDA path, the user's lines (file -> lines) that read a value on the device in the
     window, directly or through library code they call: the emulation saw each read, wherever it was made."""
@@ -229,7 +245,7 @@ def _read_of_the_device(ctx: Context, att, lines: dict[str, set[int]]) -> bool:
     found-inf read, which the rule cannot ask the user to remove)."""
     if att is None or att.loading or not att.via or not lines:
         return False
-    for where in (att.via_path or "", att.reader_path or ""):  # called through torch, or torch made the read
+    for where in (att.via_path or "", att.reader.path if att.reader else ""):  # through torch, or torch read
         where = where.replace("\\", "/")
         if where.startswith("torch/") or "/torch/" in where:
             return False
