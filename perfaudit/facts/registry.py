@@ -211,8 +211,9 @@ class Context:
             return []
         window = self.trace.probes.get("window")
         waited = window.get("step_waited_ms") if isinstance(window, dict) else None
-        if not isinstance(waited, list) or not all(isinstance(w, (int, float)) for w in waited):
-            return []
+        if not isinstance(waited, list) or not all(isinstance(w, (int, float)) and not isinstance(w, bool)
+                                                   and 0 <= w < float("inf") for w in waited):
+            return []  # a trace's own figures, read as hostile: NaN, infinite or negative waits are no waits
         return [float(w) for w in waited]
 
     @cached_property
