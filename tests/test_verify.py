@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import signal
 import textwrap
+import time
 
 import pytest
 
@@ -307,13 +309,22 @@ def test_an_edit_whose_later_use_never_ran_is_said_to_be_unproven(tmp_path):
     assert exercise.missed_uses == [(13, 'print(f"mean loss {total / 10 ** 7:.4f}")')]
 
 
+def _stopped(proc) -> str:
+    """SIGTERM to a running `perfaudit verify`: it exits 143 within seconds; its stdout."""
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stdout + stderr
+    assert time.monotonic() - sent < 10, "verify took too long to stop"
+    return stdout
+
+
 def test_sigterm_during_the_audit_runs_no_ab_round_and_exits_143(tmp_path):
     """verify stopped while it audits: no A/B run starts afterwards, what the audit saw is printed, exit 143
     within seconds, nothing left running."""
-    import signal
     import subprocess
     import sys
-    import time
     script = tmp_path / "train.py"
     script.write_text("import time\nimport torch\nfrom torch import nn\n\n"
                       "model = nn.Linear(64, 64)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
@@ -330,12 +341,7 @@ def test_sigterm_during_the_audit_runs_no_ab_round_and_exits_143(tmp_path):
         if progress.exists() and '"step"' in progress.read_text(errors="replace"):
             break
         time.sleep(0.2)
-    time.sleep(0.5)
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, stdout + stderr
-    assert time.monotonic() - sent < 10, "verify took too long to stop"
+    stdout = _stopped(proc)
     assert "stopped by SIGTERM during the audit" in " ".join(stdout.split())
     assert not [p.name for p in runs.iterdir() if p.name.startswith(("A", "B", "fixed-"))]  # no A/B run started
     left = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.strip()
@@ -345,10 +351,8 @@ def test_sigterm_during_the_audit_runs_no_ab_round_and_exits_143(tmp_path):
 def test_sigterm_during_the_gpu_path_check_starts_no_other_run_and_exits_143(tmp_path):
     """Stopped while the script as it is runs on the emulated CUDA path (after the rounds): no fixed script
     runs there afterwards, no end check starts, exit 143 within seconds."""
-    import signal
     import subprocess
     import sys
-    import time
     script = tmp_path / "train.py"
     script.write_text((SAMPLES / "bias_bn_bad.py").read_text())  # a CUDA branch and a fix (BN001)
     runs = tmp_path / "runs"
@@ -359,10 +363,5 @@ def test_sigterm_during_the_gpu_path_check_starts_no_other_run_and_exits_143(tmp
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None and not (runs / "A-gpu-path").exists():
         time.sleep(0.2)
-    time.sleep(0.5)
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, stdout + stderr
-    assert time.monotonic() - sent < 10, "verify took too long to stop"
+    _stopped(proc)
     assert sorted(p.name for p in runs.iterdir() if "gpu-path" in p.name or p.name.endswith("-end")) == ["A-gpu-path"]

@@ -95,13 +95,10 @@ def _via(name: str) -> tuple[str | None, str | None]:
 _PASS_THROUGH = _TENSOR_METHOD_FILES + ("torch/overrides.py",)
 
 
-def _innermost_library(below: list[Event], roots: tuple[str, ...]) -> Frame | None:
-    for event in reversed(below):
-        frame = parse_frame(event.name, roots)
-        if frame is None:
-            continue
-        path = frame.path.replace("\\", "/")
-        if not path.endswith(_PASS_THROUGH) and "perfaudit/collect/" not in path:
+def _innermost_library(frames: list[Frame | None]) -> Frame | None:
+    for frame in reversed(frames):
+        if frame is not None and not frame.path.replace("\\", "/").endswith(_PASS_THROUGH) \
+                and "perfaudit/collect/" not in frame.path.replace("\\", "/"):
             return frame
     return None
 
@@ -123,11 +120,12 @@ class FrameIndex:
                 below = stack[i + 1:]
                 via, via_path = _via(below[0].name) if below else (None, None)
                 module = next((m.group("cls") for e in below if (m := _MODULE.match(e.name))), None)
+                frames = [parse_frame(e.name, self._roots) for e in below]
                 library = any(f is not None and not f.path.replace("\\", "/").endswith(_TENSOR_METHOD_FILES)
-                              for f in (parse_frame(e.name, self._roots) for e in below))
+                              for f in frames)
                 loading = any("torch/utils/data/" in e.name.replace("\\", "/") for e in stack[:i])
                 return Attribution(frame, via if not module or via else f"module:{module}", via_path, library, module,
-                                   loading, _innermost_library(below, self._roots))
+                                   loading, _innermost_library(frames))
         return None
 
     def attribute_all(self, events: list[Event]) -> dict[int, Attribution]:
