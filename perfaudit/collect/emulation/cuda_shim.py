@@ -13,6 +13,8 @@ import types
 
 import torch
 
+from .tensor_registry import copied, tag, tensor_bytes
+
 _real_cuda_available = torch.cuda.is_available
 _real_cudnn_available, _real_cudnn_version = torch.backends.cudnn.is_available, torch.backends.cudnn.version
 DEVICE_NAME = "CUDA device emulated on the CPU (perfaudit)"
@@ -117,6 +119,37 @@ LEGACY_TYPES = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "Ha
            "BFloat16Tensor": torch.bfloat16, "LongTensor": torch.int64, "IntTensor": torch.int32,
            "ShortTensor": torch.int16, "CharTensor": torch.int8, "ByteTensor": torch.uint8,
            "BoolTensor": torch.bool}
+
+
+def cast_to_type(mode, func, args, kwargs):
+    """`x.type(torch.cuda.FloatTensor)` / `x.type("torch.cuda.HalfTensor")`: a cast and a move to the
+    device; `x.type()` names a device tensor's type as CUDA does."""
+    src = args[0]
+    target = args[1] if len(args) > 1 else kwargs.get("dtype")
+    on = mode.on_device.has(src)
+    if target is None:
+        name = func(src)
+        return name.replace("torch.", "torch.cuda.", 1) if on and not name.startswith("torch.cuda.") else name
+    name = target if isinstance(target, str) else getattr(target, "__name__", None)
+    cuda_type = (target.startswith("torch.cuda.") if isinstance(target, str)
+                 else getattr(target, "is_emulated_cuda_type", False))
+    if not cuda_type:
+        host_type = not isinstance(target, torch.dtype)  # torch.FloatTensor, "torch.FloatTensor": the host's
+        if host_type and on:  # a cast and a copy back to the host
+            mode._read(".type(host type)", blocking=True)
+        out = func(src, *args[1:], **kwargs)
+        if on and not host_type:
+            tag(out, mode.on_device)
+        return out
+    dtype = LEGACY_TYPES.get(name.rsplit(".", 1)[-1]) if isinstance(name, str) else None
+    out = src.to(dtype=dtype) if dtype is not None else src
+    if not on:
+        out = copied(out) if out is src else out
+        mode._copy_in(src, tensor_bytes(src), bool(kwargs.get("non_blocking", False)), "type")
+    mode._placed(out, src)
+    tag(out, mode.on_device)
+    return out
+
 
 
 # the messages of errors the emulated device raised because a GPU raises them there: the script's errors,

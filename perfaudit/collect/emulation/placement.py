@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -19,9 +18,9 @@ from torch.overrides import TorchFunctionMode
 from ..internal import record_internal_error
 from ..userframes import is_user_file, user_site
 from .attention import attend
-from .cuda_shim import LEGACY_TYPES
+from .cuda_shim import cast_to_type
 from .sample_moves import sample_moves
-from .tensor_registry import TAGGABLE, Registry, copied, first_placed, is_cuda, tag, tensor_bytes
+from .tensor_registry import KINDS, KeyedRef, Registry, copied, first_placed, is_cuda, kind_of, tag, tensor_bytes
 
 CUDA = torch.device("cuda", 0)
 CPU = torch.device("cpu")
@@ -80,7 +79,7 @@ class Placement(TorchFunctionMode):
             Tensor.data.__set__: self._set_data,
             Tensor.record_stream: lambda f, a, k: None,
             Tensor.new_tensor: self._new_tensor,
-            Tensor.type: self._type,
+            Tensor.type: lambda f, a, k: cast_to_type(self, f, a, k),
         }
         for func, name in _READS.items():
             self.handlers[func] = self._reader(name)
@@ -88,35 +87,41 @@ class Placement(TorchFunctionMode):
 
     # -- the mode --------------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        # the hot path of every torch call the script makes: few Python calls (each is also an event of
-        # the profiler's Python tracer), registries read as their dicts
-        handler = self.handlers.get(func)
-        if handler is not None:
-            return handler(func, args, kwargs or {})
+        # the hot path of every torch call the script makes: few calls (each, builtins included, is an
+        # event of the profiler's Python tracer): dicts read with `in` and `[]`, types through KINDS
+        handlers = self.handlers
+        if func in handlers:
+            return handlers[func](func, args, kwargs or {})
         if kwargs:
-            device = kwargs.get("device")
+            device = kwargs["device"] if "device" in kwargs else None
             if device is not None and is_cuda(device):
                 return self._made_on_device(func, args, kwargs)
             out = func(*args, **kwargs)
         else:
             out = func(*args)
-        if not isinstance(out, TAGGABLE):  # sizes, dims, Python numbers: nothing to follow
+        cls = type(out)
+        kind = KINDS[cls] if cls in KINDS else kind_of(cls)
+        if not kind:  # sizes, dims, Python numbers: nothing to follow
             return out
         on_device = self._on_device_refs
         if on_device:
             for a in args:
-                if isinstance(a, Tensor):
-                    entry = on_device.get(id(a))
-                    if entry is not None and entry[0]() is a:
+                cls = type(a)
+                arg_kind = KINDS[cls] if cls in KINDS else kind_of(cls)
+                if arg_kind == 1:
+                    key = id(a)
+                    if key in on_device and on_device[key][0]() is a:
                         break
-                elif isinstance(a, (list, tuple)) and first_placed(a, self.on_device):
+                elif arg_kind == 2 and first_placed(a, self.on_device):
                     break
             else:
                 a = None
             if a is not None:
                 self.device_ops += 1
-                if isinstance(out, Tensor):
-                    on_device[id(out)] = (weakref.KeyedRef(out, self.on_device._gone, id(out)), True)
+                if kind == 1:
+                    ref = KeyedRef(out, self.on_device._gone)
+                    ref.key = key = id(out)
+                    on_device[key] = (ref, True)
                 else:
                     tag(out, self.on_device)
                 return out
@@ -198,35 +203,6 @@ class Placement(TorchFunctionMode):
             out = copied(out) if out is src else out
         return out
 
-    def _type(self, func, args, kwargs):
-        """`x.type(torch.cuda.FloatTensor)` / `x.type("torch.cuda.HalfTensor")`: a cast and a move to the
-        device; `x.type()` names a device tensor's type as CUDA does."""
-        src = args[0]
-        target = args[1] if len(args) > 1 else kwargs.get("dtype")
-        on = self.on_device.has(src)
-        if target is None:
-            name = func(src)
-            return name.replace("torch.", "torch.cuda.", 1) if on and not name.startswith("torch.cuda.") else name
-        name = target if isinstance(target, str) else getattr(target, "__name__", None)
-        cuda_type = (target.startswith("torch.cuda.") if isinstance(target, str)
-                     else getattr(target, "is_emulated_cuda_type", False))
-        if not cuda_type:
-            host_type = not isinstance(target, torch.dtype)  # torch.FloatTensor, "torch.FloatTensor": the host's
-            if host_type and on:  # a cast and a copy back to the host
-                self._read(".type(host type)", blocking=True)
-            out = func(src, *args[1:], **kwargs)
-            if on and not host_type:
-                tag(out, self.on_device)
-            return out
-        dtype = LEGACY_TYPES.get(name.rsplit(".", 1)[-1]) if isinstance(name, str) else None
-        out = src.to(dtype=dtype) if dtype is not None else src
-        if not on:
-            out = copied(out) if out is src else out
-            self._copy_in(src, tensor_bytes(src), bool(kwargs.get("non_blocking", False)), "type")
-        self._placed(out, src)
-        tag(out, self.on_device)
-        return out
-
     def _placed(self, out, src=None) -> None:
         """A tensor put on the device; the step whose memory is tracked (device_memory.py) is told."""
         self.placements += 1
@@ -236,8 +212,11 @@ class Placement(TorchFunctionMode):
 
     def _grad(self, func, args, kwargs):
         grad = func(*args, **kwargs)
-        if grad is not None and self.on_device.has(args[0]) and not self.on_device.has(grad):
-            self.on_device.add(grad)  # autograd made it in C++: it lives where its parameter does
+        if grad is not None:  # read by the optimizer for every parameter: the registry read as its dict
+            refs, param, key = self._on_device_refs, args[0], id(grad)
+            placed = id(param) in refs and refs[id(param)][0]() is param
+            if placed and not (key in refs and refs[key][0]() is grad):
+                self.on_device.add(grad)  # autograd made it in C++: it lives where its parameter does
         return grad
 
     def _new_tensor(self, func, args, kwargs):

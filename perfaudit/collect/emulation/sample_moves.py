@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import sys
 import threading
-import weakref
 
 import torch
 
 from ..userframes import is_user_file
-from .tensor_registry import copied
+from .tensor_registry import KeyedRef, copied
 
 Tensor = torch.Tensor
 
@@ -25,46 +24,55 @@ def sample_moves(mode):
     general, copies, main = mode._to, mode.copies, mode._main_thread
     on_device, pinned, gone = mode._on_device_refs, mode.pinned._refs, mode.on_device._gone
     sites: dict = {}  # (code, line) -> the copies' key of a user's line, or None (not the user's code)
-    getframe, get_ident, keyed = sys._getframe, threading.get_ident, weakref.KeyedRef
+    getframe, get_ident = sys._getframe, threading.get_ident
 
     def to(func, args, kwargs):
-        if not mode.in_fetch or len(args) != 2 or (kwargs and kwargs.keys() != {"non_blocking"}):
+        # every builtin called here is an event of the profiler's Python tracer: dicts are read with `in`
+        # and `[]`, sizes with properties
+        if not mode.in_fetch or (kwargs and (len(kwargs) != 1 or "non_blocking" not in kwargs)):
             return general(func, args, kwargs)
-        src, target = args
+        try:
+            src, target = args
+        except ValueError:
+            return general(func, args, kwargs)
         if type(src) is not Tensor or not ((type(target) is torch.device and target.type == "cuda")
                                            or (type(target) is str and target.startswith("cuda"))):
             return general(func, args, kwargs)
-        known = on_device.get(id(src))
-        if (known is not None and known[0]() is src) or get_ident() != main:
+        known = id(src)
+        if (known in on_device and on_device[known][0]() is src) or get_ident() != main:
             return general(func, args, kwargs)
         frame = getframe(2)  # to <- the mode's __torch_function__ <- the line that called .to()
         where = (frame.f_code, frame.f_lineno)
-        key = sites.get(where, False)
-        if key is False:
+        if where in sites:
+            key = sites[where]
+        else:
             path = frame.f_code.co_filename
             key = sites[where] = (path, frame.f_lineno, "sample") if is_user_file(path) else None
-        entry = copies.get(key) if key is not None else None
+        entry = copies[key] if key is not None and key in copies else None
         if entry is None:  # the first move at this line (the general path makes the record), or not the user's
             return general(func, args, kwargs)
-        nbytes = src.numel() * src.element_size()
+        nbytes = src.nbytes  # a property: no call the profiler records
         entry["calls"] += 1
         step = mode.window_step()
         if step is not None:
             entry["window_calls"] += 1
             by_step = entry["by_step"]
-            by_step[str(step)] = by_step.get(str(step), 0) + 1
+            step = str(step)
+            by_step[step] = by_step[step] + 1 if step in by_step else 1
             entry["window_bytes"] += nbytes
         if nbytes > entry["bytes"]:
             entry["bytes"] = nbytes
         if entry["pinned"]:
-            held = pinned.get(id(src))
-            entry["pinned"] = held is not None and held[0]() is src
+            held = id(src)
+            entry["pinned"] = held in pinned and pinned[held][0]() is src
         if entry["non_blocking"] and not (kwargs and kwargs["non_blocking"]):
             entry["non_blocking"] = False
         out = copied(src)
         mode.placements += 1
         if mode.memory is not None:
             mode.memory.placed(out, "batches")
-        on_device[id(out)] = (keyed(out, gone, id(out)), True)
+        ref = KeyedRef(out, gone)
+        ref.key = key = id(out)
+        on_device[key] = (ref, True)
         return out
     return to

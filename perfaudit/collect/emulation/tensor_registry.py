@@ -18,6 +18,14 @@ def is_cuda(device) -> bool:
     return isinstance(device, int) and not isinstance(device, bool)
 
 
+class KeyedRef(weakref.ref):
+    """A weak reference that carries its registry key, as weakref.KeyedRef does, but made without Python
+    code: weakref.KeyedRef's __new__ and __init__ are two Python calls (each an event of the profiler's
+    Python tracer) per tensor tagged, on every op of a device tensor. Set `key` after making it."""
+    __slots__ = ("key",)
+    key: int
+
+
 class Registry:
     """Tensors by identity (weakly): equal tensors are different tensors, and a dead one is forgotten."""
 
@@ -25,8 +33,9 @@ class Registry:
         refs = self._refs = {}
 
         def gone(ref):  # one callback for every entry: the KeyedRef carries its key
-            if refs.get(ref.key, (None,))[0] is ref:
-                del refs[ref.key]
+            key = ref.key
+            if key in refs and refs[key][0] is ref:
+                del refs[key]
         self._gone = gone
 
     def __bool__(self) -> bool:
@@ -36,34 +45,50 @@ class Registry:
         return len(self._refs)
 
     def get(self, t):
-        entry = self._refs.get(id(t))
-        return entry[1] if entry is not None and entry[0]() is t else None
+        refs, key = self._refs, id(t)
+        return refs[key][1] if key in refs and refs[key][0]() is t else None
 
     def has(self, t) -> bool:
-        entry = self._refs.get(id(t))
-        return entry is not None and entry[0]() is t
+        refs, key = self._refs, id(t)
+        return key in refs and refs[key][0]() is t
 
     def add(self, t, value=True) -> None:
         try:
-            self._refs[id(t)] = (weakref.KeyedRef(t, self._gone, id(t)), value)
+            ref = KeyedRef(t, self._gone)
         except TypeError:
-            pass
+            return
+        ref.key = key = id(t)
+        self._refs[key] = (ref, value)
+
+
+# A type's kind on the hot path: 1 a tensor, 2 a list or tuple, 0 anything else. Read as
+# `KINDS[cls] if cls in KINDS else kind_of(cls)`: operators, not calls (the profiler's Python tracer
+# records every call, builtins like isinstance and dict.get included, and a step makes thousands).
+KINDS: dict[type, int] = {}
+
+
+def kind_of(cls: type) -> int:
+    kind = KINDS[cls] = 1 if issubclass(cls, Tensor) else 2 if issubclass(cls, (list, tuple)) else 0
+    return kind
 
 
 def first_placed(items, registry: Registry):
     """The registry's value for the first tensor among `items` (one level of lists and tuples) it holds."""
     refs = registry._refs
     for a in items:
-        if isinstance(a, Tensor):
-            entry = refs.get(id(a))
-            if entry is not None and entry[0]() is a:
-                return entry[1]
-        elif isinstance(a, (list, tuple)):
+        cls = type(a)
+        kind = KINDS[cls] if cls in KINDS else kind_of(cls)
+        if kind == 1:
+            key = id(a)
+            if key in refs and refs[key][0]() is a:
+                return refs[key][1]
+        elif kind == 2:
             for b in a:
-                if isinstance(b, Tensor):
-                    entry = refs.get(id(b))
-                    if entry is not None and entry[0]() is b:
-                        return entry[1]
+                cls = type(b)
+                if (KINDS[cls] if cls in KINDS else kind_of(cls)) == 1:
+                    key = id(b)
+                    if key in refs and refs[key][0]() is b:
+                        return refs[key][1]
     return None
 
 
@@ -76,9 +101,6 @@ def tag(out, registry: Registry, value=True) -> None:
                 registry.add(t, value)
 
 
-TAGGABLE = (Tensor, list, tuple)
-
-
 _LAZY_CLONE = getattr(torch, "_lazy_clone", None)  # torch >= 2.4: copy-on-write
 
 
@@ -88,8 +110,8 @@ def copied(t: Tensor) -> Tensor:
     image batch cost a real copy of its megabytes per step). A plain clone for a source that is not all of its
     storage: a slice of a dataset tensor would share, and on a write copy, the whole dataset; a non-contiguous
     one's GPU copy is contiguous."""
-    if (_LAZY_CLONE is not None and t.storage_offset() == 0 and t.is_contiguous()
-            and t.untyped_storage().nbytes() == t.numel() * t.element_size()):
+    if (_LAZY_CLONE is not None and t.untyped_storage().nbytes() == t.nbytes  # then a contiguous one starts
+            and t.is_contiguous()):                                               # at its storage's start
         try:
             return _LAZY_CLONE(t)
         except RuntimeError:  # memory it cannot share: a DataLoader worker's batch, in shared memory
