@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from ...outcome import Outcome
-from ..window.clock import run_queue_wait_s
+from ..window.clock import own_cpu_s, run_queue_wait_s, usable_cpus, waited_for_others
 from ..window.session import Session, WindowDone
 from .watch import LineWatcher
 
@@ -30,6 +30,7 @@ class TimingSession(Session):
         super().__init__(config, script)
         self.ends: list[float] = []               # the end of each step (perf_counter)
         self.waits: list[float | None] = []       # at each end: seconds the threads waited for a CPU so far
+        self.own_cpu: list[float] = []            # at each end: CPU seconds of the script's processes so far
         self.losses: list[tuple[int, Any]] = []  # (step index, detached scalar loss)
         self.all_seen = False                     # verify's exercise run: every watched line ran
 
@@ -68,6 +69,7 @@ class TimingSession(Session):
             self.restarts.append(why)
             self.ends.clear()
             self.waits.clear()
+            self.own_cpu.clear()
             self.losses.clear()
 
     def flush(self, raise_done: bool = True) -> None:
@@ -79,6 +81,7 @@ class TimingSession(Session):
             torch.cuda.synchronize()  # the step's device work belongs to the step (A and B alike)
         self.ends.append(time.perf_counter())
         self.waits.append(run_queue_wait_s())
+        self.own_cpu.append(own_cpu_s())
         self._say("step", step=len(self.ends), warmup=self.warmup, steps=self.steps)
         if len(self.ends) > self.warmup + self.steps and self._measured_enough():
             self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
@@ -104,8 +107,11 @@ class TimingSession(Session):
         losses = [per_step.get(step) for step in range(first + 1, first + 1 + len(times))]
         waits = self.waits[first:first + len(times) + 1]
         known = [w for w in waits if w is not None]
-        waited = ([round(b - a, 6) for a, b in zip(known, known[1:])]
-                  if len(known) == len(waits) == len(times) + 1 else None)  # None: the OS does not say
+        own = self.own_cpu[first:first + len(times) + 1]
+        cpus = usable_cpus()
+        waited = ([round(waited_for_others(b - a, t, c1 - c0, cpus), 6)  # not the script's own threads' waits
+                   for a, b, t, c0, c1 in zip(known, known[1:], times, own, own[1:])]
+                  if len(known) == len(waits) == len(own) == len(times) + 1 else None)  # None: the OS does not say
         timing = {"step_times_s": times, "losses": losses, "warmup": self.warmup, "restarts": self.restarts,
                   "device": "cuda" if self.torch.cuda.is_available() else "cpu", "step_waited_s": waited}
         out = {**result, "timing": timing, "steps_recorded": len(times), "warmup": self.warmup,

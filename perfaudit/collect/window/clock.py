@@ -30,6 +30,37 @@ def run_queue_wait_s() -> float | None:
     return total / 1e9
 
 
+def own_cpu_s() -> float:
+    """CPU seconds run so far by this process (every thread) and its child processes (DataLoader workers,
+    anything the script started): the script's own use of the machine. A child that ended is no longer
+    counted (a step it ended in looks less busy than it was: the conservative side)."""
+    total = time.process_time()
+    try:
+        with open(f"{_TASKS}/{os.getpid()}/children") as f:
+            children = f.read().split()
+    except OSError:
+        return total
+    for pid in children:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    total += int(f.read().split()[0]) / 1e9
+            except (OSError, ValueError, IndexError):
+                continue
+    return total
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 class OwnClock:
     def __init__(self):
         self._wall0 = self._wait0 = None
@@ -63,3 +94,13 @@ BUSY_MIN_S = 0.0003    # a shorter wait is scheduling noise
 def disturbed(waited_s: float, wall_s: float) -> bool:
     """Whether a step that waited `waited_s` for a CPU (run_queue_wait_s) measured the machine, not the code."""
     return waited_s > BUSY_MIN_S and waited_s > BUSY_SHARE * wall_s
+
+
+def waited_for_others(waited_s: float, wall_s: float, own_cpu_s: float | None, cpus: int) -> float:
+    """The part of a step's wait for a CPU to put down to other processes: none when the script's own
+    processes kept nearly every CPU busy over the step (`own_cpu_s`, its CPU time in the step): its threads
+    then waited for each other (the intra-op pool, DataLoader workers, a pin-memory thread), which is the
+    script's own doing, not a busy machine. Others then had at most BUSY_SHARE of the CPUs."""
+    if own_cpu_s is not None and wall_s > 0 and own_cpu_s >= (1 - BUSY_SHARE) * cpus * wall_s:
+        return 0.0
+    return waited_s

@@ -1,7 +1,8 @@
 """Which recorded steps are training steps like the others, and whether the trace stays within budget.
 
 A step during which the process's threads waited for a CPU held by other processes for more than a
-tenth of it (Linux says how long, clock.py) is disturbed: on a busy machine one preempted thread of
+tenth of it (Linux says how long, clock.py) is disturbed, unless the script's own processes kept nearly
+every CPU busy (its threads then waited for each other): on a busy machine one preempted thread of
 the intra-op pool can stretch a 2 ms step to 40 ms, and an average over such steps says more about
 the neighbours than about the script. It is left out the same way, and the window goes on (up to
 BUSY_EXTRA times the steps asked for, and at least 20) to measure as many undisturbed steps as were asked for.
@@ -22,7 +23,7 @@ import time
 
 from ..internal import guarded
 from ..wrap import wrap
-from .clock import disturbed, run_queue_wait_s
+from .clock import disturbed, own_cpu_s, run_queue_wait_s, usable_cpus, waited_for_others
 
 REASONS = {"busy": "it waited {ms:.1f} ms of its {wall:.1f} ms for a CPU held by other processes (busy machine)",
            "eval": "the model was switched to eval mode in it (an evaluation pass?)",
@@ -48,6 +49,9 @@ class StepMarks:
         self._cpu_at_open = None
         self._wall_at_open = None
         self._wait_at_open = None
+        self._own_at_open: float | None = None
+        self._cpus = usable_cpus()
+        self.self_contended = 0               # steps whose waits were among the script's own threads
         self.busy_extra = 0
         self.waited_ms: list[float] = []      # each window step's wait for a CPU
         self._walls: list[float] = []         # each window step's wall time (s)
@@ -104,6 +108,7 @@ class StepMarks:
     def step_opened(self, index: int) -> None:
         self.flags, self.loaders = set(), set()
         self._cpu_at_open = time.process_time()
+        self._own_at_open = own_cpu_s()
         self._wall_at_open, self._wait_at_open = time.perf_counter(), run_queue_wait_s()
 
     def step_closed(self, index: int, measured: bool) -> bool:
@@ -137,8 +142,12 @@ class StepMarks:
         if now is None:
             return None
         wall_ms = (time.perf_counter() - self._wall_at_open) * 1000.0
+        own = own_cpu_s() - self._own_at_open if self._own_at_open is not None else None
         self._walls.append(wall_ms / 1000.0)
         waited_ms = (now - self._wait_at_open) * 1000.0
+        if waited_ms > 0 and waited_for_others(waited_ms, wall_ms / 1000.0, own, self._cpus) == 0.0:
+            waited_ms = 0.0  # the script's own processes held the CPUs: not a busy machine
+            self.self_contended += 1
         self.waited_ms.append(round(waited_ms, 3))
         if disturbed(waited_ms / 1000.0, wall_ms / 1000.0):
             return waited_ms, wall_ms
@@ -179,6 +188,6 @@ class StepMarks:
 
     def summary(self) -> dict:
         return {"excluded_steps": {str(i): why for i, why in self.excluded.items()},
-                "busy_steps_measured": self.readmitted,
+                "busy_steps_measured": self.readmitted, "self_contended_steps": self.self_contended,
                 "extra_steps": self.extra_steps + self.busy_extra,
                 "step_cpu_s": [round(c, 4) for c in self._cpu], "step_waited_ms": self.waited_ms}
