@@ -84,6 +84,8 @@ class Placement(TorchFunctionMode):
         for func, name in _READS.items():
             self.handlers[func] = self._reader(name)
         self.handlers[torch._C._nn.scaled_dot_product_attention] = lambda f, a, k: attend(self, f, a, k)
+        # nn.Module.to(device=..., dtype=...) parses its arguments with this: a device keyword, no tensor made
+        self.handlers[torch._C._nn._parse_to] = lambda f, a, k: f(*a, **k)
 
     # -- the mode --------------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -140,7 +142,7 @@ class Placement(TorchFunctionMode):
         self._placed(out)
         tag(out, self.on_device)
         data = args[1] if func is Tensor.new_tensor and len(args) > 1 else (args[0] if args else None)
-        if func in _FROM_DATA and data is not None and not isinstance(data, Tensor):
+        if func in _FROM_DATA and data is not None and not isinstance(data, Tensor) and tensor_bytes(out):
             self._copy_in(None, tensor_bytes(out), non_blocking=False, api=getattr(func, "__name__", "tensor") + "(device=)")
         return out
 
