@@ -25,11 +25,13 @@ ROUND = 512
 SMALL, SMALL_SEGMENT, MID, MID_SEGMENT, LARGE_ROUND = 1 << 20, 2 << 20, 10 << 20, 20 << 20, 2 << 20
 CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "batches", "temporaries", "other")
 # the ops torch runs through cuBLAS on a GPU: each thread that runs one gets a handle and a workspace from
-# the caching allocator, kept for the process's life (ATen's CublasHandlePool.cpp)
+# the caching allocator, kept for the process's life (ATen's CublasHandlePool.cpp). Under inference_mode the
+# composite ones (linear, matmul, einsum) reach the dispatcher whole, not as the mm/addmm they become
 _aten = torch.ops.aten
-CUBLAS_OPS = frozenset(getattr(_aten, name).default for name in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "mv",
-                                                                 "addmv", "_addmm_activation")
-                       if hasattr(getattr(_aten, name, None), "default"))
+CUBLAS_OPS = frozenset(getattr(_aten, name).default for name in (
+    "mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "_addmm_activation", "addmm_", "baddbmm_",
+    "addbmm_", "addmv_", "dot", "vdot", "linear", "matmul", "einsum", "_scaled_mm")
+    if hasattr(getattr(_aten, name, None), "default"))
 
 
 def rounded(nbytes: int) -> int:
