@@ -60,6 +60,55 @@ def test_the_peak_on_the_emulated_device_matches_memtracker(tmp_path, kind):
     assert "memory" in proc.stdout and "H100 80 GB" in proc.stdout.replace("\n", " ")
 
 
+def _h100_step_memory(trace) -> tuple[int, int, int]:
+    """(bytes allocated as the recorded step began, peak allocated, peak reserved in the step) from a real GPU
+    trace's allocator events ([memory] instants carry the caching allocator's totals after each event)."""
+    import gzip
+    data = json.loads(gzip.open(trace).read())
+    step = next(e for e in data["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")
+                and e.get("cat") == "user_annotation")
+    events = sorted((e for e in data["traceEvents"] if e.get("name") == "[memory]"
+                     and e["args"].get("Device Type") == 1 and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]),
+                    key=lambda e: e["ts"])
+    first = events[0]["args"]
+    return (first["Total Allocated"] - first["Bytes"], max(e["args"]["Total Allocated"] for e in events),
+            max(e["args"]["Total Reserved"] for e in events))
+
+
+@pytest.mark.timing
+def test_the_peak_of_a_real_h100_inference_is_predicted_without_a_gpu(tmp_path):
+    """TraceLens recorded bert-small in bfloat16 under inference_mode on an H100 with the allocator's events:
+    the same model and prompt on the emulated device (random weights, tests/scripts/tracelens_bert_small.py)
+    predicts that step's peak allocated within 10 %, and never 5 % under (an under-prediction is an OOM).
+    The parameters are on the device though moved with `.to(device=..., dtype=...)` (it left them on the
+    host), the cuBLAS workspace is counted though inference_mode hands linear to the dispatcher whole, and
+    perfaudit's own module trace holds no layer's output (it kept every activation of its step alive)."""
+    pytest.importorskip("transformers")
+    trace = ROOT / "tests" / "data" / "gpu_traces" / "tracelens_h100" / "bert_small_inference_h100.json.gz"
+    start, peak, reserved = _h100_step_memory(trace)
+    script = ROOT / "tests" / "scripts" / "tracelens_bert_small.py"
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(script), "--out-dir", str(tmp_path / "run"), "-f", f"json={out}",
+                     "--warmup", "2", "--steps", "2", cwd=script.parent)
+    assert out.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    memory = json.loads(out.read_text())["memory"]
+    predicted = memory["peak_allocated_bytes"]
+    assert 0.95 * peak <= predicted <= 1.10 * peak, (predicted, peak, memory)
+    assert abs(memory["peak_reserved_bytes"] - reserved) <= 0.10 * reserved, (memory, reserved)
+    held = memory["by_category"]
+    from transformers import BertConfig, BertLMHeadModel
+    config = BertConfig(vocab_size=30522, hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+                        intermediate_size=2048, max_position_embeddings=512, is_decoder=True)
+    params = sum(p.numel() * 2 for p in BertLMHeadModel(config).parameters())  # tied weights counted once
+    assert abs(held["parameters"] - params) <= 512 * 64
+    assert held["cuBLAS workspace"] == 32 * 2**20
+    # what the GPU held as the step began: the weights and the workspace, nothing of the step before
+    assert abs(held["parameters"] + held["cuBLAS workspace"] - start) <= 0.01 * start
+    # the step's own: one layer's activations at a time and the logits (1 x 141 x 30522 bf16: 8.6 MB), not
+    # every layer's outputs at once
+    assert held["temporaries"] <= 1.25 * (peak - start), (held, peak - start)
+
+
 def test_the_cublas_workspace_follows_the_target_gpu():
     """torch sizes its cuBLAS workspace by the GPU (ATen's CublasHandlePool.cpp): 32 MiB on sm90, 8 MiB +
     128 KiB on the others; a GPU that is not NVIDIA's gets none counted."""

@@ -39,7 +39,7 @@ class Probes(LoaderProbes):
         self.module_order: list[str] = []
         self.executed: dict[tuple, int] = {}   # (path, line) -> times run, over one warm-up step
         self._line_trace = False
-        self._outputs: dict[int, torch.nn.Module] = {}
+        self._outputs: dict[int, tuple] = {}  # id(output) -> (layer, weak ref to the output)
         self._module_hook = None
         self.on_optimizer_built = lambda: None
         self.on_spawn = lambda api: None  # the script starts its training in other processes
@@ -180,12 +180,14 @@ class Probes(LoaderProbes):
             if len(self.module_order) < 5000:
                 self.module_order.append(type(module).__name__)
             if isinstance(module, layer_types) and isinstance(output, torch.Tensor):
-                self._outputs[id(output)] = (module, output)
+                # weakly: a strong reference kept every layer's output alive to the step's end (on a GPU
+                # too: the traced step's memory grew by the model's activations)
+                self._outputs[id(output)] = (module, weakref.ref(output))
                 if getattr(module, "bias", None) is not None:
                     self._biased_layers[id(module)] = module
             elif isinstance(module, norm_types) and inputs and isinstance(inputs[0], torch.Tensor):
                 producer = self._outputs.get(id(inputs[0]))
-                if producer and producer[1] is inputs[0] and getattr(producer[0], "bias", None) is not None:
+                if producer and producer[1]() is inputs[0] and getattr(producer[0], "bias", None) is not None:
                     layer = producer[0]
                     self._feeding_norm.add(id(layer))
                     entry = {"layer": type(layer).__name__, "norm": type(module).__name__,
