@@ -177,6 +177,14 @@ def cublas_workspace_bytes(compute_capability: float) -> int:
     return 4096 * 8 * 1024 if compute_capability == 9.0 else 4096 * 1024 * 2 + 16 * 1024 * 8
 
 
+# The CUDA context a process holds on its GPU once it touches CUDA: the driver's state and the kernels
+# loaded so far, outside the caching allocator (torch's counters never see it; nvidia-smi does). With lazy
+# module loading (torch's default since 1.13, CUDA >= 11.7): 426 MiB measured with torch 2.10 + CUDA 13 on
+# an RTX 6000 Ada (unsloth-zoo PR 1053), about 300-400 MB by PyTorch's maintainers (pytorch issues 107667,
+# 109888; PR 86509: 287 MB with one small tensor). It grows as kernel libraries load (cuBLAS, cuDNN).
+CUDA_CONTEXT_BYTES = 426 << 20
+
+
 @fact("memory.emulated", "On the emulated CUDA path, the device memory of two warm-up steps: peak allocated "
                          "and reserved bytes, what held them at the peak (parameters, gradients, optimizer state, "
                          "activations, batches, temporaries) and the user's lines that made them, against the "
@@ -195,11 +203,12 @@ def emulated_memory(ctx: Context) -> dict | None:
     if workspace:
         by_category["cuBLAS workspace"] = workspace
     allocated, reserved = seen["peak_allocated_bytes"] + workspace, seen["peak_reserved_bytes"] + workspace
+    context = CUDA_CONTEXT_BYTES if capability else None  # NVIDIA's; another vendor's runtime is not known here
     return {"source": "emulated CUDA device, the last two warm-up steps (an estimate of what a GPU holds)",
             "peak_allocated_bytes": allocated, "peak_reserved_bytes": reserved,
             "by_category": dict(sorted(by_category.items(), key=lambda kv: -kv[1])), "top_sites": sites,
-            "target": name, "device_total_bytes": total, "headroom_bytes": total - reserved,
-            "cublas_workspace_bytes": workspace}
+            "target": name, "device_total_bytes": total, "headroom_bytes": total - reserved - (context or 0),
+            "cublas_workspace_bytes": workspace, "cuda_context_bytes": context}
 
 
 @fact("memory.emulated_peak", "The emulated device's peak memory against the target GPU, for the rules: "

@@ -134,9 +134,10 @@ def memory_text(m: dict) -> str:
     top = m["top_sites"][0] if m.get("top_sites") else None
     line = f"; most from {top['file']}:{top['line']} ({_bytes(top['bytes'])})" if top else ""
     free = 100 * m["headroom_bytes"] / m["device_total_bytes"]
+    context = f" (after about {_bytes(m['cuda_context_bytes'])} of CUDA context)" if m.get("cuda_context_bytes") else ""
     return (f"peak {_bytes(m['peak_allocated_bytes'])} allocated, {_bytes(m['peak_reserved_bytes'])} reserved "
             f"(estimated on the emulated device over two warm-up steps); {free:.0f}% of {_article(m['target'])} "
-            f"{m['target']} free; "
+            f"{m['target']} free{context}; "
             f"at the peak: {held}{line}")
 
 
