@@ -97,7 +97,9 @@ def test_the_peak_of_a_real_h100_inference_is_predicted_without_a_gpu(tmp_path):
     memory = json.loads(out.read_text())["memory"]
     predicted = memory["peak_allocated_bytes"]
     assert 0.95 * peak <= predicted <= 1.10 * peak, (predicted, peak, memory)
-    assert abs(memory["peak_reserved_bytes"] - reserved) <= 0.10 * reserved, (memory, reserved)
+    # reserved, from the caching allocator replayed: its segments, best fit, splits and merges (121,634,816
+    # bytes both; the live blocks' segments alone gave 119.5 MB)
+    assert abs(memory["peak_reserved_bytes"] - reserved) <= 0.02 * reserved, (memory, reserved)
     held = memory["by_category"]
     from transformers import BertConfig, BertLMHeadModel
     config = BertConfig(vocab_size=30522, hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
@@ -110,6 +112,35 @@ def test_the_peak_of_a_real_h100_inference_is_predicted_without_a_gpu(tmp_path):
     # the step's own: one layer's activations at a time and the logits (1 x 141 x 30522 bf16: 8.6 MB), not
     # every layer's outputs at once
     assert held["temporaries"] <= 1.25 * (peak - start), (held, peak - start)
+
+
+def test_the_caching_allocator_replayed_reserves_what_torchs_would():
+    """c10's CUDACachingAllocator rules: small blocks share 2 MiB segments, blocks under 10 MiB take 20 MiB
+    ones, larger ones their size rounded to 2 MiB; the smallest free block that fits is reused and split; a
+    freed block merges with its free neighbours; a request no cached block fits takes a new segment."""
+    from perfaudit.collect.emulation.caching_allocator import CachingAllocator
+    mib = 1 << 20
+    a = CachingAllocator()
+    small = [a.malloc(100_000) for _ in range(20)]          # 100,352 B each (512-rounded): 20 share 2 MiB
+    assert a.reserved == 2 * mib and a.allocated == 20 * 100_352
+    a.malloc(5 * mib)                                        # a 20 MiB segment, split
+    a.malloc(5 * mib)                                        # the rest of it
+    assert a.reserved == 22 * mib
+    big = a.malloc(11 * mib + 1)                             # its own segment: 11 MiB + 512 rounded to 12 MiB
+    assert a.reserved == 34 * mib
+    a.free(big)
+    reused = a.malloc(10 * mib + 3 * 512)                    # best fit in the freed 12 MiB block, split
+    assert a.reserved == 34 * mib
+    a.free(reused)                                           # merges back with the rest of its segment
+    a.malloc(12 * mib)                                       # so a 12 MiB request fits again
+    assert a.reserved == 34 * mib
+    for block in small[::2]:                                 # every other small block freed: holes of 100 kB
+        a.free(block)
+    a.malloc(150_000)                      # fits no 100 kB hole nor the 90 kB the segment has left: a new one
+    assert a.reserved == 36 * mib
+    a.malloc(90_000)                       # 90,112 B: the 90 kB left in the first segment, the best fit
+    a.malloc(100_000)                      # a hole
+    assert a.reserved == 36 * mib == a.peak_reserved
 
 
 def test_the_cublas_workspace_follows_the_target_gpu():

@@ -179,3 +179,29 @@ def test_hostile_waits_for_a_cpu_give_finite_figures(waited):
     assert summary.step_ms is not None and math.isfinite(summary.step_ms) and summary.step_ms > 0
     if summary.projection:
         assert all(math.isfinite(v) for v in (summary.projection["step_ms"], *summary.projection["idle_ms"].values()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 40 << 20), st.integers(0, 1000)), max_size=120))
+def test_the_caching_allocator_replay_keeps_its_books(ops):
+    """Any sequence of requests and frees: allocated is the live blocks' sizes, reserved the segments
+    taken and never less than allocated, and once everything is freed each segment is one free block again."""
+    from perfaudit.collect.emulation.caching_allocator import CachingAllocator, round_size
+    a, live, taken = CachingAllocator(), [], 0
+    for is_malloc, nbytes, pick in ops:
+        if is_malloc or not live:
+            before = a.reserved
+            live.append((a.malloc(nbytes), round_size(nbytes)))
+            taken += a.reserved - before
+        else:
+            block, _ = live.pop(pick % len(live))
+            a.free(block)
+        # torch counts whole blocks: a large one keeps up to 1 MiB beyond its request rather than split it off
+        assert sum(size for _, size in live) <= a.allocated == sum(b.size for b, _ in live)
+        assert a.allocated <= a.peak_allocated and a.allocated <= a.reserved == taken <= a.peak_reserved
+    for block, _ in live:
+        a.free(block)
+    assert a.allocated == 0
+    free_blocks = [b for pool in a._pools.values() for _, _, b in pool]
+    assert sum(b.size for b in free_blocks) == a.reserved
+    assert all(b.prev is None and b.next is None for b in free_blocks)  # merged back: one block per segment

@@ -7,9 +7,9 @@ on device tensors makes: its bytes as the caching allocator rounds them (512 B),
 went (a weakref on the storage), what it is (saved for backward, a gradient, optimizer state, a batch, a
 temporary) and the user's line that made it. What was on the device before the step (parameters,
 gradients, optimizer state, kept tensors) is counted from the placement registry. The peak is replayed
-from that timeline; reserved memory is the allocator's segments around what is live at the peak (2 MiB
-segments for blocks up to 1 MiB, 20 MiB for blocks under 10 MiB, larger blocks rounded to 2 MiB): an
-estimate, as the allocator's fragmentation is not modelled.
+from that timeline; reserved memory from the same timeline replayed through a model of the caching
+allocator (caching_allocator.py: its segments, best fit, splits and merges), from the device as the tracked
+steps found it (how it got there, the model's loading, is not replayed: its free cached blocks are unknown).
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..internal import record_internal_error
 from ..userframes import user_site
+from .caching_allocator import CachingAllocator
 
 ROUND = 512
-SMALL, SMALL_SEGMENT, MID, MID_SEGMENT, LARGE_ROUND = 1 << 20, 2 << 20, 10 << 20, 20 << 20, 2 << 20
 CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "batches", "temporaries", "other")
 # the ops torch runs through cuBLAS on a GPU: each thread that runs one gets a handle and a workspace from
 # the caching allocator, kept for the process's life (ATen's CublasHandlePool.cpp). Under inference_mode the
@@ -36,14 +36,6 @@ CUBLAS_OPS = frozenset(getattr(_aten, name).default for name in (
 
 def rounded(nbytes: int) -> int:
     return -(-nbytes // ROUND) * ROUND
-
-
-def reserved_for(blocks: list[int]) -> int:
-    """The caching allocator's segments for these live blocks (no fragmentation)."""
-    small = sum(b for b in blocks if b <= SMALL)
-    mid = sum(b for b in blocks if SMALL < b < MID)
-    large = sum(-(-b // LARGE_ROUND) * LARGE_ROUND for b in blocks if b >= MID)
-    return -(-small // SMALL_SEGMENT) * SMALL_SEGMENT + -(-mid // MID_SEGMENT) * MID_SEGMENT + large
 
 
 def _key(t: torch.Tensor):
@@ -298,12 +290,29 @@ class DeviceMemory:
                                                  "categories": {}})
                 entry["bytes"] += r["bytes"]
                 entry["categories"][r["category"]] = entry["categories"].get(r["category"], 0) + r["bytes"]
-        reserved = reserved_for([r["bytes"] for r in live_records])
+        allocator = self._allocator()  # torch's counts: whole blocks (a large one may keep 1 MiB unsplit)
         top = sorted(sites.values(), key=lambda s: -s["bytes"])[:10]
-        return {"peak_allocated_bytes": peak, "peak_reserved_bytes": max(reserved, peak), "start_bytes": base,
+        peak = max(peak, allocator.peak_allocated)
+        return {"peak_allocated_bytes": peak, "peak_reserved_bytes": max(allocator.peak_reserved, peak),
+                "start_bytes": base,
                 "by_category": {k: v for k, v in sorted(by_category.items(), key=lambda kv: -kv[1]) if v},
                 "top_sites": top, "allocations": sum(1 for s, _ in self.timeline if s > 0),
                 "cublas_workspaces": len(self.cublas_passes)}
+
+    def _allocator(self) -> CachingAllocator:
+        """The caching allocator after the baseline (allocated in the order the device got it) and the step's
+        allocations and frees, replayed (caching_allocator.py): its peaks are torch's counters'."""
+        allocator, blocks = CachingAllocator(), {}
+        for record in self.baseline_records:
+            blocks[id(record)] = allocator.malloc(record["bytes"])
+        for sign, record in self.timeline:
+            if not record["device"]:
+                continue
+            if sign > 0:
+                blocks[id(record)] = allocator.malloc(record["bytes"])
+            elif id(record) in blocks:
+                allocator.free(blocks.pop(id(record)))
+        return allocator
 
     def snapshot(self) -> dict | None:
         return self.result
