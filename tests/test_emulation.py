@@ -445,8 +445,11 @@ def test_a_moved_tensor_is_a_copy_the_script_may_write_either_side_of(tmp_path):
 
 def test_every_way_of_moving_a_model_puts_it_on_the_device(tmp_path):
     """`model.to(device=..., dtype=...)` left the model on the host (nn.Module.to's argument parser took the
-    factory path): the script saw `weight.device == cpu` on its CUDA branch. Each way a script moves a model
-    puts its parameters on the emulated device, in the dtype asked for."""
+    factory path), and so did every model built on the device: `nn.Linear(..., device="cuda")`,
+    `nn.Parameter(cuda_tensor)`, `with torch.device("cuda")`, `torch.set_default_device("cuda")`, a meta
+    model's `to_empty(device="cuda")` (a Parameter is a new tensor object; the default device is a mode
+    below the emulation's). The script saw `weight.device == cpu`, and a script that trained such a model
+    was reported as taking its CPU branch. Each way puts the parameters on the device, in the dtype asked for."""
     script = tmp_path / "train.py"
     out = tmp_path / "devices.txt"
     script.write_text(
@@ -457,12 +460,21 @@ def test_every_way_of_moving_a_model_puts_it_on_the_device(tmp_path):
         "         'to(device=, dtype=)': lambda m: m.to(device=dev, dtype=torch.bfloat16),\n"
         "         'to(dev, dtype)': lambda m: m.to(dev, torch.bfloat16),\n"
         "         'to(dtype).to(dev)': lambda m: m.to(torch.half).to(dev), 'cuda()': lambda m: m.cuda(),\n"
-        "         'to(\"cuda:0\", non_blocking=True)': lambda m: m.to('cuda:0', non_blocking=True)}\n"
+        "         'to(\"cuda:0\", non_blocking=True)': lambda m: m.to('cuda:0', non_blocking=True),\n"
+        "         'to_empty from meta': lambda m: nn.Linear(4, 4, device='meta').to_empty(device=dev)}\n"
+        "def built_on_device():\n"
+        "    with torch.device('cuda'):\n"
+        "        yield 'with torch.device', nn.Linear(4, 4)\n"
+        "    torch.set_default_device('cuda')\n"
+        "    yield 'set_default_device', nn.Linear(4, 4)\n"
+        "    torch.set_default_device('cpu')\n"
+        "    yield 'Linear(device=)', nn.Linear(4, 4, device=dev)\n"
+        "    p = nn.Parameter(torch.zeros(4, 4, device=dev))\n"
+        "    yield 'Parameter(cuda tensor)', type('M', (), {'weight': p, 'bias': p})()\n"
         f"with open({str(out)!r}, 'w') as f:\n"
-        "    for name, move in moves.items():\n"
-        "        m = move(nn.Linear(4, 4))\n"
+        "    for name, m in [(name, move(nn.Linear(4, 4))) for name, move in moves.items()] + list(built_on_device()):\n"
         "        f.write(f'{name}|{m.weight.device}|{m.weight.is_cuda}|{m.bias.device}|{m.weight.dtype}\\n')\n"
-        "model = nn.Linear(4, 4).to(device=dev, dtype=torch.bfloat16)\n"
+        "model = nn.Sequential(nn.Linear(4, 4, device=dev, dtype=torch.bfloat16))\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for step in range(8):\n"
         "    model(torch.randn(2, 4, device=dev, dtype=torch.bfloat16)).sum().backward()\n"
@@ -471,6 +483,6 @@ def test_every_way_of_moving_a_model_puts_it_on_the_device(tmp_path):
     report, probes, _ = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
     assert report["run"]["device"] == "cpu, CUDA path emulated", report["run"]
     rows = [line.split("|") for line in out.read_text().splitlines()]
-    assert len(rows) == 6 and all(r[1:4] == ["cuda:0", "True", "cuda:0"] for r in rows), rows
+    assert len(rows) == 11 and all(r[1:4] == ["cuda:0", "True", "cuda:0"] for r in rows), rows
     assert {r[0]: r[4] for r in rows}["to(device=, dtype=)"] == "torch.bfloat16"
     assert probes["device_memory"]["by_category"]["parameters"] > 0

@@ -40,6 +40,7 @@ def install(probes, steps_ended) -> Placement:
     _cpu_branch_without_the_mode(mode)
     _threads_follow(mode)
     _data_parallel(mode)
+    _parameters_follow_their_data(mode)
     _distributed()
     probes.add("cuda_emulation", mode)
     probes.placement = mode
@@ -78,6 +79,26 @@ def _pinning(mode: Placement) -> None:
 
     setattr(torch.Tensor, "pin_memory", pin_memory)  # noqa: B010 (a torch method replaced: mypy forbids assigning it)
     setattr(torch.Tensor, "is_pinned", lambda self, device=None: mode.pinned.has(self))  # noqa: B010
+
+
+def _parameters_follow_their_data(mode: Placement) -> None:
+    """`nn.Parameter(t)` (and `nn.Buffer(t)`) is a new tensor sharing t's data, made outside the mode's
+    reach (Tensor._make_subclass): on the device when t is, as a GPU has it. A layer built with
+    device="cuda" or under torch.set_default_device("cuda"), `nn.Parameter(torch.zeros(..., device=dev))`,
+    a meta-device model's `to_empty(device="cuda")`: each left its parameters on the host."""
+    for cls in (torch.nn.Parameter, getattr(torch.nn, "Buffer", None)):
+        if cls is None or "__new__" not in cls.__dict__:
+            continue
+
+        def __new__(kind, data=None, *args, _original=cls.__new__, **kwargs):
+            out = _original(kind, data, *args, **kwargs)
+            try:
+                if data is not None and mode.on_device.has(data):
+                    mode.on_device.add(out)
+            except Exception as exc:  # noqa: BLE001 - a record must never break the script
+                record_internal_error("CUDA emulation", exc)
+            return out
+        patch(cls, "__new__", staticmethod(__new__))
 
 
 def _autocast(mode: Placement) -> None:

@@ -13,6 +13,7 @@ import sys
 import threading
 
 import torch
+import torch.utils._device as _device_context
 from torch.overrides import TorchFunctionMode
 
 from ..internal import record_internal_error
@@ -35,6 +36,8 @@ _FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm, torch.zero
               torch.randn_like, torch.rand_like, torch.zeros_like, torch.ones_like, torch.full_like,
               torch.empty_like, torch.randint_like, Tensor.new_tensor, Tensor.new_zeros, Tensor.new_ones,
               Tensor.new_full, Tensor.new_empty}
+# what torch's default device (a DeviceContext, at the bottom of the mode stack) makes on that device
+_DEFAULT_DEVICE_FACTORIES = frozenset(_device_context._device_constructors())
 # reads of a device value by the host: each waits for the device (tip T01)
 _READS = {Tensor.item: ".item()", Tensor.tolist: ".tolist()", Tensor.__bool__: "bool(tensor)",
           Tensor.__int__: "int(tensor)", Tensor.__float__: "float(tensor)", Tensor.__index__: "index(tensor)",
@@ -94,6 +97,10 @@ class Placement(TorchFunctionMode):
         handlers = self.handlers
         if func in handlers:
             return handlers[func](func, args, kwargs or {})
+        default = _device_context.CURRENT_DEVICE  # `with torch.device("cuda")`, torch.set_default_device
+        if default is not None and default.type == "cuda" and func in _DEFAULT_DEVICE_FACTORIES:
+            if not kwargs or kwargs.get("device") is None:  # torch's DeviceContext gives it the device, below us
+                return self._made_on_device(func, args, {**(kwargs or {}), "device": default})
         if kwargs:
             device = kwargs["device"] if "device" in kwargs else None
             if device is not None and is_cuda(device):
