@@ -151,7 +151,6 @@ def cast_to_type(mode, func, args, kwargs):
     return out
 
 
-
 # the messages of errors the emulated device raised because a GPU raises them there: the script's errors,
 # not the emulation's (child.py reports them as the script's; no rerun on the CPU path)
 AS_ON_A_GPU: set[str] = set()
