@@ -138,11 +138,12 @@ def test_a_script_that_trains_on_its_cpu_branch_gets_the_cpu_report(tmp_path, re
 DETERMINISTIC = {"SYNC001", "BN001", "OPT001", "OPT002", "DEBUG001", "GRAD001", "DIST001", "MEM001"}
 
 
-@pytest.mark.parametrize("name", ["cuda_legacy_rnn.py", "cuda_transforms_loader.py", "cuda_config_device.py"])
+@pytest.mark.parametrize("name", ["cuda_legacy_rnn.py", "cuda_transforms_loader.py", "cuda_config_device.py",
+                                  "device_built_lm.py"])
 def test_what_the_cpu_run_finds_the_default_run_finds_too(tmp_path, realistic_reports, name):
-    """The GPU branch emulated (DataParallel and legacy types, a main-process transform pipeline) or the
-    CPU branch taken under the offer (a config's device): every finding of `--device cpu` stands at the
-    same line in the default run, and only the branch that ran is claimed."""
+    """The GPU branch emulated (DataParallel and legacy types, a main-process transform pipeline, a model
+    built with device=) or the CPU branch taken under the offer (a config's device): every finding of
+    `--device cpu` stands at the same line in the default run, and only the branch that ran is claimed."""
     auto = realistic_reports[name]["run"]
     plain, _, _ = _run(tmp_path, REALISTIC / name, "--device", "cpu")
     placed = {(f["rule"], loc["line"]) for f in plain["findings"] if f["rule"] in DETERMINISTIC for loc in f["locations"]}
