@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import types
 
 import torch
 import torch.utils._device as _device_context
@@ -36,8 +37,11 @@ _FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm, torch.zero
               torch.randn_like, torch.rand_like, torch.zeros_like, torch.ones_like, torch.full_like,
               torch.empty_like, torch.randint_like, Tensor.new_tensor, Tensor.new_zeros, Tensor.new_ones,
               Tensor.new_full, Tensor.new_empty}
-# what torch's default device (a DeviceContext, at the bottom of the mode stack) makes on that device
-_DEFAULT_DEVICE_FACTORIES = frozenset(_device_context._device_constructors())
+# what torch's default device (a DeviceContext, at the bottom of the mode stack) makes on that device. A torch
+# without CURRENT_DEVICE (before 2.3) pushes its DeviceContext above this mode, which then sees device= given
+if not hasattr(_device_context, "CURRENT_DEVICE"):
+    _device_context = types.SimpleNamespace(CURRENT_DEVICE=None)  # type: ignore[assignment]
+_DEFAULT_DEVICE_FACTORIES = frozenset(getattr(torch.utils._device, "_device_constructors", set)())
 # reads of a device value by the host: each waits for the device (tip T01)
 _READS = {Tensor.item: ".item()", Tensor.tolist: ".tolist()", Tensor.__bool__: "bool(tensor)",
           Tensor.__int__: "int(tensor)", Tensor.__float__: "float(tensor)", Tensor.__index__: "index(tensor)",
