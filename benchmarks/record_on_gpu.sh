@@ -23,6 +23,8 @@ else
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1
+# A source checkout without an install: the rules ship as the package perfaudit.rules (pyproject's package-dir).
+python3 -c "import perfaudit.rules" 2>/dev/null || ln -s ../rules perfaudit/rules
 {
   date -u; uptime; nproc; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
   python3 -c "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0))"
@@ -92,4 +94,4 @@ cp "$W/rc.txt" "$OUT/rc.txt"
 ls -la /tmp/gpu_runs.tar.gz.part*
 for p in $(ls /tmp/gpu_runs.tar.gz.part* | head -5); do cp "$p" "$OUT/"; done
 ls -la "$OUT"
-column -t -s $'\t' "$OUT/summary.tsv" | cut -c1-200
+cut -c1-220 "$OUT/summary.tsv"
