@@ -84,11 +84,13 @@ PROBE_FIELDS: dict[str, dict] = {
         "autocast": _list_of({"site": _SITE, "device_type": {"type": "string"}, "calls": _INT,
                               "window_calls": _INT}, {"enabled": {"type": "boolean"}}),
         "params_on_device": _INT, "placements": _INT, "device_ops": _INT}},
-    # the emulated device's memory over one warm-up step (collect/emulation/device_memory.py), when it was tracked
+    # the device's memory over two warm-up steps: emulated (collect/emulation/device_memory.py) or measured on a
+    # GPU (collect/probes/gpu_memory.py), when it was tracked
     "device_memory": {"oneOf": [{"type": "null"}, {
         "type": "object", "required": ["peak_allocated_bytes", "peak_reserved_bytes", "by_category", "top_sites"],
         "properties": {"peak_allocated_bytes": _INT, "peak_reserved_bytes": _INT, "start_bytes": _INT,
-                       "allocations": _INT, "cublas_workspaces": _INT,
+                       "allocations": _INT, "cublas_workspaces": _INT, "measured": {"type": "boolean"},
+                       "device_total_bytes": _INT, "outside_pool_bytes": _INT, "history": {"type": "string"},
                        "by_category": {"type": "object", "additionalProperties": _INT},
                        "top_sites": _list_of({"path": {"type": "string"}, "line": _INT, "bytes": _INT},
                                              {"categories": {"type": "object"}})}}]},

@@ -129,14 +129,18 @@ def _article(name: str) -> str:
 
 
 def memory_text(m: dict) -> str:
-    """Device memory of one step on the emulated CUDA path: the peak, what held it, the top line."""
+    """Device memory of one step (emulated CUDA path, or measured on a GPU): the peak, what held it, the top line."""
     held = ", ".join(f"{k} {_bytes(v)}" for k, v in list(m["by_category"].items())[:4])
     top = m["top_sites"][0] if m.get("top_sites") else None
     line = f"; most from {top['file']}:{top['line']} ({_bytes(top['bytes'])})" if top else ""
     free = 100 * m["headroom_bytes"] / m["device_total_bytes"]
-    context = f" (after about {_bytes(m['cuda_context_bytes'])} of CUDA context)" if m.get("cuda_context_bytes") else ""
+    measured = m.get("measured")
+    context = (f" (after {_bytes(m['cuda_context_bytes'])} used outside torch's pool: the CUDA context, libraries)"
+               if measured else f" (after about {_bytes(m['cuda_context_bytes'])} of CUDA context)") \
+        if m.get("cuda_context_bytes") else ""
+    how = "measured on this GPU" if measured else "estimated on the emulated device"
     return (f"peak {_bytes(m['peak_allocated_bytes'])} allocated, {_bytes(m['peak_reserved_bytes'])} reserved "
-            f"(estimated on the emulated device over two warm-up steps); {free:.0f}% of {_article(m['target'])} "
+            f"({how} over two warm-up steps); {free:.0f}% of {_article(m['target'])} "
             f"{m['target']} free{context}; "
             f"at the peak: {held}{line}")
 

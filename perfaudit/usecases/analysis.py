@@ -131,7 +131,7 @@ def _summary_of(trace: Trace, ctx: Context, env: dict, device: str) -> TraceSumm
     except Missing:
         mfu = None
     try:
-        memory = ctx.get("memory.emulated")
+        memory = ctx.get("memory.emulated") or ctx.get("memory.measured")
     except Missing:
         memory = None
     try:

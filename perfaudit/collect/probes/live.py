@@ -213,7 +213,9 @@ class Probes(LoaderProbes):
 
     def start_device_memory(self) -> None:
         """Over the last two warm-up steps (a whole iteration inside, wherever its step boundary falls)."""
-        if self.device_memory is not None and self.placement is not None and not self.placement.aside:  # emulated
+        if self.device_memory is None:
+            return
+        if self.placement is None or not self.placement.aside:  # a real GPU, or the emulated device in use
             self.device_memory.start()
 
     def stop_module_trace(self) -> None:

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 from ...files import why, write_failed_exit
 from ...outcome import Outcome
 from ..emulation import emulate
+from ..emulation.cuda_shim import gpu_present
 from ..internal import record_internal_error
+from ..probes.gpu_memory import GpuMemory
 from ..wrap import on_undo, patch
 
 
@@ -83,6 +85,9 @@ class StepHooks:
         self.compile.on_activate = self._stop_inference_watch
         if emulate.wanted(self.config):  # before the probes: they wrap the CUDA calls it serves
             emulate.install(self.probes, lambda: self.steps_ended)
+        elif gpu_present():  # torch's own counters and allocator history over the same warm-up steps
+            self.probes.device_memory = GpuMemory(lambda: [i["_ref"] for i in self.probes.optimizers.values()])
+            self.probes.add("device_memory", self.probes.device_memory)
         self.probes.install()
         self.marks.install()
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook

@@ -1,0 +1,170 @@
+"""Device memory on a real GPU over the same two warm-up steps the emulated device tracks: torch's counters.
+
+The peaks are torch's own (`max_memory_allocated`/`max_memory_reserved` after a reset at the start). What
+held memory at the peak comes from the caching allocator's history (`torch.cuda.memory._record_memory_history`,
+Python stacks only, for those two steps): its allocations and frees are replayed to the moment allocated
+bytes peaked, and the blocks live then are summed by the user's line that allocated them and by what they are
+(parameters, gradients and optimizer state by their addresses at the end, activations by the addresses autograd
+saved for backward; the rest `other`: batches, temporaries, workspaces). What the process holds on the GPU
+beyond torch's pool (the CUDA context, libraries) is the device's used memory less torch's reserved memory.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..internal import record_internal_error
+from ..userframes import is_user_file
+
+MAX_ENTRIES = 200_000  # allocator events kept (two steps of a large model: tens of thousands)
+ROUND = 512
+
+
+def peak_of_history(trace: list, start_allocated: int, categories: dict[int, str],
+                    baseline_blocks: dict[int, int]) -> dict:
+    """Replay an allocator history (one device's `device_traces`): the bytes allocated at their peak, the
+    blocks live then by category and by the user's line that allocated them. `start_allocated`: the bytes
+    allocated when recording began (those blocks are in no `alloc` entry); `baseline_blocks`: the ones of them
+    still allocated at the end (address -> size), which can be named by `categories` (address -> category)."""
+    now = peak = start_allocated
+    peak_at = -1
+    for i, entry in enumerate(trace):
+        action = entry.get("action")
+        if action == "alloc":
+            now += int(entry.get("size") or 0)
+        elif action == "free_requested":
+            now -= int(entry.get("size") or 0)
+        if now >= peak:  # the last time it is reached, as the emulated device counts it
+            peak, peak_at = now, i
+    live: dict[int, tuple[int, list]] = {}
+    freed_baseline = 0
+    for entry in trace[:peak_at + 1]:
+        action, addr = entry.get("action"), entry.get("addr")
+        if action == "alloc":
+            live[addr] = (int(entry.get("size") or 0), entry.get("frames") or [])
+        elif action == "free_requested":
+            if live.pop(addr, None) is None:
+                freed_baseline += int(entry.get("size") or 0)
+    by_category: dict[str, int] = {}
+    sites: dict[tuple, dict] = {}
+    for addr, (size, frames) in live.items():
+        category = categories.get(addr) or "other"
+        by_category[category] = by_category.get(category, 0) + size
+        frame = next((f for f in frames if is_user_file(f.get("filename"))), None)
+        if frame is None or not isinstance(frame.get("line"), int) or frame["line"] < 1:
+            continue
+        site = sites.setdefault((frame["filename"], frame["line"]), {
+            "path": frame["filename"], "line": frame["line"], "bytes": 0, "categories": {}})
+        site["bytes"] += size
+        site["categories"][category] = site["categories"].get(category, 0) + size
+    baseline = max(start_allocated - freed_baseline, 0)
+    named = 0
+    for addr, size in baseline_blocks.items():  # the step's starting blocks that stayed: the model, its state
+        kind = categories.get(addr)
+        if kind and named + size <= baseline:
+            by_category[kind] = by_category.get(kind, 0) + size
+            named += size
+    if baseline - named > 0:
+        by_category["other"] = by_category.get("other", 0) + baseline - named
+    return {"peak_allocated_bytes": peak, "start_bytes": start_allocated,
+            "by_category": {k: v for k, v in sorted(by_category.items(), key=lambda kv: -kv[1]) if v},
+            "top_sites": sorted(sites.values(), key=lambda s: -s["bytes"])[:10],
+            "allocations": sum(1 for e in trace if e.get("action") == "alloc")}
+
+
+class GpuMemory:
+    """start() and stop() around the two warm-up steps; snapshot() gives what was measured (or None)."""
+
+    def __init__(self, optimizers) -> None:
+        self._optimizers = optimizers  # () -> the live optimizers (their params, grads and state)
+        self._device: int | None = None
+        self._start = 0
+        self._history = False
+        self._saved: set[int] = set()
+        self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
+        self.result: dict | None = None
+
+    def start(self) -> None:
+        if self._device is not None or self.result is not None or not torch.cuda.is_initialized():
+            return
+        try:
+            self._device = torch.cuda.current_device()
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self._start = torch.cuda.memory_allocated()
+            try:
+                torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+                                                         max_entries=MAX_ENTRIES)
+                self._history = True
+            except (TypeError, RuntimeError, AttributeError):  # an older torch: the peaks alone
+                self._history = False
+            self._hooks = torch.autograd.graph.saved_tensors_hooks(self._packed, lambda t: t)
+            self._hooks.__enter__()
+        except Exception as exc:  # noqa: BLE001 - the run goes on without the memory figures
+            record_internal_error("gpu memory", exc)
+            self._device = None
+
+    def _packed(self, t):
+        if t.is_cuda:
+            self._saved.add(t.untyped_storage().data_ptr())
+        return t
+
+    def stop(self) -> None:
+        if self._device is None or self.result is not None:
+            return
+        try:
+            if self._hooks is not None:
+                self._hooks.__exit__(None, None, None)
+            torch.cuda.synchronize()
+            peak_allocated, peak_reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+            snapshot = torch.cuda.memory._snapshot() if self._history else None
+            if self._history:
+                torch.cuda.memory._record_memory_history(enabled=None)
+            free, total = torch.cuda.mem_get_info()
+            outside = max(total - free - torch.cuda.memory_reserved(), 0)
+            replay = self._replay(snapshot) if snapshot else {"by_category": {}, "top_sites": []}
+            self.result = {**replay, "peak_allocated_bytes": peak_allocated, "peak_reserved_bytes": peak_reserved,
+                           "measured": True, "device_total_bytes": total, "outside_pool_bytes": outside}
+        except Exception as exc:  # noqa: BLE001
+            record_internal_error("gpu memory", exc)
+        finally:
+            self._device = None
+
+    def _replay(self, snapshot: dict) -> dict:
+        device = torch.cuda.current_device()
+        traces = snapshot.get("device_traces") or []
+        trace = traces[device] if device < len(traces) else []
+        if len(trace) >= MAX_ENTRIES:  # the oldest events were dropped: the replay would start mid-way
+            return {"by_category": {}, "top_sites": [], "history": f"over {MAX_ENTRIES} allocator events"}
+        traced = {e.get("addr") for e in trace if e.get("action") == "alloc"}
+        baseline = {b["address"]: b["size"] for seg in snapshot.get("segments") or [] if seg.get("device") == device
+                    for b in seg.get("blocks") or [] if b.get("state") == "active_allocated"
+                    and b["address"] not in traced}
+        return peak_of_history(trace, self._start, self._categories(), baseline)
+
+    def _categories(self) -> dict[int, str]:
+        """Block addresses -> what they hold, as found at the end of the steps (a later entry never overrides
+        an earlier: a parameter's block is a parameter's even when autograd saved it)."""
+        out: dict[int, str] = {}
+
+        def note(t, category: str) -> None:
+            if isinstance(t, torch.Tensor) and t.is_cuda:
+                out.setdefault(t.untyped_storage().data_ptr(), category)
+        optimizers = [o for o in self._optimizers() if o is not None]
+        for opt in optimizers:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    note(p, "parameters")
+        for opt in optimizers:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    note(p.grad, "gradients")
+        for opt in optimizers:
+            for state in opt.state.values():
+                for value in state.values() if isinstance(state, dict) else ():
+                    note(value, "optimizer state")
+        for addr in self._saved:
+            out.setdefault(addr, "activations")
+        return out
+
+    def snapshot(self) -> dict | None:
+        return self.result

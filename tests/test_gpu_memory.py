@@ -1,0 +1,98 @@
+"""Device memory on a real GPU: the allocator history an H100 recorded, replayed here (no GPU needed), and
+the figures a GPU run reports, read back from a trace whatever its metadata holds."""
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from perfaudit.api import analyze
+from perfaudit.collect.probes.gpu_memory import peak_of_history
+from perfaudit.engine.loader import load_rules
+
+DATA = Path(__file__).parent / "data" / "h100_runs"
+RULES = load_rules()
+
+
+def _history() -> dict:
+    with gzip.open(DATA / "allocator_history_h100.json.gz", "rt") as f:
+        return json.load(f)
+
+
+def test_a_real_h100_allocator_history_names_what_held_the_peak():
+    """benchmarks/gpu_memory_fixture.py on an H100: a conv net (batch 64 of 64x64 images, Adam) over two
+    steps. The replay reaches torch's own peak, splits it by what the blocks were, and puts the forward's
+    saved activations at the line that ran the model."""
+    h = _history()
+    replay = peak_of_history(h["trace"], h["start"], {int(a): c for a, c in h["categories"].items()},
+                             {int(a): n for a, n in h["baseline"].items()})
+    # torch's counter and the history's sizes differ by a few hundred bytes of rounding (the report gives torch's)
+    assert abs(replay["peak_allocated_bytes"] - h["torch_peak_allocated"]) < 1024
+    assert h["result"]["peak_allocated_bytes"] == h["torch_peak_allocated"] == 407_104_512
+    assert sum(replay["by_category"].values()) == replay["peak_allocated_bytes"]
+    by = replay["by_category"]
+    # Adam's two moments per parameter: twice the parameters' bytes (each block rounded to 512 B)
+    assert by["optimizer state"] >= 2 * by["parameters"] - 2 * 512 * 10
+    assert by["activations"] > 0.4 * replay["peak_allocated_bytes"]
+    top = replay["top_sites"][0]
+    assert top["path"].endswith("gpu_memory_fixture.py") and top["line"] == 42, top  # loss = ...(model(images))
+    assert max(top["categories"], key=top["categories"].get) == "activations"
+
+
+def test_a_history_replay_keeps_only_what_was_live_at_the_peak():
+    line = [{"filename": "/home/u/train.py", "line": 12, "name": "step"}]
+    trace = [{"action": "alloc", "addr": 1, "size": 100, "frames": line},
+             {"action": "alloc", "addr": 2, "size": 50, "frames": []},        # no user frame: autograd's thread
+             {"action": "free_requested", "addr": 1, "size": 100},
+             {"action": "free_completed", "addr": 1, "size": 100},
+             {"action": "free_requested", "addr": 9, "size": 200},            # a block from before the steps
+             {"action": "alloc", "addr": 3, "size": 30, "frames": line}]
+    out = peak_of_history(trace, 1000, {10: "parameters", 2: "gradients"}, {10: 800})
+    assert out["peak_allocated_bytes"] == 1150
+    assert out["by_category"] == {"parameters": 800, "other": 300, "gradients": 50}
+    assert out["top_sites"] == [{"path": "/home/u/train.py", "line": 12, "bytes": 100, "categories": {"other": 100}}]
+
+
+def _trace_with(device_memory) -> str:
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+               "ts": i * 1000, "dur": 900} for i in range(3)]
+    return json.dumps({"traceEvents": events, "perfaudit": {"probes": {
+        "device_memory": device_memory, "environment": {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"}}}})
+
+
+def test_a_gpu_runs_measured_memory_is_the_reports_memory(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(_trace_with({
+        "measured": True, "peak_allocated_bytes": 82_052_608, "peak_reserved_bytes": 94_371_840,
+        "by_category": {"other": 70_782_464, "parameters": 2_614_272}, "device_total_bytes": 85_017_493_504,
+        "outside_pool_bytes": 804_061_184,
+        "top_sites": [{"path": str(tmp_path / "vae.py"), "line": 74, "bytes": 2_611_296}]}))
+    memory = analyze([str(path)], RULES).traces[0].memory
+    assert memory["measured"] and memory["peak_reserved_bytes"] == 94_371_840
+    assert memory["headroom_bytes"] == 85_017_493_504 - 94_371_840 - 804_061_184
+    assert memory["top_sites"][0]["line"] == 74 and memory["target"] == "NVIDIA H100 80GB HBM3"
+
+
+value = st.one_of(st.none(), st.booleans(), st.integers(-(2 ** 70), 2 ** 70), st.floats(allow_nan=True),
+                  st.text(max_size=4), st.lists(st.integers(), max_size=2))
+site = st.dictionaries(st.sampled_from(["path", "line", "bytes", "categories"]), value, max_size=4)
+hostile = st.dictionaries(
+    st.sampled_from(["measured", "peak_allocated_bytes", "peak_reserved_bytes", "by_category", "top_sites",
+                     "device_total_bytes", "outside_pool_bytes", "history", "start_bytes"]),
+    value | st.lists(site, max_size=3) | st.dictionaries(st.text(max_size=4), value, max_size=3), max_size=9)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hostile)
+def test_hostile_measured_memory_in_a_trace_is_read_or_left_out(device_memory):
+    """A trace's embedded probes are a user's file like any other: whatever `device_memory` holds, the
+    trace is analysed (the part that cannot be read is left out), never a traceback."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.json"
+        path.write_text(_trace_with({"measured": True, **device_memory}))
+        report = analyze([str(path)], RULES)
+    assert report.traces and report.traces[0].steps >= 1
