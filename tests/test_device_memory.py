@@ -51,7 +51,7 @@ def test_the_peak_on_the_emulated_device_matches_memtracker(tmp_path, kind):
     assert abs(tracked - reference) <= 0.05 * reference, (memory, reference)
     assert memory["peak_reserved_bytes"] >= memory["peak_allocated_bytes"]
     # the CUDA context the driver holds outside torch's counters is reported apart and left out of the headroom
-    assert memory["cuda_context_bytes"] == 426 * 2**20
+    assert memory["cuda_context_bytes"] == 750 * 2**20
     assert memory["headroom_bytes"] == (memory["device_total_bytes"] - memory["peak_reserved_bytes"]
                                         - memory["cuda_context_bytes"])
     held = memory["by_category"]
