@@ -16,15 +16,7 @@ DEADLINE=${2:-330}
 START=$(date +%s)
 W=/tmp/gpu_runs
 rm -rf "$W"; mkdir -p "$W/A" "$W/B" "$OUT"
-if ! python3 -c "import ijson, msgspec, isal, jsonschema, libcst" 2>/dev/null && [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
-# A source checkout without an install: the rules ship as the package perfaudit.rules (pyproject's package-dir).
-python3 -c "import perfaudit.rules" 2>/dev/null || ln -s ../rules perfaudit/rules
+. benchmarks/gpu_env.sh
 {
   date -u; uptime; nproc; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
   python3 -c "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0))"
