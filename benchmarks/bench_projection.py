@@ -10,7 +10,8 @@
    plain roofline; time-weighted error.
 3. Per op, held out by GPU: NeuSight's labels (benchmarks/calibrate_projection.py).
 4. The bottleneck class: projected (identity, from the kernels) against the class the measured timeline
-   gives (facts gpu.step_breakdown: compute, copies, sync wait, data wait, other idle; collectives).
+   gives (facts gpu.step_breakdown: compute, copies, sync wait, data wait, other idle; collectives), on the
+   public traces and perfaudit's own samples recorded on an H100 (tests/data/h100_runs/traces/).
 5. Overhead: `analyze` on a large trace with and without `--target`, in one run.
 """
 from __future__ import annotations
@@ -136,8 +137,10 @@ def bottlenecks() -> None:
     from perfaudit.facts.registry import Context
     print("\n4. Bottleneck: projected (identity, measured kernels) vs measured timeline")
     agree = n = 0
-    for name in ALL_GPU:
-        trace = load_trace(str(ROOT / f"{name}.json.gz"))
+    h100 = ROOT.parent / "h100_runs" / "traces"  # perfaudit's own samples recorded on an H100 (README there)
+    for path in [ROOT / f"{name}.json.gz" for name in ALL_GPU] + sorted(h100.glob("*.json.gz")):
+        name = str(path.relative_to(path.parents[1]))[:-len(".json.gz")]
+        trace = load_trace(str(path))
         device = devices.device_named(trace.device_properties.get("name"))
         if device is None:
             continue

@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, TRACES, needs_shared, perfaudit
 from perfaudit.projection import devices
 from perfaudit.projection.kernels import Work, kernel_us, roofline_us
-from perfaudit.projection.simulate import BOTTLENECKS, Pipeline, simulate
+from perfaudit.projection.simulate import BOTTLENECKS, Pipeline, simulate, sync_idle_capped
 from perfaudit.projection.timeline import Item, StepPlan
 
 SCHEMA = json.loads((ROOT / "docs" / "report-schema.json").read_text())
@@ -72,6 +72,24 @@ def test_queued_kernels_overlap_the_host_and_a_sync_serialises_them():
     assert synced.step_us == pytest.approx(1100, rel=0.02)            # host and GPU take turns
     host_bound = simulate(_steps([Item("launch", host_us=100, gpu_us=10) for _ in range(10)]))
     assert host_bound.bottleneck == "host" and host_bound.gpu_busy_share == pytest.approx(0.1, abs=0.02)
+
+
+def test_the_idle_after_a_read_is_the_syncs_only_as_far_as_removing_the_read_gives_it_back():
+    """A per-step `.item()` in a host-bound step (device_built_lm.py on an H100: GPU busy 10 %): the host's
+    Python after the read keeps the GPU waiting with or without it, and the H100's timeline calls the step
+    host-bound; where kernels would have run under the host's Python, the read is the bottleneck."""
+    def projected(items):
+        without = simulate(_steps([i for i in items if i.kind != "sync"]))
+        return sync_idle_capped(simulate(_steps(items)), without)
+    host_bound = [Item("launch", host_us=20, gpu_us=50), Item("sync"), Item("host", host_us=800),
+                  Item("launch", host_us=20, gpu_us=50)]
+    p = projected(host_bound)
+    assert p.bottleneck == "host" and p.idle_us["sync"] < 0.1 * p.step_us
+    assert simulate(_steps(host_bound)).bottleneck == "sync"  # what the idle after the read alone says
+    overlapped = [Item("launch", host_us=10, gpu_us=900), Item("sync"), Item("host", host_us=600),
+                  Item("launch", host_us=10, gpu_us=100)]
+    p = projected(overlapped)
+    assert p.idle_us["sync"] == pytest.approx(600, rel=0.05)  # without the read it hides under the kernel
 
 
 def test_workers_slower_than_the_projected_step_make_it_wait_for_data():

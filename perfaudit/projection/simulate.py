@@ -131,13 +131,30 @@ def _summarise(c: _Clock, plans: list[StepPlan], ends: list[float]) -> Projectio
     idle = {k: v / n for k, v in idle.items()}
     step = total / n if n else 0.0
     gpu_busy = sum(e - s for s, e in busy_all) / n
-    compute_only = busy["compute"]
-    comm_exposed = max(gpu_busy - busy["compute"] - busy["copies"], 0.0)
-    weights = {"gpu": compute_only, "communication": comm_exposed, "copies": busy["copies"], **idle}
+    return _classified(step, per_step, busy, idle, gpu_busy / step if step else 0.0)
+
+
+def _classified(step: float, per_step: list[float], busy: dict, idle: dict, gpu_busy_share: float) -> Projection:
+    """The step's parts (GPU compute, exposed communication, copies, and the GPU's idle by what the host did)
+    and the largest of them, the bottleneck."""
+    comm_exposed = max(gpu_busy_share * step - busy["compute"] - busy["copies"], 0.0)
+    weights = {"gpu": busy["compute"], "communication": comm_exposed, "copies": busy["copies"], **idle}
     bottleneck = max(weights, key=lambda k: weights[k]) if step else "host"
     shares = {k: (v / step if step else 0.0) for k, v in weights.items()}
-    return Projection(step, per_step, busy, idle, bottleneck, gpu_busy / step if step else 0.0,
+    return Projection(step, per_step, busy, idle, bottleneck, gpu_busy_share,
                       idle["data"] / step if step else 0.0, shares)
+
+
+def sync_idle_capped(p: Projection, without_syncs: Projection) -> Projection:
+    """The GPU's idle after a sync (while the host runs on to its next launch) is the sync's only as far as
+    the same steps without their syncs are shorter: in a host-bound step the host's Python after a read keeps
+    the GPU waiting with or without the read, and a GPU timeline counts that idle as the host's."""
+    saved = max(p.step_us - without_syncs.step_us, 0.0)
+    moved = p.idle_us.get("sync", 0.0) - saved
+    if moved <= 0:
+        return p
+    idle = {**p.idle_us, "sync": saved, "host": p.idle_us.get("host", 0.0) + moved}
+    return _classified(p.step_us, p.per_step_us, p.busy_us, idle, p.gpu_busy_share)
 
 
 def scaled(p: Projection, factor: float) -> Projection:
