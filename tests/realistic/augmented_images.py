@@ -89,7 +89,7 @@ def train_one_epoch(model, loader, optimizer, scaler, device, epoch, log_interva
             loss = F.cross_entropy(model(images), targets, label_smoothing=0.1)
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
-        scaler.step(optimizer)
+        scaler.step(optimizer)  # expect-run: SYNC001
         scaler.update()
         running += loss.detach()
         if step % log_interval == 0:

@@ -141,10 +141,10 @@ def sync_sites(ctx: Context):
         on_device = _device_read_lines(ctx)
         items = [item for item in items if _user_read(attributions.get(id(item[0])))
                  or _read_of_the_device(ctx, attributions.get(id(item[0])), on_device)]
-    items = [_for_framework(_for_module(item, att), att) for item in items
+    items = [_for_grad_scaler(_for_framework(_for_module(item, att), att), att) for item in items
              for att in [attributions.get(id(item[0]))]]
     collector = SiteCollector(ctx, *COPY_FALLBACK)
-    collector.add_all(items, hints={DETAIL["aten::_local_scalar_dense"]: SCALAR_FALLBACK,
+    collector.add_all(items, hints={DETAIL["aten::_local_scalar_dense"]: SCALAR_FALLBACK, GRAD_SCALER: SCALAR_FALLBACK,
                                     DETAIL["aten::nonzero"]: NONZERO_FALLBACK}, attributions=attributions)
     sites = collector.result()
     if not ctx.is_gpu:  # reads of tensors the step itself made on the host are no device sync
@@ -156,7 +156,7 @@ def sync_sites(ctx: Context):
         _split_by_line(ctx, site)
     if emulated(ctx):  # waits the CPU trace cannot show: synchronize() and event waits on the CUDA path
         sites += emulated_waits(ctx)
-    needed = [s for s in sites if _needed_by(ctx, s)]
+    needed = [s for s in sites if _needed_by(ctx, s) or _scaler_needed(ctx, s)]
     ctx.__dict__["_sync_needed"] = needed
     return [s for s in sites if s not in needed]
 
@@ -210,6 +210,52 @@ def _for_module(item, att):
     return anchor, counted, ms, f"made by torch inside {att.module}.forward for this call: {detail}"
 
 
+GRAD_SCALER = "GradScaler's found-inf check in scaler.step()"
+
+
+def _grad_scalers(att) -> bool:
+    reader = att.reader.path.replace("\\", "/") if att is not None and att.reader else ""
+    return reader.endswith("amp/grad_scaler.py")
+
+
+def _for_grad_scaler(item, att):
+    """GradScaler reads whether the unscaled gradients overflowed before it lets the optimizer step: a device
+    read every step at the user's `scaler.step(optimizer)`."""
+    if not _grad_scalers(att):
+        return item
+    anchor, counted, ms, _ = item
+    return anchor, counted, ms, GRAD_SCALER
+
+
+def _scaler_needed(ctx: Context, site) -> bool:
+    """GradScaler's read is the price of float16 training (its range overflows; the check skips those
+    steps): needed then. With bfloat16 autocast, or none, nothing needs loss scaling and the read can go."""
+    if site.detail != GRAD_SCALER or autocast_dtype(ctx) != "float16":
+        return False
+    site.extra["needed_by"] = "scaler.step (float16 autocast needs GradScaler's inf check)"
+    return True
+
+
+def autocast_dtype(ctx: Context) -> str | None:
+    """The 16-bit type the step's matrix math ran in: the emulated device's autocast, or on a GPU trace
+    the precision of most of its GEMM kernels (None: neither, or not known)."""
+    if emulated(ctx):
+        used = [a.get("dtype") for a in (ctx.probes.get("cuda_emulation") or {}).get("autocast") or []
+                if isinstance(a, dict) and a.get("enabled", True) and a.get("device_type") == "cuda"]
+        return next((d for d in used if d in ("float16", "bfloat16")), None)
+    if not ctx.is_gpu:
+        return None
+    from ...projection.model import kernel_precision
+    counts = {"bf16": 0, "fp16": 0}
+    for e in ctx.need_trace().device:
+        precision = kernel_precision(e.name) if e.kind == "kernel" else None
+        if precision in counts:
+            counts[precision] += 1
+    if not any(counts.values()):
+        return None
+    return "bfloat16" if counts["bf16"] >= counts["fp16"] else "float16"
+
+
 def _for_framework(item, att):
     """A read a framework makes every step for the user's call (calls.FRAMEWORK_READS), named with the
     option that turns it off."""
@@ -241,15 +287,18 @@ def _device_read_lines(ctx: Context) -> dict[str, set[int]]:
 def _read_of_the_device(ctx: Context, att, lines: dict[str, set[int]]) -> bool:
     """A read inside library code the step calls (a pooling function's `int(index.max())`) is a device sync
     when the emulated device saw the user's line that calls that function read a device value; a library's
-    read of its own host tensors (an optimizer's step counters) is not, nor torch's own checks (GradScaler's
-    found-inf read, which the rule cannot ask the user to remove)."""
+    read of its own host tensors (an optimizer's step counters) is not, nor torch's own checks, except
+    GradScaler's found-inf read, which a GPU run shows at `scaler.step(...)` every step."""
     if att is None or att.loading or not att.via or not lines:
         return False
     for where in (att.via_path or "", att.reader.path if att.reader else ""):  # through torch, or torch read
         where = where.replace("\\", "/")
-        if where.startswith("torch/") or "/torch/" in where:
+        if (where.startswith("torch/") or "/torch/" in where) and not _grad_scalers(att):
             return False
     path = ctx.source.resolve(att.frame.path) or att.frame.path
+    if path not in lines:  # a frame named by its file alone (the profiler's Python events): the probe's path
+        tail = "/" + path.replace("\\", "/").lstrip("./")
+        path = next((k for k in lines if k.replace("\\", "/").endswith(tail)), path)
     call = f"{att.via.rsplit('.', 1)[-1]}("
     return any(call in ctx.source.line_text(path, line) for line in lines.get(path, ()))
 
