@@ -142,7 +142,7 @@ def memory_text(m: dict) -> str:
     return (f"peak {_bytes(m['peak_allocated_bytes'])} allocated, {_bytes(m['peak_reserved_bytes'])} reserved "
             f"({how} over two warm-up steps); {free:.0f}% of {_article(m['target'])} "
             f"{m['target']} free{context}; "
-            f"at the peak: {held}{line}")
+            f"at the peak: {held}{line}" + "".join(f"; not counted: {n}" for n in m.get("not_counted") or []))
 
 
 def mfu_text(m: dict) -> str:

@@ -34,6 +34,14 @@ CUBLAS_OPS = frozenset(getattr(_aten, name).default for name in (
     if hasattr(getattr(_aten, name, None), "default"))
 
 
+# ops that run through cuDNN on a GPU, whose workspace comes from the caching allocator for the call and is
+# not modelled here: what the estimate leaves out (facts: memory.emulated; recurrent layers, which reach the
+# dispatcher already decomposed on a CPU, by their modules)
+CUDNN_OPS = {getattr(_aten, name).default: kind for name, kind in (
+    ("convolution", "convolutions"), ("_convolution", "convolutions"), ("convolution_backward", "convolutions"),
+    ("mkldnn_convolution", "convolutions")) if hasattr(getattr(_aten, name, None), "default")}
+
+
 def rounded(nbytes: int) -> int:
     return -(-nbytes // ROUND) * ROUND
 
@@ -87,6 +95,7 @@ class DeviceMemory:
         # forward and backward run cuBLAS from different threads on a GPU (autograd's device thread): a
         # workspace each; on the emulated device backward runs on the caller's thread, so the pass is noted
         self.cublas_passes: set[str] = set()
+        self.cudnn: set[str] = set()  # what ran that cuDNN serves on a GPU (CUDNN_OPS)
         self._attention = False  # an attention runs the CPU's math path, forward or backward (attention.py)
 
     # -- the step --------------------------------------------------------------------------------
@@ -126,6 +135,8 @@ class DeviceMemory:
             return
         if func in CUBLAS_OPS:
             self.cublas_passes.add("backward" if torch._C._current_autograd_node() is not None else "forward")
+        elif func in CUDNN_OPS:
+            self.cudnn.add(CUDNN_OPS[func])
         if isinstance(out, torch.Tensor):
             self._allocated(out, "temporaries")
         elif isinstance(out, (list, tuple)):
@@ -297,7 +308,7 @@ class DeviceMemory:
                 "start_bytes": base,
                 "by_category": {k: v for k, v in sorted(by_category.items(), key=lambda kv: -kv[1]) if v},
                 "top_sites": top, "allocations": sum(1 for s, _ in self.timeline if s > 0),
-                "cublas_workspaces": len(self.cublas_passes)}
+                "cublas_workspaces": len(self.cublas_passes), "cudnn": sorted(self.cudnn)}
 
     def _allocator(self) -> CachingAllocator:
         """The caching allocator after the baseline (allocated in the order the device got it) and the step's
