@@ -48,8 +48,11 @@ def test_rank_imbalance_names_the_straggler():
 def test_pageable_copies_measured_on_resnet():
     report = analyze([str(needs_shared(TRACES / "param" / "resnet_2080ti.json.gz"))])
     copy = next(f for f in report.findings if f.rule == "COPY001")
-    assert copy.severity == "warning" and copy.cost.ms_per_step == pytest.approx(20.9, abs=0.1)
-    assert not copy.cost.estimated
+    # 20.9 ms of copies measured, and 0.7 ms the GPU idled after the host waited for them (SYNC001 counted
+    # those waits before: a pageable copy's wait is the copy's, with the copy's fix)
+    assert copy.severity == "warning" and copy.cost.ms_per_step == pytest.approx(21.6, abs=0.1)
+    assert copy.cost.estimated and "idle after the host waited" in copy.message
+    assert not [f for f in report.findings if f.rule == "SYNC001"]
 
 
 def test_console_shows_the_gpu_step_breakdown():

@@ -38,18 +38,47 @@ def h2d_summary(ctx: Context) -> dict:
     return {k: v / n for k, v in out.items()}
 
 
-def _gpu_pageable_sites(ctx: Context) -> list[Site]:
+WAITED = "pageable HtoD copy, and the GPU idle after the host waited for it"
+
+
+def pageable_h2d(ctx: Context) -> list[tuple]:
+    """On a GPU trace, each host-to-device copy from pageable memory with the op that made it (or its
+    runtime call, or None when the trace does not link it): [(copy, owner)]."""
+    cached = ctx.__dict__.get("_pageable_h2d")
+    if cached is not None:
+        return cached
     runtime_by_corr = runtime_of_device(ctx)
     copies = [e for e in ctx.need_trace().device if e.kind == "memcpy" and "HtoD" in e.name and "Pageable" in e.name]
     launches = [runtime_by_corr.get(c.args.get("correlation")) for c in copies]
     ops = ctx.host_of("op")
     owner = innermost(ops, [r for r in launches if r is not None], ctx.by_thread(ops))
+    out = [(copy, owner.get(id(launch), launch) if launch is not None else None)
+           for copy, launch in zip(copies, launches)]
+    ctx.__dict__["_pageable_h2d"] = out
+    return out
+
+
+def _gpu_pageable_sites(ctx: Context) -> list[Site]:
+    """Each pageable copy's time and, when the op that made it then waited for it (a blocking copy: torch
+    synchronizes the stream after a pageable one), the GPU idle that wait exposed (sync.py's measure, which
+    SYNC001 leaves to this rule)."""
+    from .sync import SYNC_RUNTIME, exposed_idle
+    copies = pageable_h2d(ctx)
+    owners = {id(o) for _, o in copies if o is not None}
+    ops = ctx.host_of("op")
+    runtime = ctx.need_trace().named(SYNC_RUNTIME.__contains__, kind="runtime") if owners else []
+    owner_of = innermost(ops, runtime, ctx.by_thread(ops)) if runtime else {}
+    waits = [(rt, owner_of[id(rt)]) for rt in runtime if id(owner_of.get(id(rt))) in owners]
+    idle = exposed_idle(ctx, [rt for rt, _ in waits]) if waits else {}
+    waited: dict[int, float] = {}
+    for rt, op in waits:
+        waited[id(op)] = waited.get(id(op), 0.0) + idle[id(rt)]
     items = []
-    for copy, launch in zip(copies, launches):
-        anchor = owner.get(id(launch), launch) if launch is not None else copy
-        if anchor is copy:
+    for copy, anchor in copies:
+        if anchor is None:
             continue  # no host side to attribute: counted in copy.h2d only
-        items.append((anchor, copy, copy.dur / 1000.0, "pageable HtoD copy"))
+        wait = waited.pop(id(anchor), 0.0)
+        items.append((anchor, copy, (copy.dur + wait) / 1000.0, WAITED if wait > 0 else "pageable HtoD copy"))
     collector = SiteCollector(ctx, fallback_calls=DEVICE_COPIES)
     collector.add_all(items)
     return collector.result()

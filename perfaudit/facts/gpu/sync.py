@@ -13,6 +13,7 @@ from ..registry import Context, fact
 from ..sites import SiteCollector
 from ..steps import data_ranges
 from . import intervals as iv
+from .copies import pageable_h2d
 
 # Ops that read a device value back to the host: they block until the GPU has caught up.
 SCALAR_OPS = {"aten::_local_scalar_dense"}
@@ -42,9 +43,14 @@ def _sync_items(ctx: Context):
     if ctx.is_gpu:
         runtime = ctx.need_trace().named(SYNC_RUNTIME.__contains__, kind="runtime")
         owners = innermost(host_ops, runtime, ctx.by_thread(host_ops))
-        exposed = _exposed_idle(ctx, runtime)
+        exposed = exposed_idle(ctx, runtime)
+        # a copy from pageable memory waits for itself: COPY001's (pinned memory, non_blocking), as the
+        # emulated device reports it; not a read of a device value
+        copying = {id(owner) for _, owner in pageable_h2d(ctx) if owner is not None}
         for rt in runtime:
             op = owners.get(id(rt))
+            if op is not None and id(op) in copying:
+                continue
             detail = DETAIL.get(op.name, f"{op.name} ({rt.name})") if op else f"{rt.name} called directly"
             items.append((op or rt, rt, exposed[id(rt)] / 1000.0, detail))
     else:
@@ -102,7 +108,7 @@ def _host_reads(ctx: Context):
     return items
 
 
-def _exposed_idle(ctx: Context, syncs) -> dict[int, float]:
+def exposed_idle(ctx: Context, syncs) -> dict[int, float]:
     """µs of GPU idle each sync causes: the device drains while the host waits, then sits idle from the
     moment it drained until the work the host queues after the sync starts. Only that: a sync the device
     was already idle for (nothing was queued, so nothing drained) causes none, nor does one at the end of
