@@ -132,7 +132,7 @@ class SourceIndex:
         if os.path.isabs(path):
             return path if os.path.isfile(path) and self.trusts(path) else None
         for root in self.roots:
-            candidate = os.path.join(root, path)
+            candidate = os.path.join(self.unalias(root), path)  # a recorded root, moved (facts.registry)
             if os.path.isfile(candidate) and self.trusts(candidate):
                 return os.path.abspath(candidate)
         return None

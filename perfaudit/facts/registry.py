@@ -33,6 +33,29 @@ class Missing(Exception):
     """The data this fact needs is not in the trace or probes; the message says what is absent."""
 
 
+def moved_checkout(meta: dict, source_roots) -> dict[str, str]:
+    """A trace recorded in another checkout (a GPU machine's, a colleague's): the folder it ran in, mapped
+    onto the local folder (one the caller trusts) that holds the same script at the same place below it, when
+    the recorded path itself cannot be read here. {recorded folder: local folder}, or {}."""
+    cwd, script = meta.get("cwd"), meta.get("script")
+    if not isinstance(cwd, str) or not isinstance(script, str) or not os.path.isabs(cwd) or len(cwd) < 2:
+        return {}
+    try:
+        rel = os.path.relpath(script, cwd)
+        if rel.startswith("..") or os.path.isabs(rel):
+            return {}
+        trusted = [os.path.realpath(r) for r in source_roots if r]
+        here = os.path.realpath(script)
+        if os.path.isfile(here) and any(here.startswith(t.rstrip(os.sep) + os.sep) for t in trusted):
+            return {}  # readable where it was recorded
+        for root in trusted:
+            if os.path.isfile(os.path.join(root, rel)):
+                return {cwd.rstrip(os.sep): root}
+    except (OSError, ValueError):  # a NUL byte, a path too long for this system
+        return {}
+    return {}
+
+
 @dataclass(frozen=True)
 class FactSpec:
     name: str
@@ -77,6 +100,7 @@ class Context:
         embedded_aliases = meta.get("path_aliases")
         aliases = {k: v for k, v in (embedded_aliases if isinstance(embedded_aliases, dict) else {}).items()
                    if isinstance(k, str) and isinstance(v, str)}
+        aliases.update(moved_checkout(meta, source_roots))
         roots += tuple(sorted(set(aliases) | {os.path.dirname(a) for a in aliases}))  # frames carry alias paths
         # only the roots the caller gives are trusted for reading files (a trace's own claims are not)
         trusted = tuple(source_roots) + tuple(v for v in aliases.values() if any(

@@ -1,0 +1,52 @@
+"""A trace recorded in another checkout (a GPU machine's, a colleague's), analysed here: its findings land on
+the lines of the local copy of the script, and nothing is read outside the folders the user trusts."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import ROOT, perfaudit
+from perfaudit.facts.registry import moved_checkout
+
+H100 = ROOT / "tests" / "data" / "h100_runs" / "traces" / "host_tensor_bad.json.gz"
+
+
+def test_a_gpu_trace_from_another_checkout_is_located_in_this_one(tmp_path):
+    """The H100 trace of host_tensor_bad.py was recorded in /work/main; a checkout elsewhere holding the same
+    script gets its findings at sample_scripts/host_tensor_bad.py:14, COPY002 included (it reads the line to
+    see the tensor made on the host); without the script, nothing is located in a file it cannot read."""
+    checkout = tmp_path / "checkout"
+    (checkout / "sample_scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "sample_scripts" / "host_tensor_bad.py", checkout / "sample_scripts")
+    shutil.copy(H100, checkout / "run.json.gz")
+    out = tmp_path / "r.json"
+    assert perfaudit("analyze", "run.json.gz", "-f", f"json={out}", cwd=checkout).returncode == 0
+    found = {f["rule"]: f for f in json.loads(out.read_text())["findings"]}
+    assert [(loc["path"], loc["line"]) for loc in found["COPY002"]["locations"]] == \
+        [("sample_scripts/host_tensor_bad.py", 14)]
+    assert "noise" in found["COPY002"]["message"]  # the line's own code, read from the local copy
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(H100, bare / "run.json.gz")
+    assert perfaudit("analyze", "run.json.gz", "-f", f"json={out}", cwd=bare).returncode == 0
+    assert "COPY002" not in {f["rule"] for f in json.loads(out.read_text())["findings"]}
+
+
+text = st.text(alphabet=st.sampled_from("/ab.\x00\\:~ "), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(text, st.none(), st.integers(), st.lists(text, max_size=2)),
+       st.one_of(text, st.none(), st.integers()), st.lists(text, max_size=3))
+def test_hostile_recorded_folders_map_onto_trusted_ones_or_nothing(cwd, script, roots):
+    """The recorded `cwd` and `script` are a trace's metadata, input like any other: a mapping comes back only
+    onto one of the caller's folders, never a traceback."""
+    mapped = moved_checkout({"cwd": cwd, "script": script}, tuple(roots))
+    assert isinstance(mapped, dict) and len(mapped) <= 1
+    for value in mapped.values():
+        assert value in {os.path.realpath(r) for r in roots if r}
