@@ -139,7 +139,7 @@ def bottlenecks() -> None:
     agree = n = 0
     h100 = ROOT.parent / "h100_runs" / "traces"  # perfaudit's own samples recorded on an H100 (README there)
     for path in [ROOT / f"{name}.json.gz" for name in ALL_GPU] + sorted(h100.glob("*.json.gz")):
-        name = str(path.relative_to(path.parents[1]))[:-len(".json.gz")]
+        name = str(path.relative_to(ROOT if ROOT in path.parents else h100.parents[1]))[:-len(".json.gz")]
         trace = load_trace(str(path))
         device = devices.device_named(trace.device_properties.get("name"))
         if device is None:
