@@ -487,3 +487,16 @@ def test_every_way_of_moving_a_model_puts_it_on_the_device(tmp_path):
     assert len(rows) == 11 and all(r[1:4] == ["cuda:0", "True", "cuda:0"] for r in rows), rows
     assert {r[0]: r[4] for r in rows}["to(device=, dtype=)"] == "torch.bfloat16"
     assert probes["device_memory"]["by_category"]["parameters"] > 0
+
+
+def test_a_buffer_allocated_pinned_is_pinned_on_the_emulated_device(tmp_path):
+    """`torch.empty(..., pin_memory=True)` raised on a CPU build ("no pinned memory allocator"), so the
+    emulated device could not serve a script that stages batches in a pinned buffer, and the run fell back
+    to the CPU path. The buffer is now made and noted as pinned: its copies are pinned and non-blocking, as on
+    a GPU machine, and nothing asks for pinned memory."""
+    report, probes, console = _run(tmp_path, SCRIPTS / "pinned_staging.py", "--warmup", "1", "--steps", "3")
+    assert report["run"]["device"] == "cpu, CUDA path emulated", report["notes"]
+    assert "could not serve" not in console
+    copies = [c for c in probes["cuda_emulation"]["copies"] if c["window_calls"]]
+    assert copies and all(c["pinned"] and c["non_blocking"] for c in copies), copies
+    assert "COPY001" not in {f["rule"] for f in report["findings"]}

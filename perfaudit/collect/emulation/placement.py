@@ -109,7 +109,11 @@ class Placement(TorchFunctionMode):
             device = kwargs["device"] if "device" in kwargs else None
             if device is not None and is_cuda(device):
                 return self._made_on_device(func, args, kwargs)
-            out = func(*args, **kwargs)
+            if "pin_memory" in kwargs and kwargs["pin_memory"]:  # a CPU build has no pinned allocator
+                out = func(*args, **{**kwargs, "pin_memory": False})
+                self.pinned.add(out)  # pinned, as on a GPU machine (save_on_cpu's buffers, staging tensors)
+            else:
+                out = func(*args, **kwargs)
         else:
             out = func(*args)
         cls = type(out)
