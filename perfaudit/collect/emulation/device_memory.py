@@ -13,6 +13,7 @@ steps found it (how it got there, the model's loading, is not replayed: its free
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 import torch
@@ -40,6 +41,20 @@ CUBLAS_OPS = frozenset(getattr(_aten, name).default for name in (
 CUDNN_OPS = {getattr(_aten, name).default: kind for name, kind in (
     ("convolution", "convolutions"), ("_convolution", "convolutions"), ("convolution_backward", "convolutions"),
     ("mkldnn_convolution", "convolutions")) if hasattr(getattr(_aten, name, None), "default")}
+
+
+def saved_tensors_watch(packed):
+    """A saved-tensors hook that notes what autograd saves and keeps it as it is; none while the script's own
+    hooks are active (`save_on_cpu`, offloading): on top of them it would bypass them, and the step measured
+    would not be the script's (its saved tensors are then not told apart from temporaries)."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    try:
+        theirs = top(False) if top is not None else None
+    except (TypeError, RuntimeError):  # another signature: as if none
+        theirs = None
+    if theirs is not None:
+        return contextlib.nullcontext()
+    return torch.autograd.graph.saved_tensors_hooks(packed, lambda t: t)
 
 
 def rounded(nbytes: int) -> int:
@@ -104,7 +119,7 @@ class DeviceMemory:
             return
         try:
             self._count_baseline()
-            self._saved = torch.autograd.graph.saved_tensors_hooks(self._packed, lambda t: t)
+            self._saved = saved_tensors_watch(self._packed)
             self._saved.__enter__()
             self._mode = _Tracker(self)
             self._mode.__enter__()

@@ -10,8 +10,11 @@ beyond torch's pool (the CUDA context, libraries) is the device's used memory le
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 import torch
 
+from ..emulation.device_memory import saved_tensors_watch
 from ..internal import record_internal_error
 from ..userframes import is_user_file
 
@@ -80,7 +83,7 @@ class GpuMemory:
         self._start = 0
         self._history = False
         self._saved: set[int] = set()
-        self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
+        self._hooks: AbstractContextManager | None = None
         self.result: dict | None = None
 
     def start(self) -> None:
@@ -97,7 +100,7 @@ class GpuMemory:
                 self._history = True
             except (TypeError, RuntimeError, AttributeError):  # an older torch: the peaks alone
                 self._history = False
-            self._hooks = torch.autograd.graph.saved_tensors_hooks(self._packed, lambda t: t)
+            self._hooks = saved_tensors_watch(self._packed)
             self._hooks.__enter__()
         except Exception as exc:  # noqa: BLE001 - the run goes on without the memory figures
             record_internal_error("gpu memory", exc)
