@@ -9,7 +9,7 @@ from ..steps import data_ranges
 from . import intervals as iv
 from .device_steps import device_events, per_step, traits
 from .kernels import architecture
-from .sync import SYNC_RUNTIME
+from .waits import SYNC_RUNTIME
 
 
 def _require_gpu(ctx: Context) -> None:

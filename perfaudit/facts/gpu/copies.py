@@ -9,6 +9,7 @@ from ..emulated import PAGEABLE_GBPS, copy_sites, emulated
 from ..registry import Context, Missing, fact
 from ..sites import Site, SiteCollector
 from .launches import runtime_of_device
+from .waits import SYNC_RUNTIME, exposed_idle
 
 
 def _is_device_move(call) -> bool:
@@ -62,7 +63,6 @@ def _gpu_pageable_sites(ctx: Context) -> list[Site]:
     """Each pageable copy's time and, when the op that made it then waited for it (a blocking copy: torch
     synchronizes the stream after a pageable one), the GPU idle that wait exposed (sync.py's measure, which
     SYNC001 leaves to this rule)."""
-    from .sync import SYNC_RUNTIME, exposed_idle
     copies = pageable_h2d(ctx)
     owners = {id(o) for _, o in copies if o is not None}
     ops = ctx.host_of("op")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
 
 from ...calls import FRAMEWORK_READS, HOST_READS, NONZERO_CALLS, SCALAR_READ_CALLS, SYNC_CALLS
 from ...static.uses import host_consumer
@@ -11,17 +10,12 @@ from ...trace.nesting import enclosing, innermost
 from ..emulated import emulated, emulated_waits
 from ..registry import Context, fact
 from ..sites import SiteCollector
-from ..steps import data_ranges
-from . import intervals as iv
 from .copies import pageable_h2d
+from .waits import SYNC_RUNTIME, exposed_idle
 
 # Ops that read a device value back to the host: they block until the GPU has caught up.
 SCALAR_OPS = {"aten::_local_scalar_dense"}
 NONZERO_OPS = {"aten::nonzero"}
-SYNC_RUNTIME = {
-    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
-}
 # What to look for in the user's function when a sync op has no Python call of its own (a slot
 # such as bool(t) or t[mask] called from C): calls by name, then syntactic forms.
 SCALAR_FALLBACK = (SCALAR_READ_CALLS, ("branch",))
@@ -86,11 +80,6 @@ def _read_inside_another_op(host_ops: list[Event], reads: list[Event]) -> set[in
     return inside
 
 
-# A sync exposes the time the host needs to queue new work; beyond this, idle has other causes (an
-# evaluation loop, checkpointing) that the sync did not create.
-MAX_EXPOSED_US = 10_000.0
-
-
 _HOST_READ = re.compile(rf"^<built-in method ({'|'.join(sorted(HOST_READS - {'item'}))}) of Tensor object")
 
 
@@ -106,33 +95,6 @@ def _host_reads(ctx: Context):
             anchor = Event("op", ev.name, ev.ts + min(ev.dur, 0.001) / 2, 0.0, ev.pid, ev.tid, {})
             items.append((anchor, anchor, ev.dur / 1000.0, f".{m.group(1)}() (device-to-host copy on a GPU)"))
     return items
-
-
-def exposed_idle(ctx: Context, syncs) -> dict[int, float]:
-    """µs of GPU idle each sync causes: the device drains while the host waits, then sits idle from the
-    moment it drained until the work the host queues after the sync starts. Only that: a sync the device
-    was already idle for (nothing was queued, so nothing drained) causes none, nor does one at the end of
-    a step (the idle after it is the step boundary's, the next step's data or Python), and idle while the
-    host then waits for the DataLoader is the input pipeline's."""
-    data = data_ranges(ctx)
-    device = [e for e in ctx.need_trace().device if e.kind != "gpu_annotation"]
-    starts = sorted(e.ts for e in device)
-    ends = sorted(e.end for e in device)
-    out = {}
-    for rt in syncs:
-        out[id(rt)] = 0.0
-        i = bisect_left(starts, rt.end)
-        j = bisect_left(ends, rt.end) - 1
-        if i >= len(starts) or j < 0 or ends[j] < rt.ts:
-            continue  # no device work finished while the host waited: the sync waited for nothing
-        drained_at, next_start = ends[j], starts[i]
-        step = ctx.step_of(rt.ts)
-        if step is None or next_start > ctx.steps[step].end:
-            continue  # the next work is the next step's: what idles until then is not this sync's doing
-        gap = (drained_at, max(next_start, drained_at))
-        idle = gap[1] - gap[0] - iv.overlap([gap], data.clip(*gap))
-        out[id(rt)] = min(max(idle, 0.0), MAX_EXPOSED_US)
-    return out
 
 
 @fact("sync.sites", "Host-device sync points in the measured steps, grouped by the user line that "
