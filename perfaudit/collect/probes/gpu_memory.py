@@ -19,7 +19,6 @@ from ..internal import record_internal_error
 from ..userframes import is_user_file
 
 MAX_ENTRIES = 200_000  # allocator events kept (two steps of a large model: tens of thousands)
-ROUND = 512
 
 
 def peak_of_history(trace: list, start_allocated: int, categories: dict[int, str],
@@ -124,7 +123,7 @@ class GpuMemory:
                 torch.cuda.memory._record_memory_history(enabled=None)
             free, total = torch.cuda.mem_get_info()
             outside = max(total - free - torch.cuda.memory_reserved(), 0)
-            replay = self._replay(snapshot) if snapshot else {"by_category": {}, "top_sites": []}
+            replay = self._replay(snapshot, self._device) if snapshot else {"by_category": {}, "top_sites": []}
             self.result = {**replay, "peak_allocated_bytes": peak_allocated, "peak_reserved_bytes": peak_reserved,
                            "measured": True, "device_total_bytes": total, "outside_pool_bytes": outside}
         except Exception as exc:  # noqa: BLE001
@@ -132,8 +131,7 @@ class GpuMemory:
         finally:
             self._device = None
 
-    def _replay(self, snapshot: dict) -> dict:
-        device = torch.cuda.current_device()
+    def _replay(self, snapshot: dict, device: int) -> dict:
         traces = snapshot.get("device_traces") or []
         trace = traces[device] if device < len(traces) else []
         if len(trace) >= MAX_ENTRIES:  # the oldest events were dropped: the replay would start mid-way

@@ -9,7 +9,7 @@ from ..emulated import PAGEABLE_GBPS, copy_sites, emulated
 from ..registry import Context, Missing, fact
 from ..sites import Site, SiteCollector
 from .launches import runtime_of_device
-from .waits import SYNC_RUNTIME, exposed_idle
+from .waits import host_waits
 
 
 def _is_device_move(call) -> bool:
@@ -65,14 +65,10 @@ def _gpu_pageable_sites(ctx: Context) -> list[Site]:
     SYNC001 leaves to this rule)."""
     copies = pageable_h2d(ctx)
     owners = {id(o) for _, o in copies if o is not None}
-    ops = ctx.host_of("op")
-    runtime = ctx.need_trace().named(SYNC_RUNTIME.__contains__, kind="runtime") if owners else []
-    owner_of = innermost(ops, runtime, ctx.by_thread(ops)) if runtime else {}
-    waits = [(rt, owner_of[id(rt)]) for rt in runtime if id(owner_of.get(id(rt))) in owners]
-    idle = exposed_idle(ctx, [rt for rt, _ in waits]) if waits else {}
     waited: dict[int, float] = {}
-    for rt, op in waits:
-        waited[id(op)] = waited.get(id(op), 0.0) + idle[id(rt)]
+    for _, op, idle in host_waits(ctx) if owners else ():
+        if op is not None and id(op) in owners:
+            waited[id(op)] = waited.get(id(op), 0.0) + idle
     items = []
     for copy, anchor in copies:
         if anchor is None:

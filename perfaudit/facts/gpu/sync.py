@@ -11,7 +11,7 @@ from ..emulated import emulated, emulated_waits
 from ..registry import Context, fact
 from ..sites import SiteCollector
 from .copies import pageable_h2d
-from .waits import SYNC_RUNTIME, exposed_idle
+from .waits import host_waits
 
 # Ops that read a device value back to the host: they block until the GPU has caught up.
 SCALAR_OPS = {"aten::_local_scalar_dense"}
@@ -35,18 +35,14 @@ def _sync_items(ctx: Context):
     host_ops = ctx.host_of("op")
     items = []
     if ctx.is_gpu:
-        runtime = ctx.need_trace().named(SYNC_RUNTIME.__contains__, kind="runtime")
-        owners = innermost(host_ops, runtime, ctx.by_thread(host_ops))
-        exposed = exposed_idle(ctx, runtime)
         # a copy from pageable memory waits for itself: COPY001's (pinned memory, non_blocking), as the
         # emulated device reports it; not a read of a device value
         copying = {id(owner) for _, owner in pageable_h2d(ctx) if owner is not None}
-        for rt in runtime:
-            op = owners.get(id(rt))
+        for rt, op, idle in host_waits(ctx):
             if op is not None and id(op) in copying:
                 continue
             detail = DETAIL.get(op.name, f"{op.name} ({rt.name})") if op else f"{rt.name} called directly"
-            items.append((op or rt, rt, exposed[id(rt)] / 1000.0, detail))
+            items.append((op or rt, rt, idle / 1000.0, detail))
     else:
         items += _host_reads(ctx)
         reads = [e for e in host_ops if e.name in SCALAR_OPS | NONZERO_OPS]

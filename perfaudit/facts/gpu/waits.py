@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from ...trace.nesting import innermost
 from ..registry import Context
 from ..steps import data_ranges
 from . import intervals as iv
@@ -43,3 +44,16 @@ def exposed_idle(ctx: Context, syncs) -> dict[int, float]:
         idle = gap[1] - gap[0] - iv.overlap([gap], data.clip(*gap))
         out[id(rt)] = min(max(idle, 0.0), MAX_EXPOSED_US)
     return out
+
+
+def host_waits(ctx: Context) -> list[tuple]:
+    """Every runtime call the host waited in, with the op it was made in (None: called directly) and the GPU
+    idle it exposed (µs): [(call, op, idle)], worked out once for SYNC001's sites and COPY001's."""
+    cached = ctx.__dict__.get("_host_waits")
+    if cached is None:
+        ops = ctx.host_of("op")
+        runtime = ctx.need_trace().named(SYNC_RUNTIME.__contains__, kind="runtime")
+        owners = innermost(ops, runtime, ctx.by_thread(ops))
+        exposed = exposed_idle(ctx, runtime)
+        cached = ctx.__dict__["_host_waits"] = [(rt, owners.get(id(rt)), exposed[id(rt)]) for rt in runtime]
+    return cached
