@@ -105,7 +105,8 @@ PROBE_FIELDS: dict[str, dict] = {
     # perfaudit's own cost on the host (collect/probes/host_overhead.py): a loop of tiny torch calls timed bare and
     # under the profiler, in the trace's `perfaudit#calibration` range
     "host_overhead": {"type": "object", "required": ["iterations", "bare_s", "instrumented_s"], "properties": {
-        "iterations": _INT, "bare_s": {"type": ["number", "null"]}, "instrumented_s": {"type": ["number", "null"]}}},
+        "iterations": _INT, "rounds": _INT, "bare_s": {"type": ["number", "null"]},
+        "instrumented_s": {"type": ["number", "null"]}, "free_us_per_mib": {"type": ["number", "null"]}}},
 }
 OPTIONAL_FIELDS = {"cuda_emulation", "flops", "device_memory", "host_overhead", "bias_without_norm"}
 SNAPSHOT_SCHEMA = {"type": "object", "required": [k for k in PROBE_FIELDS if k not in OPTIONAL_FIELDS],

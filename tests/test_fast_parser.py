@@ -87,8 +87,9 @@ def test_a_compact_trace_takes_the_fast_path_and_reads_the_same(tmp_path):
 
 def test_every_arg_a_fact_reads_is_kept_by_the_fast_path_as_by_the_general_parser(tmp_path):
     """A convolution's shapes and its stride/padding (Concrete Inputs), a kernel's and a runtime call's
-    correlation, a copy's bytes, the [memory] peaks: the fast path decodes args only for the events that
-    keep some, in one call per chunk; args that are not an object are ignored, as by the general parser."""
+    correlation, a copy's bytes, the [memory] peaks and the host's large blocks: the fast path decodes args
+    only for the events that keep some, in one call per chunk; args that are not an object are ignored, as by
+    the general parser."""
     def x(cat, name, ts, args, **extra):
         return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": 5, "pid": 1, "tid": 1, "args": args, **extra}
     events = [x("cpu_op", "aten::convolution", 10, {"Input Dims": [[8, 3, 32, 32], [16, 3, 3, 3], [16]],
@@ -102,7 +103,10 @@ def test_every_arg_a_fact_reads_is_kept_by_the_fast_path_as_by_the_general_parse
               x("cpu_op", "aten::mm", 40, None),                       # null args
               {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 41, "pid": 1, "tid": 1,
                "args": {"Device Type": 1, "Device Id": 0, "Total Allocated": 1 << 20, "Total Reserved": 2 << 20}},
-              {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 42, "pid": 1, "tid": 1}]  # no args
+              {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 42, "pid": 1, "tid": 1},  # no args
+              {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 43.5, "pid": 1, "tid": 1,  # a host block
+               "args": {"Device Type": 0, "Device Id": -1, "Bytes": -(32 << 20), "Addr": 140098846838848,
+                        "Total Allocated": 0, "Total Reserved": 0}}]
     path = tmp_path / "args.json"
     path.write_text(json.dumps({"traceEvents": events}, indent=1))
     fast = parser._parse_fast(str(path))  # the fast path itself, no fallback
@@ -114,6 +118,7 @@ def test_every_arg_a_fact_reads_is_kept_by_the_fast_path_as_by_the_general_parse
     assert fast.memory == {"cuda:0": {"peak_allocated": 1 << 20, "peak_reserved": 2 << 20}}
     assert sorted(map(repr, fast.host)) == sorted(map(repr, general.host))
     assert fast.device == general.device and fast.memory == general.memory
+    assert fast.host_blocks == general.host_blocks == [(43.5, -(32 << 20), 140098846838848)]
 
 
 def test_keys_after_the_events_are_read_and_the_events_are_not_read_twice(tmp_path):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from ..trace.model import Event, Step, Trace
 from .devices import Device
+from .frees import freed_in
 from .kernels import MATH_KINDS, Work, calibration, kernel_us
 from .overhead import in_python_time
 from .simulate import Pipeline, Projection, scaled, simulate, sync_idle_capped
@@ -91,6 +92,7 @@ class Projector:
         self.own_cost = in_python_time(trace)   # measured on the whole trace (its calibration precedes the steps)
         self.on_gpu = trace.has_gpu
         self.measured_ms = sum(s.dur for s in steps) / max(len(steps), 1) / 1e3
+        self.freed = None if self.on_gpu else freed_in(trace)   # a CPU run: its frees a GPU would not make
         trace, steps = window(trace, steps)
         # a large trace replays a run of its steps: what it projects is scaled to the mean measured step
         self.scale = self.measured_ms / (sum(s.dur for s in steps) / len(steps) / 1e3)
@@ -123,7 +125,8 @@ class Projector:
             return kernel_us(work, target, cal)
         host_us = cal["host_us_per_kernel" if own_cost is not None else "host_us_per_kernel_profiled"]
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
-                                                         self.inputs.tf32_conv), own_cost, self.undisturbed)
+                                                         self.inputs.tf32_conv), own_cost, self.undisturbed,
+                     self.freed)
         if self.inputs.workers and not self.inputs.worker_ms_per_batch:
             _hand_off_only(plans)
         if self.inputs.batch_bytes:

@@ -26,8 +26,11 @@ def us_per_event(trace: Trace) -> float | None:
         return None
     if not all(not isinstance(v, bool) and isfinite(v) and v >= 0 for v in (bare, instrumented)):
         return None
+    rounds = record.get("rounds", 1)  # the loop ran this many times; the times are of the quickest round
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= 1000:
+        return None
     r = ranges[0]
-    events = _count(trace, r.ts, r.end)
+    events = _count(trace, r.ts, r.end) / rounds
     if events <= 0 or instrumented <= bare:
         return 0.0
     return (instrumented - bare) * 1e6 / events

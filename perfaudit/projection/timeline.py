@@ -126,30 +126,37 @@ class _Index:
         return [(e.ts, e.end) for e in self.data[i:j]]
 
 
-def _gap_items(start: float, end: float, data: list[tuple[float, float]]) -> list[Item]:
-    """Python time between two ops, a DataLoader fetch in it split off as its own item."""
+Freed = Callable[[float, float], float]
+
+
+def _gap_items(start: float, end: float, data: list[tuple[float, float]], freed: Freed | None = None) -> list[Item]:
+    """Python time between two ops, a DataLoader fetch in it split off as its own item; `freed(a, b)`: what
+    of a stretch the CPU spent freeing device blocks a GPU would keep (frees.py), left out."""
+    def host(a: float, b: float) -> Item:
+        return Item("host", host_us=(b - a) - (freed(a, b) if freed is not None else 0.0))
     items, cursor = [], start
     for d0, d1 in data:
         d0, d1 = max(d0, start), min(d1, end)
         if d1 <= d0:
             continue
         if d0 > cursor:
-            items.append(Item("host", host_us=d0 - cursor))
+            items.append(host(cursor, d0))
         items.append(Item("data", host_us=d1 - d0))
         cursor = d1
     if end > cursor:
-        items.append(Item("host", host_us=end - cursor))
+        items.append(host(cursor, end))
     return items
 
 
 def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
          own_cost: Callable[[Step, int], float] | None = None,
-         undisturbed: Callable[[Step], float] | None = None) -> list[StepPlan]:
+         undisturbed: Callable[[Step], float] | None = None, freed: Freed | None = None) -> list[StepPlan]:
     """Each step as items: the gaps between root ops (Python, DataLoader fetches) and each root op as
     `expand` turns it into host time, kernels and syncs. Roots that overlap (two threads) count once.
     `own_cost(step, root ops)`: what perfaudit added to the step's Python time (µs), taken out of it.
     `undisturbed(step)`: the step's duration less its wait for a CPU held by other processes (µs), taken
-    out of the host's measured time (_take_out_waits), so a busy machine does not make the host look slow."""
+    out of the host's measured time (_take_out_waits), so a busy machine does not make the host look slow.
+    `freed(a, b)`: the host's time between a and b spent freeing what a GPU would keep (frees.py)."""
     plans, counts, index = [], [], _Index(trace)
     for step in steps:
         items, cursor = [], step.ts
@@ -158,7 +165,7 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
         for root in roots:
             op = root.op
             if op.ts > cursor:
-                items.extend(_gap_items(cursor, op.ts, data))
+                items.extend(_gap_items(cursor, op.ts, data, freed))
             expanded = expand(root)
             if op.ts < cursor:  # inside what was already counted (another thread): no host time of its own
                 overlap = min(cursor, op.end) - op.ts
@@ -167,11 +174,12 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
             items.extend(expanded)
             cursor = max(cursor, op.end)
         if step.end > cursor:
-            items.extend(_gap_items(cursor, step.end, data))
+            items.extend(_gap_items(cursor, step.end, data, freed))
         plans.append(StepPlan(step.number, step.dur, items))
         counts.append(len(roots))
     if undisturbed is not None:  # first: perfaudit's own cost is a share of the host's undisturbed time
         _take_out_waits(plans, [max(s.dur - undisturbed(s), 0.0) for s in steps])
+    _clip_outliers(plans)
     if own_cost is not None:
         for step, p, n in zip(steps, plans, counts):
             _take_out(p.items, own_cost(step, n))
@@ -234,6 +242,30 @@ def _take_out_waits(plans: list[StepPlan], waited: list[float]) -> None:
         for item in p.items:
             if item.kind in MEASURED:
                 item.host_us *= keep
+
+
+OUTLIER = 3.0        # a part of a step this many times its median over the steps of the same shape …
+OUTLIER_US = 100.0   # … and this much longer is an interruption, not the script's work
+
+
+def _clip_outliers(plans: list[StepPlan]) -> None:
+    """Each measured part of a step (a Python gap, a fetch in the main process) at most OUTLIER times its median
+    over the steps of the same shape, plus OUTLIER_US: a 3 ms gap between two ops that take 0.1 ms apart in
+    every other step is the machine (a hypervisor's steal, a page reclaim), which no run-queue wait shows,
+    not the script. What every step does, or most, stays."""
+    shapes: dict[tuple, list[StepPlan]] = {}
+    for p in plans:
+        shapes.setdefault(tuple(i.kind for i in p.items), []).append(p)
+    for shape, alike in shapes.items():
+        if len(alike) < 3:
+            continue
+        for n, kind in enumerate(shape):
+            if kind not in MEASURED:
+                continue
+            times = sorted(q.items[n].host_us for q in alike)
+            bound = OUTLIER * times[len(times) // 2] + OUTLIER_US
+            for q in alike:
+                q.items[n].host_us = min(q.items[n].host_us, bound)
 
 
 # -- a CPU trace: each op's kernels from its shapes ---------------------------------------------------------------

@@ -33,6 +33,8 @@ class RawArgs(msgspec.Struct, gc=False):
     device_id: Any = msgspec.field(default=_UNSET, name="Device Id")
     total_allocated: Any = msgspec.field(default=_UNSET, name="Total Allocated")
     total_reserved: Any = msgspec.field(default=_UNSET, name="Total Reserved")
+    block_bytes: Any = msgspec.field(default=_UNSET, name="Bytes")   # a [memory] event's (de)allocation
+    addr: Any = msgspec.field(default=_UNSET, name="Addr")
 
 
 # the RawArgs field of each JSON key

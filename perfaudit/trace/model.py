@@ -75,6 +75,8 @@ class Trace:
     dropped_events: int = 0     # events beyond the most perfaudit keeps (parser.MAX_EVENTS), not read
     unreadable_meta: list[str] = field(default_factory=list)  # metadata parts left out, and why
     memory: dict = field(default_factory=dict)  # "cuda:0" -> peak allocated/reserved bytes ([memory] events)
+    # the CPU's allocations (+bytes) and frees (-bytes) of 1 MiB or more: (ts, bytes, address), in file order
+    host_blocks: list[tuple[float, int, int]] = field(default_factory=list)
     _host_by_name: dict | None = field(default=None, init=False, repr=False, compare=False)
 
     def names(self) -> dict[str, list[Event]]:

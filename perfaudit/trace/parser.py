@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+from math import isfinite
 
 from ..errors import TraceError
 from ..files import read_as_input
@@ -58,6 +59,10 @@ def _read_head(stream) -> tuple[dict, bytes, str]:
             if not buf.strip():
                 raise TraceError("trace file is empty")
             raise TraceError("not a Kineto trace: no `traceEvents` list found")
+
+
+LARGE_BLOCK = 1 << 20   # host blocks kept (bytes): smaller ones are reused from the heap, freed at no cost
+MAX_BLOCKS = 1_000_000  # kept at most: memory stays bounded
 
 
 def _number(value):
@@ -118,9 +123,18 @@ def _complete(cat, name, ts, dur, pid, tid, args, other_ops: tuple = ()) -> Even
 
 
 def _memory_event(raw: dict, trace: Trace) -> None:
-    """Track peak allocated/reserved bytes per device from profile_memory's [memory] events."""
+    """Track peak allocated/reserved bytes per device from profile_memory's [memory] events, and keep the
+    host's large blocks (an emulated run's device tensors: projection/frees.py)."""
     args = raw.get("args")
-    if not isinstance(args, dict) or args.get("Device Type") != 1:  # 1: CUDA (and ROCm)
+    if not isinstance(args, dict):
+        return
+    if args.get("Device Type") == 0:  # the CPU
+        nbytes, ts, addr = _number(args.get("Bytes")), _number(raw.get("ts")), args.get("Addr")
+        if (nbytes is not None and ts is not None and abs(nbytes) >= LARGE_BLOCK and type(addr) is int
+                and isfinite(nbytes) and isfinite(ts) and len(trace.host_blocks) < MAX_BLOCKS):
+            trace.host_blocks.append((float(ts), int(nbytes), addr))
+        return
+    if args.get("Device Type") != 1:  # 1: CUDA (and ROCm)
         return
     key = f"cuda:{args.get('Device Id', 0)}"
     peaks = trace.memory.setdefault(key, {"peak_allocated": 0, "peak_reserved": 0})
@@ -232,7 +246,8 @@ def _fast_events(stream, first: bytes, trace: Trace, after: list[bytes], other_o
         for raw in batch:
             if raw.ph != "X":
                 if raw.ph == "i" and raw.name == "[memory]":
-                    _memory_event({"args": fast.kept_args(fast.one_args(raw.args), _MEMORY_ARGS)}, trace)
+                    _memory_event({"ts": raw.ts, "args": fast.kept_args(fast.one_args(raw.args), _MEMORY_ARGS)},
+                                  trace)
                 continue
             try:
                 verdict = decided[raw.cat][raw.name]
@@ -255,7 +270,7 @@ def _fast_events(stream, first: bytes, trace: Trace, after: list[bytes], other_o
                 ev.args = keep(args) or no_args
 
 
-_MEMORY_ARGS = ("Device Type", "Device Id", "Total Allocated", "Total Reserved")
+_MEMORY_ARGS = ("Device Type", "Device Id", "Total Allocated", "Total Reserved", "Bytes", "Addr")
 _PLACE = {**{k: "device" for k in DEVICE_KINDS}, "python": "python"}
 
 

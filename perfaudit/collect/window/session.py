@@ -27,7 +27,7 @@ from .clock import OwnClock
 from .export import export_trace, write_json
 from .frameworks import detect as detect_framework
 from .selection import StepMarks
-from .sizing import Sizer, fit_budget
+from .sizing import Sizer, fit_budget, host_blocks
 from .step_hooks import Interrupted, Spawned, StepHooks, WindowDone, hold_sigint, restore_sigint
 from .steps import StepDetector
 
@@ -138,8 +138,8 @@ class Session(StepHooks):
         except Exception as exc:
             record_internal_error("framework detection", exc)
         self._say("profiling", device="cuda" if gpu_present() else "cpu")
-        self.prof = profile(activities=activities, with_stack=self.config["with_stack"],
-                            record_shapes=self.config["record_shapes"])
+        self.prof = profile(activities=activities, with_stack=self.config["with_stack"], record_shapes=self.config[
+            "record_shapes"], profile_memory=host_blocks(self.probes.placement, self.config))
         self.probes.own_profiler = self.prof
         self.marks.window_started()
         HostOverhead(self.torch, self.probes.placement).around(self.prof.start, self.probes)
@@ -244,7 +244,7 @@ class Session(StepHooks):
         """The first step ended: size the second; once a sized step did not compile and was a
         training step, record from the next."""
         if self.sizing is None:
-            self.sizing = Sizer(self.torch, self._own_profiler)
+            self.sizing = Sizer(self.torch, self._own_profiler, host_blocks(self.probes.placement, self.config))
             self.marks.sizing_started()
             self.sizing.start()
             return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..emulation.cuda_shim import gpu_present
 
@@ -18,6 +19,13 @@ from ..emulation.cuda_shim import gpu_present
 BYTES_PER_EVENT = 420
 BYTES_PER_PYTHON_CALL = 500
 MARGIN = 0.8  # of the budget: the estimate is within about 10 %
+
+
+def host_blocks(placement, config: dict) -> bool:
+    """Whether the window records the CPU allocator's allocations and frees (profile_memory): on the emulated
+    device they are the device's, and a projection takes out of the host's time what freeing them cost the
+    CPU (a large block goes back to the OS) and costs a GPU's caching allocator nothing (projection/frees.py)."""
+    return placement is not None and bool(config.get("record_shapes"))
 
 
 @dataclass
@@ -58,8 +66,10 @@ def fit_budget(events: int, calls: int, budget_mb: float | None, warmup: int, st
 class Sizer:
     """Counts one step's profiler events (a light profiler) and Python calls (sys.settrace)."""
 
-    def __init__(self, torch, own_profiler):
-        self.torch, self.own_profiler, self.calls, self.prof = torch, own_profiler, 0, None
+    def __init__(self, torch, own_profiler, profile_memory: bool = False):
+        self.torch, self.own_profiler, self.calls = torch, own_profiler, 0
+        self.prof: Any = None
+        self.profile_memory = profile_memory  # the window records allocations: they are counted as events
 
     def _trace(self, frame, event, arg):
         self.calls += 1
@@ -70,7 +80,7 @@ class Sizer:
         self.calls = 0
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu_present() else [])
         try:
-            self.prof = profile(activities=activities)
+            self.prof = profile(activities=activities, profile_memory=self.profile_memory)
             self.own_profiler(self.prof)
             self.prof.start()
         except Exception:  # sizing is an optimisation: without it the window is recorded as asked
