@@ -207,8 +207,8 @@ def emulated_memory(ctx: Context) -> dict | None:
         by_category["cuBLAS workspace"] = workspace
     allocated, reserved = seen["peak_allocated_bytes"] + workspace, seen["peak_reserved_bytes"] + workspace
     context = CUDA_CONTEXT_BYTES if capability else None  # NVIDIA's; another vendor's runtime is not known here
-    # cuDNN's workspaces are not modelled: on an H100 they added 34 % and 45 % to two conv nets' peaks
-    # (docs/accuracy.md), so the estimate says what it leaves out
+    # cuDNN's workspaces are not modelled: two conv nets' peaks on an H100 (cudnn.benchmark's search in them)
+    # were 34 % and 45 % above the estimate (docs/accuracy.md), so the estimate says what it leaves out
     listed = seen.get("cudnn")
     kinds = list(listed) if isinstance(listed, list) else []
     modules = ctx.probes.get("module_order")
