@@ -22,7 +22,7 @@ _WHERE = {
     "Finding": "findings", "Report": "findings", "rank": "findings", "GateOptions": "policy.gate", "gate_fails": "policy.gate",
     "analyze": "usecases.analysis", "evaluate_trace": "usecases.analysis",
     "expand_trace_paths": "usecases.analysis", "looks_like_trace": "usecases.analysis",
-    "audit": "usecases.audit", "diff": "usecases.diff",
+    "audit": "usecases.audit", "diff": "usecases.diff", "plan_batch": "verify.batch_plan",
     "bisect": "usecases.bisect", "history": "usecases.history", "fix": "usecases.fixes", "verify": "usecases.fixes",
     "project_root": "usecases.fixes", "check_fixable": "usecases.fixes", "check_script": "collect.run.runner",
     "Rounds": "verify", "recorded_report": "usecases.fixes", "lint": "usecases.lint",

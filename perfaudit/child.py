@@ -151,6 +151,9 @@ def main() -> None:
                                                    os.path.dirname(script_path))
     try:
         session = _session(config, script)
+        if config.get("batch_scale"):  # a batch plan's run: the script's batches made larger (below the probes)
+            from .collect import batch_scale
+            batch_scale.install(float(config["batch_scale"]))
         session.install()
     except Exception as exc:  # perfaudit's own set-up failed: say so; the script is not blamed
         _setup_failed(config, exc)

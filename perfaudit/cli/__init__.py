@@ -1,4 +1,4 @@
-"""Command line: `perfaudit run | fix | verify | analyze | lint | explain | rules`.
+"""Command line: `perfaudit run | fix | verify | plan | analyze | lint | explain | rules`.
 
 A skin over the library API (perfaudit.api): commands parse their options, call one API function,
 render what it returns and exit. Only here do errors become one line on stderr and an exit code."""
@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from ..errors import EXIT_INTERRUPTED, EXIT_OK
-from . import analysis, running  # noqa: F401  (the commands register themselves on `app`)
+from . import analysis, planning, running  # noqa: F401  (the commands register themselves on `app`)
 from .common import app, err, stdout_gone
 
 

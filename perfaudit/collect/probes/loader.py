@@ -20,7 +20,16 @@ from ..wrap import patch, wrap
 def loader_settings(loader) -> dict:
     return {"num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
             "persistent_workers": loader.persistent_workers, "prefetch_factor": loader.prefetch_factor,
-            "batch_size": loader.batch_size, "_dataset": id(loader.dataset)}
+            "batch_size": loader.batch_size, "dataset_len": _length(loader.dataset), "_dataset": id(loader.dataset)}
+
+
+def _length(dataset) -> int | None:
+    """The dataset's number of samples, when it says (an IterableDataset need not; a broken __len__ is not ours)."""
+    try:
+        n = len(dataset)
+    except Exception:  # noqa: BLE001 - the user's __len__: whatever it raises, the length is unknown
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
 def _tensors_nbytes(obj, depth: int = 0) -> tuple[int, bool]:

@@ -1,0 +1,45 @@
+"""`perfaudit plan`: the largest batch that fits the GPU, found by running it (verify/batch_plan.py)."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .. import api
+from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..report import outputs
+from .common import ArgsArg, ConfigOpt, DebugOpt, QuietOpt, ScriptArg, TargetOpt, app, handles_errors, out, progress, status
+from .running import DeviceOpt
+
+
+@app.command()
+@handles_errors
+def plan(
+    script: ScriptArg,
+    args: ArgsArg = None,
+    target: TargetOpt = None,
+    device: DeviceOpt = None,
+    timeout: Annotated[float, typer.Option(min=0, help="Stop any one run after this many seconds (0: never).")] = 600.0,
+    out_dir: Annotated[Optional[str], typer.Option(
+        help="Folder for the runs (a batch-xN folder each; default ./.perfaudit/runs/<timestamp>).")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the plan as JSON to FILE.")] = None,
+    config: ConfigOpt = None, quiet: QuietOpt = False, debug: DebugOpt = False,
+):
+    """Find the largest batch that fits the GPU with a 10 % margin (tip T12): run SCRIPT at its batch and at
+    twice it for the memory a sample adds, then at the largest batch that fits, and offer it only if that run
+    fit. Every DataLoader's batch_size is scaled; on a CPU-only machine the CUDA path runs on the emulated
+    device and the batch run is also bounded by this machine's memory. Exits 0 with a plan, 1 without."""
+    from ..report.plan_report import render_console, render_json
+    outputs.check_writable([output] if output else [], protected=(script,))
+    settings = api.prepare(config, None, None, None)
+    api.check_script(script)
+    options = api.run_options(settings, timeout=timeout, out_dir=out_dir, device=device, target=target)
+    options.record_shapes = options.target != "none"  # each batch's step projected: its samples per second
+    with status(f"planning the batch of {script} …", quiet) as line:
+        result = api.plan_batch(script, args or [], options, progress(line, script))
+    render_console(result, out)
+    if output:
+        outputs.write_text(output, render_json(result))
+    if result.interrupted:
+        raise typer.Exit(128 + result.interrupted)
+    raise typer.Exit(EXIT_OK if result.offered is not None else EXIT_FINDINGS)

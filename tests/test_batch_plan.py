@@ -1,0 +1,88 @@
+"""`perfaudit plan` (tip T12, docs/commands.md): the largest batch that fits the GPU, found by running the script at
+its batch, at twice it, and at the batch it offers, as a user would call it; a script without a DataLoader to
+scale is told why; a Ctrl-C keeps what ran."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ROOT, perfaudit
+
+SCRIPT = ROOT / "tests" / "scripts" / "batch_trainer.py"
+LOADER_LINE = 65   # DataLoader(data, batch_size=args.batch_size, …)
+
+
+def test_the_plan_offered_is_a_batch_that_ran_and_fit(tmp_path):
+    out = tmp_path / "plan.json"
+    proc = perfaudit("plan", str(SCRIPT), "--out-dir", str(tmp_path / "runs"), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    plan = json.loads(out.read_text())
+    first, second, offered = plan["points"][0], plan["points"][1], plan["offered"]
+    assert (first["batch"], second["batch"]) == (16, 32)            # the script's batch, then twice it
+    assert second["peak_allocated_bytes"] > first["peak_allocated_bytes"] and plan["per_sample_bytes"] > 0
+    # offered: the last batch run, at most what the dataset holds (512 samples), and it fit with the margin
+    assert offered == plan["points"][-1] and offered["ran"] and offered["batch"] == 512
+    assert plan["bounded_by"] == "the dataset" and plan["largest_by_fit"] > offered["batch"]
+    assert offered["peak_reserved_bytes"] <= plan["usable_bytes"] < 0.9 * plan["device_total_bytes"]
+    predicted = first["peak_allocated_bytes"] + plan["per_sample_bytes"] * (offered["batch"] - first["batch"])
+    assert abs(offered["peak_allocated_bytes"] / predicted - 1) < 0.15   # the run agreed with the two points
+    assert (Path(offered["run_dir"]) / "trace.json.gz").exists()     # the run it rests on is kept
+    assert offered["samples_per_s"] > first["samples_per_s"]        # projected on the H100
+    assert plan["site"] == {"file": str(SCRIPT), "line": LOADER_LINE} and plan["memory_source"] == "emulated"
+    console = proc.stdout.replace("\n", " ")
+    assert "batch 512 fits: it ran" in console and "bounded by the dataset" in console
+    assert f"batch_size=512 at tests/scripts/batch_trainer.py:{LOADER_LINE} (was 16)" in console
+    assert "scale the learning rate" in console and "by the fit (not run)" in console
+
+
+def test_a_script_that_makes_its_batches_by_hand_gets_no_plan_and_is_told_why(tmp_path):
+    proc = perfaudit("plan", str(SCRIPT), "--out-dir", str(tmp_path / "runs"), "--", "--by-hand")
+    assert proc.returncode == 1, proc.stderr
+    assert "no plan: the training batches come from no DataLoader" in proc.stdout.replace("\n", " ")
+    assert "Traceback" not in proc.stderr
+
+
+def test_ctrl_c_in_the_second_run_keeps_the_first(tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "plan.json"
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "plan", str(SCRIPT), "--out-dir", str(runs),
+                             "-o", str(out), "--", "--steps", "100000"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    progress = runs / "batch-x2" / "progress.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (progress.exists() and '"step"' in progress.read_text()):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 130, stderr
+    plan = json.loads(out.read_text())
+    assert [p["batch"] for p in plan["points"]] == [16] and plan["offered"] is None
+    assert plan["why_not"].startswith("interrupted (SIGINT)")
+    assert "ran batch     16" in stdout and "no plan: interrupted" in stdout
+
+
+def test_a_datasets_own_len_whatever_it_does_never_breaks_the_loader_probe():
+    """The probe asks each dataset its length (the plan's dataset bound): a user's __len__ may raise, return
+    a negative, a bool or a float; the length is then unknown, and nothing else changes."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from perfaudit.collect.probes.loader import _length
+
+    @given(st.one_of(st.integers(-5, 1 << 40), st.booleans(), st.floats(allow_nan=True), st.none(), st.text(max_size=2)),
+           st.booleans())
+    def check(value, raises):
+        class Data:
+            def __len__(self):
+                if raises:
+                    raise RuntimeError("lazy dataset")
+                return value
+        n = _length(Data())
+        expected = (None if raises or not isinstance(value, int) or value < 0 or value > sys.maxsize
+                    else int(value))   # len() itself: a bool is an int, a float is refused
+        assert n == expected
+    check()
