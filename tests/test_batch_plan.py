@@ -14,6 +14,7 @@ from conftest import ROOT, perfaudit
 
 SCRIPT = ROOT / "tests" / "scripts" / "batch_trainer.py"
 LOADER_LINE = 65   # DataLoader(data, batch_size=args.batch_size, …)
+OPTION_LINE = 53   # parser.add_argument("--batch-size", type=int, default=16)
 
 
 def test_the_plan_offered_is_a_batch_that_ran_and_fit(tmp_path):
@@ -33,9 +34,11 @@ def test_the_plan_offered_is_a_batch_that_ran_and_fit(tmp_path):
     assert (Path(offered["run_dir"]) / "trace.json.gz").exists()     # the run it rests on is kept
     assert offered["samples_per_s"] > first["samples_per_s"]        # projected on the H100
     assert plan["site"] == {"file": str(SCRIPT), "line": LOADER_LINE} and plan["memory_source"] == "emulated"
-    console = proc.stdout.replace("\n", " ")
+    console = " ".join(proc.stdout.split())   # the console wraps at 80 columns
     assert "batch 512 fits: it ran" in console and "bounded by the dataset" in console
-    assert f"batch_size=512 at tests/scripts/batch_trainer.py:{LOADER_LINE} (was 16)" in console
+    assert plan["option"] == {"name": "--batch-size", "line": OPTION_LINE}   # the value comes from argparse
+    assert (f"run it with `-- --batch-size 512` (was 16; its option at batch_trainer.py:{OPTION_LINE}, read by "
+            f"the DataLoader at tests/scripts/batch_trainer.py:{LOADER_LINE})") in console
     assert "scale the learning rate" in console and "by the fit (not run)" in console
 
 
@@ -85,4 +88,26 @@ def test_a_datasets_own_len_whatever_it_does_never_breaks_the_loader_probe():
         expected = (None if raises or not isinstance(value, int) or value < 0 or value > sys.maxsize
                     else int(value))   # len() itself: a bool is an int, a float is refused
         assert n == expected
+    check()
+
+
+def test_the_option_behind_a_loaders_batch_size_is_read_from_any_file_without_failing(tmp_path):
+    """The plan reads the user's script for the option that sets batch_size (`dest=` or the option's name);
+    any text, valid Python or not, gives an option or none, never an error."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from perfaudit.static.batch_option import batch_option
+
+    script = tmp_path / "train.py"
+    script.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('-b', '--bs', dest='batch')\n"
+                      "cfg = p.parse_args()\nloader = DataLoader(data,\n    batch_size=cfg.batch)\n")
+    assert batch_option(str(script), 5) == ("--bs", 3) and batch_option(str(script), 2) is None
+
+    @settings(max_examples=80, deadline=None)
+    @given(st.text(max_size=300), st.integers(-2, 20))
+    def check(text, line):
+        script.write_text(text)
+        found = batch_option(str(script), line)
+        assert found is None or (isinstance(found[0], str) and isinstance(found[1], int))
     check()

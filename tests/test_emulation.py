@@ -500,3 +500,21 @@ def test_a_buffer_allocated_pinned_is_pinned_on_the_emulated_device(tmp_path):
     copies = [c for c in probes["cuda_emulation"]["copies"] if c["window_calls"]]
     assert copies and all(c["pinned"] and c["non_blocking"] for c in copies), copies
     assert "COPY001" not in {f["rule"] for f in report["findings"]}
+
+
+def test_offloaded_activations_leave_the_emulated_device(tmp_path):
+    """`save_on_cpu(pin_memory=True)` packs saved tensors in a hook the emulated device's mode does not reach:
+    it asked for pinned memory a CPU build does not have, and the run fell back to the CPU path. Now the
+    GPU branch runs, and what it offloads leaves the device as on a GPU: the step's activations go, and its
+    peak with them."""
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "offloaded").mkdir()
+    kept, _, _ = _run(tmp_path / "kept", SCRIPTS / "offload_trainer.py", "--steps", "2", "--", "--no-offload")
+    report, _, console = _run(tmp_path / "offloaded", SCRIPTS / "offload_trainer.py", "--steps", "2")
+    assert report["run"]["device"] == "cpu, CUDA path emulated", report["notes"]
+    assert "could not serve" not in console
+    activations = kept["memory"]["by_category"]["activations"]
+    assert activations > 16 << 20                               # 4 MB saved per layer's input and ReLU output
+    # at the peak (in backward) only the tensors the running nodes brought back are on the device
+    assert report["memory"]["by_category"].get("activations", 0) < activations / 2
+    assert report["memory"]["peak_allocated_bytes"] < kept["memory"]["peak_allocated_bytes"] - activations / 4

@@ -54,9 +54,15 @@ def render_console(plan: BatchPlan, console: Console) -> None:
     if plan.bounded_by and plan.bounded_by != "the GPU":
         console.print(f"  bounded by {escape(plan.bounded_by)}, not by the GPU (larger batches were not run here)",
                       highlight=False)
-    console.print(f"  change: batch_size={o.batch} at {escape(_where(plan))} (was {first.batch}); a larger batch "
-                  "changes the optimisation: scale the learning rate with it (linearly, with warm-up) and check "
-                  "the loss; `perfaudit verify` measures the step", highlight=False)
+    if plan.option:
+        name, line = plan.option
+        change = (f"run it with `-- {name} {o.batch}` (was {first.batch}; its option at "
+                  f"{os.path.basename(plan.script)}:{line}, read by the DataLoader at {_where(plan)})")
+    else:
+        change = f"batch_size={o.batch} at {_where(plan)} (was {first.batch})"
+    console.print(f"  change: {escape(change)}; a larger batch changes the optimisation: scale the learning rate "
+                  "with it (linearly, with warm-up) and check the loss; `perfaudit verify` measures the step",
+                  highlight=False)
 
 
 def to_dict(plan: BatchPlan) -> dict:
@@ -70,6 +76,7 @@ def to_dict(plan: BatchPlan) -> dict:
             "target": plan.target, "device_total_bytes": plan.device_total, "cuda_context_bytes": plan.context,
             "margin": 0.10, "usable_bytes": plan.usable, "memory_source": plan.source,
             "site": {"file": site.get("path"), "line": site.get("line")} if site else None,
+            "option": {"name": plan.option[0], "line": plan.option[1]} if plan.option else None,
             "points": [point(p) for p in plan.points], "per_sample_bytes": plan.per_sample_bytes,
             "largest_by_fit": plan.largest_by_fit, "offered": point(plan.offered), "bounded_by": plan.bounded_by,
             "why_not": plan.why_not}

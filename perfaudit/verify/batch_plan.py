@@ -18,6 +18,7 @@ from ..collect.run.runner import run_script
 from ..errors import TraceError
 from ..facts import Context
 from ..facts.registry import Missing
+from ..static.batch_option import batch_option
 from ..static.cuda_path import has_cuda_path
 from ..trace import load_trace
 from .stops import StopRequested, raise_on_signals, signal_name
@@ -53,6 +54,7 @@ class BatchPlan:
     context: int = 0
     source: str = ""                   # "emulated" or "measured"
     site: dict | None = None           # the training DataLoader's file and line
+    option: tuple[str, int] | None = None  # the script's option that sets its batch_size, and its line
     points: list[Point] = field(default_factory=list)
     per_sample_bytes: float | None = None
     largest_by_fit: int | None = None  # what the two points say the GPU holds (not run when bounded here)
@@ -86,6 +88,8 @@ def _plan(plan: BatchPlan, script: str, args: list[str], options: RunOptions, on
     if first is None:
         return plan
     batch = first.batch
+    if plan.site and plan.site.get("path") and isinstance(plan.site.get("line"), int):
+        plan.option = batch_option(plan.site["path"], plan.site["line"])
     second = _point(script, args, replace(base_options, target="none"), 2.0, plan, on_progress)
     if second is None:
         return plan

@@ -199,6 +199,17 @@ class DeviceMemory:
         self.timeline.append((1, lse))
         return lse
 
+    def holds(self, t: torch.Tensor) -> bool:
+        """Whether `t`'s storage is device memory in the tracked step (any tensor object on it)."""
+        return self._mode is not None and self._on_device(t)
+
+    def on_host(self, t: torch.Tensor) -> None:
+        """`t` is the host's, though an op on a device tensor wrote it (a buffer an offloading hook copied a
+        saved tensor into): not device memory."""
+        record = self.records.get(_key(t)[0])
+        if record is not None:
+            record["device"] = False
+
     def released(self, record: dict) -> None:
         if self._mode is not None:
             self.timeline.append((-1, record))

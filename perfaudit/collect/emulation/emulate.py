@@ -41,6 +41,7 @@ def install(probes, steps_ended) -> Placement:
     _threads_follow(mode)
     _data_parallel(mode)
     _parameters_follow_their_data(mode)
+    _offloading(mode)
     _distributed()
     probes.add("cuda_emulation", mode)
     probes.placement = mode
@@ -79,6 +80,45 @@ def _pinning(mode: Placement) -> None:
 
     setattr(torch.Tensor, "pin_memory", pin_memory)  # noqa: B010 (a torch method replaced: mypy forbids assigning it)
     setattr(torch.Tensor, "is_pinned", lambda self, device=None: mode.pinned.has(self))  # noqa: B010
+
+
+def _offloading(mode: Placement) -> None:
+    """`save_on_cpu` (activation offloading) packs each saved tensor in a hook no torch function mode reaches,
+    where a device tensor is a CPU tensor already: `.cpu()` would keep it (the device's memory never freed) and
+    `pin_memory=True` finds no pinnable memory here (the run fell back to the CPU path). On the emulated device
+    each saved tensor is copied into a host buffer (noted pinned when asked), as torch's pinned path does, and
+    one that was the device's comes back as the device's in backward."""
+    cls = getattr(torch.autograd.graph, "save_on_cpu", None)
+    if cls is None:
+        return
+    hooks_init = torch.autograd.graph.saved_tensors_hooks.__init__
+
+    def __init__(self, pin_memory: bool = False, device_type: str = "cuda") -> None:
+        def pack(tensor):
+            if tensor.is_sparse:
+                return (False, tensor)
+            # a saved output reaches the hook as another tensor object on the same storage: the tracked step's
+            # memory knows it by its storage
+            on_device = mode.on_device.has(tensor) or (mode.memory is not None and mode.memory.holds(tensor))
+            packed = torch.empty(tensor.size(), dtype=tensor.dtype, layout=tensor.layout)
+            packed.copy_(tensor)
+            if pin_memory:
+                mode.pinned.add(packed)
+            if mode.memory is not None:  # a step's memory is tracked: the buffer is the host's
+                mode.memory.on_host(packed)
+            return (on_device, packed)
+
+        def unpack(packed):
+            offloaded, tensor = packed
+            if offloaded:
+                tensor = tensor.clone()  # the copy back to the device: a device tensor of its own
+                mode.on_device.add(tensor)
+                if mode.memory is not None:
+                    mode.memory.placed(tensor, "activations")
+            return tensor
+        hooks_init(self, pack, unpack)
+
+    patch(cls, "__init__", __init__)
 
 
 def _parameters_follow_their_data(mode: Placement) -> None:
