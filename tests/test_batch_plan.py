@@ -25,8 +25,8 @@ def test_the_plan_offered_is_a_batch_that_ran_and_fit(tmp_path):
     first, second, offered = plan["points"][0], plan["points"][1], plan["offered"]
     assert (first["batch"], second["batch"]) == (16, 32)            # the script's batch, then twice it
     assert second["peak_allocated_bytes"] > first["peak_allocated_bytes"] and plan["per_sample_bytes"] > 0
-    # offered: the last batch run, at most what the dataset holds (512 samples), and it fit with the margin
-    assert offered == plan["points"][-1] and offered["ran"] and offered["batch"] == 512
+    # offered: the last batch run, at most a quarter of the dataset (512 samples), and it fit with the margin
+    assert offered == plan["points"][-1] and offered["ran"] and offered["batch"] == 128
     assert plan["bounded_by"] == "the dataset" and plan["largest_by_fit"] > offered["batch"]
     assert offered["peak_reserved_bytes"] <= plan["usable_bytes"] < 0.9 * plan["device_total_bytes"]
     predicted = first["peak_allocated_bytes"] + plan["per_sample_bytes"] * (offered["batch"] - first["batch"])
@@ -35,9 +35,9 @@ def test_the_plan_offered_is_a_batch_that_ran_and_fit(tmp_path):
     assert offered["samples_per_s"] > first["samples_per_s"]        # projected on the H100
     assert plan["site"] == {"file": str(SCRIPT), "line": LOADER_LINE} and plan["memory_source"] == "emulated"
     console = " ".join(proc.stdout.split())   # the console wraps at 80 columns
-    assert "batch 512 fits: it ran" in console and "bounded by the dataset" in console
+    assert "batch 128 fits: it ran" in console and "at most a quarter of its 512 samples" in console
     assert plan["option"] == {"name": "--batch-size", "line": OPTION_LINE}   # the value comes from argparse
-    assert (f"run it with `-- --batch-size 512` (was 16; its option at batch_trainer.py:{OPTION_LINE}, read by "
+    assert (f"run it with `-- --batch-size 128` (was 16; its option at batch_trainer.py:{OPTION_LINE}, read by "
             f"the DataLoader at tests/scripts/batch_trainer.py:{LOADER_LINE})") in console
     assert "scale the learning rate" in console and "by the fit (not run)" in console
 

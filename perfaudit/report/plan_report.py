@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from ..verify.batch_plan import BatchPlan, Point
 
 GB = 1e9
+BOUND = {"data": "the DataLoader", "host": "the host's Python and launches", "sync": "host-device syncs",
+         "copies": "host-to-device copies", "communication": "communication", "gpu": "the GPU's math"}
 
 
 def _where(plan: BatchPlan) -> str:
@@ -51,7 +53,15 @@ def render_console(plan: BatchPlan, console: Console) -> None:
     console.print(f"\n[bold]batch {o.batch}[/] fits: it ran, its step reserved {o.reserved / GB:.2f} GB of the "
                   f"{plan.usable / GB:.1f} GB a step may hold ({escape(plan.target)} less the CUDA context and the "
                   f"margin){gain}", highlight=False)
-    if plan.bounded_by and plan.bounded_by != "the GPU":
+    if o.samples_per_s and first.samples_per_s and o.samples_per_s < 1.1 * first.samples_per_s:
+        console.print(f"  not faster, projected: at batch {o.batch} the step is bound by "
+                      f"{escape(BOUND.get(o.bottleneck or '', 'something else than the math'))}, which a larger "
+                      "batch does not shorten per sample: `perfaudit run` names it; the batch pays once it is fixed",
+                      highlight=False)
+    if plan.bounded_by == "the dataset" and first.dataset_len:
+        console.print(f"  bounded by the dataset, not by the GPU: at most a quarter of its {first.dataset_len:,} "
+                      "samples, so that an epoch keeps 4 steps (larger batches were not run)", highlight=False)
+    elif plan.bounded_by and plan.bounded_by != "the GPU":
         console.print(f"  bounded by {escape(plan.bounded_by)}, not by the GPU (larger batches were not run here)",
                       highlight=False)
     if plan.option:
@@ -70,7 +80,7 @@ def to_dict(plan: BatchPlan) -> dict:
         return None if p is None else {"batch": p.batch, "peak_allocated_bytes": p.allocated,
                                        "peak_reserved_bytes": p.reserved, "projected_step_ms": p.projected_step_ms,
                                        "samples_per_s": p.samples_per_s, "cpu_step_ms": p.cpu_step_ms,
-                                       "run_dir": p.run_dir, "ran": True}
+                                       "bottleneck": p.bottleneck, "run_dir": p.run_dir, "ran": True}
     site = plan.site or {}
     return {"perfaudit_version": __version__, "plan": "batch", "tip": "T12", "script": plan.script,
             "target": plan.target, "device_total_bytes": plan.device_total, "cuda_context_bytes": plan.context,

@@ -27,6 +27,7 @@ MARGIN = 0.10            # of the GPU's memory left free by the plan (the issue'
 HOST_SHARE = 0.5         # of this machine's available memory an emulated run may fill
 MAX_STEP_S = 30.0        # a batch run's CPU step at most this long (the run makes four or five)
 TRIES = 2                # batch runs before giving up on a plan
+STEPS_PER_EPOCH = 4      # a batch of at most this share of the dataset: an epoch of one step is no plan
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Point:
     cpu_step_ms: float | None
     projected_step_ms: float | None
     run_dir: str
+    bottleneck: str | None = None      # the projected step's (data, host, sync, copies, gpu, communication)
     batch_bytes: int = 0
     dataset_len: int | None = None
 
@@ -114,8 +116,8 @@ def _plan(plan: BatchPlan, script: str, args: list[str], options: RunOptions, on
     host = _host_bound(first, per_sample, fixed, ratio, plan)
     if host is not None and host < wanted:
         wanted, plan.bounded_by = host, "this machine's memory"
-    if first.dataset_len and first.dataset_len < wanted:
-        wanted, plan.bounded_by = _round(first.dataset_len), "the dataset"
+    if first.dataset_len and first.dataset_len // STEPS_PER_EPOCH < wanted:
+        wanted, plan.bounded_by = _round(first.dataset_len // STEPS_PER_EPOCH), "the dataset"
     if first.cpu_step_ms:
         by_time = _round(int(batch * MAX_STEP_S * 1e3 / first.cpu_step_ms))
         if by_time < wanted:
@@ -213,12 +215,13 @@ def _point(script: str, args: list[str], options: RunOptions, scale: float, plan
     plan.context = int(memory.get("cuda_context_bytes") or 0)
     plan.source = "measured" if memory.get("measured") else "emulated"
     plan.site = plan.site or loader.get("site")
-    projected = None
+    projected, bottleneck = None, None
     if options.target != "none":
         try:
-            projected = ctx.get("projection")["step_ms"]
+            projection = ctx.get("projection")
+            projected, bottleneck = projection["step_ms"], projection["bottleneck"]
         except Missing:
-            projected = None
+            pass
     try:
         cpu_step = ctx.get("step.mean_ms")
     except Missing:
@@ -228,8 +231,8 @@ def _point(script: str, args: list[str], options: RunOptions, scale: float, plan
         batch = round(plan.points[0].batch * nbytes / plan.points[0].batch_bytes)
     length = loader.get("dataset_len")
     point = Point(batch, int(memory["peak_allocated_bytes"]), int(memory["peak_reserved_bytes"]),
-                  cpu_step if cpu_step and math.isfinite(cpu_step) else None, projected, result.run_dir, nbytes,
-                  length if isinstance(length, int) and not isinstance(length, bool) else None)
+                  cpu_step if cpu_step and math.isfinite(cpu_step) else None, projected, result.run_dir, bottleneck,
+                  nbytes, length if isinstance(length, int) and not isinstance(length, bool) else None)
     plan.points.append(point)
     return point
 
