@@ -154,6 +154,9 @@ def main() -> None:
         if config.get("batch_scale"):  # a batch plan's run: the script's batches made larger (below the probes)
             from .collect import batch_scale
             batch_scale.install(float(config["batch_scale"]))
+        if config.get("checkpoint_classes"):  # a checkpointing plan's run: these blocks recompute in backward
+            from .collect import checkpointing
+            checkpointing.install(list(config["checkpoint_classes"]))
         session.install()
     except Exception as exc:  # perfaudit's own set-up failed: say so; the script is not blamed
         _setup_failed(config, exc)

@@ -111,3 +111,47 @@ def test_the_option_behind_a_loaders_batch_size_is_read_from_any_file_without_fa
         found = batch_option(str(script), line)
         assert found is None or (isinstance(found[0], str) and isinstance(found[1], int))
     check()
+
+
+CKPT = ROOT / "tests" / "scripts" / "ckpt_trainer.py"
+
+
+def test_a_checkpointing_plan_is_a_block_that_ran_checkpointed_and_freed_memory(tmp_path):
+    """Tip T14: the script's repeated Block (4 a step) run checkpointed; offered because that run's step
+    peaked lower, with what its recompute cost here."""
+    out = tmp_path / "plan.json"
+    proc = perfaudit("plan", "--checkpoint", str(CKPT), "--out-dir", str(tmp_path / "runs"), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    plan = json.loads(out.read_text())
+    base, offered = plan["runs"][0], plan["offered"]
+    assert plan["candidates"][0] == {"class": "Block", "calls_per_step": 4}   # Stack is called once, Linear is torch's
+    assert offered == plan["runs"][1] and offered["checkpointed"] == ["Block"] and offered["ran"]
+    assert offered["peak_allocated_bytes"] < 0.9 * base["peak_allocated_bytes"]
+    assert (Path(offered["run_dir"]) / "trace.json.gz").exists() and plan["class_line"] == 10
+    console = " ".join(proc.stdout.split())
+    assert "checkpoint Block: it ran, and freed" in console and "(class Block at ckpt_trainer.py:10)" in console
+    assert "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)" in console
+
+
+def test_a_model_with_no_repeated_block_of_its_own_gets_no_checkpointing_plan(tmp_path):
+    proc = perfaudit("plan", "--checkpoint", str(SCRIPT), "--out-dir", str(tmp_path / "runs"))
+    assert proc.returncode == 1, proc.stderr
+    assert "no plan: no module class of the script's own is called more than once" in " ".join(proc.stdout.split())
+
+
+def test_ctrl_c_in_a_checkpointed_run_keeps_the_run_as_it_is(tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "plan.json"
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "plan", "--checkpoint", str(CKPT), "--out-dir",
+                             str(runs), "-o", str(out), "--", "--steps", "100000"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    progress = runs / "checkpoint-Block" / "progress.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (progress.exists() and '"step"' in progress.read_text()):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 130, stderr
+    plan = json.loads(out.read_text())
+    assert [r["checkpointed"] for r in plan["runs"]] == [[]] and plan["offered"] is None
+    assert plan["why_not"].startswith("interrupted (SIGINT)") and "ran as it is" in " ".join(stdout.split())

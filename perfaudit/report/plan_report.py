@@ -1,5 +1,6 @@
 """The report of `perfaudit plan`: the largest batch that fits the GPU with a margin, the runs it rests on (each
-batch that ran, what its step held), the bound it met, and the edit; console and JSON. Every figure says
+batch that ran, what its step held), the bound it met, and the edit; and of `plan --checkpoint`: each block
+checkpointed in a run of its own, what it freed and what its recompute cost; console and JSON. Every figure says
 whether it ran (measured on a GPU, or on the emulated device) or is the fit's (not run)."""
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from .. import __version__
 
 if TYPE_CHECKING:
     from ..verify.batch_plan import BatchPlan, Point
+    from ..verify.checkpoint_plan import CheckpointPlan
 
 GB = 1e9
 BOUND = {"data": "the DataLoader", "host": "the host's Python and launches", "sync": "host-device syncs",
@@ -94,3 +96,46 @@ def to_dict(plan: BatchPlan) -> dict:
 
 def render_json(plan: BatchPlan) -> str:
     return json.dumps(to_dict(plan), indent=2)
+
+
+def _ms(value: float | None, where: str) -> str:
+    return f"{value:.2f} ms {where}" if value else f"? ms {where}"
+
+
+def render_checkpoint_console(plan: CheckpointPlan, console: Console) -> None:
+    source = "measured on this GPU" if plan.source == "measured" else "emulated CUDA device (an estimate)"
+    console.print(f"[bold]perfaudit plan --checkpoint[/] activation checkpointing of the script's repeated blocks "
+                  f"(tip T14), each run before it is offered; memory: {source}", highlight=False)
+    base = plan.baseline
+    for r in plan.runs:
+        label = "as it is" if not r.classes else f"{', '.join(r.classes)} checkpointed ({r.calls} calls a step)"
+        change = (f" ({r.allocated / base.allocated - 1:+.0%})" if base and r is not base and base.allocated else "")
+        console.print(f"  ran {escape(label)}: step peak {r.allocated / GB:.3f} GB allocated{change}, "
+                      f"{r.reserved / GB:.3f} GB reserved; {_ms(r.cpu_step_ms, 'a step here')}", highlight=False)
+    o = plan.offered
+    if o is None or base is None:
+        console.print(f"\n[bold]no plan[/]: {escape(plan.why_not or 'nothing was freed')}", highlight=False)
+        return
+    name = o.classes[0]
+    freed = base.allocated - o.allocated
+    cost = (f"; the step {o.cpu_step_ms / base.cpu_step_ms - 1:+.0%} here (its forward recomputed in backward)"
+            if o.cpu_step_ms and base.cpu_step_ms else "")
+    console.print(f"\n[bold]checkpoint {escape(name)}[/]: it ran, and freed {freed / 1e6:.1f} MB of the step's "
+                  f"peak ({freed / base.allocated:.0%}){cost}", highlight=False)
+    where = f" (class {name} at {os.path.basename(plan.script)}:{plan.defined_at})" if plan.defined_at else ""
+    console.print(f"  change: where the model calls each {escape(name)}{escape(where)}, "
+                  f"`x = torch.utils.checkpoint.checkpoint({name.lower()}, x, use_reentrant=False)` (a library model: "
+                  "its `gradient_checkpointing_enable()`); the memory freed makes room for a larger batch "
+                  "(`perfaudit plan`)", highlight=False)
+
+
+def checkpoint_dict(plan: CheckpointPlan) -> dict:
+    def run(r):
+        return None if r is None else {"checkpointed": r.classes, "calls_per_step": r.calls,
+                                       "peak_allocated_bytes": r.allocated, "peak_reserved_bytes": r.reserved,
+                                       "cpu_step_ms": r.cpu_step_ms, "run_dir": r.run_dir, "ran": True}
+    return {"perfaudit_version": __version__, "plan": "checkpoint", "tip": "T14", "script": plan.script,
+            "target": plan.target, "device_total_bytes": plan.device_total, "memory_source": plan.source,
+            "candidates": [{"class": n, "calls_per_step": c} for n, c in plan.candidates],
+            "runs": [run(r) for r in plan.runs], "offered": run(plan.offered),
+            "class_line": plan.defined_at, "why_not": plan.why_not}

@@ -41,6 +41,7 @@ class RunOptions:
     min_measure_s: float = 0.0             # timing: measure steps for at least this long (more than `steps`)
     import_dir: str | None = None          # first on the script's sys.path instead of its folder (a notebook's)
     batch_scale: float | None = None       # a batch plan's run: every DataLoader's batch_size times this
+    checkpoint_classes: list[str] | None = None  # a checkpointing plan's run: these module classes recompute
 
 
 @dataclass

@@ -1,0 +1,172 @@
+"""An activation-checkpointing plan, found by running it (tip T14, `perfaudit plan --checkpoint`,
+`api.plan_checkpoint`): the script runs as it is for its step's device memory and the modules its step calls;
+the script's own module classes called more than once a step (a transformer's blocks, a ResNet's stages) are
+the candidates, the most called first and, among those called as often, the outermost; the script runs again
+with each candidate checkpointed (collect/checkpointing.py: its forward under
+`torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`), at most MAX_TRIES; the candidate that freed the
+most memory is offered, with the recompute it costs (the step measured here; not projected: on a host-bound
+step the projection moves more from run to run than a recompute adds), if it freed at least MIN_FREED of the
+peak. A plan is a run: nothing is offered from the first run alone."""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from ..collect.run.options import RunOptions
+from ..collect.run.runner import run_script
+from ..errors import TraceError
+from ..facts import Context
+from ..facts.registry import Missing
+from ..static.cuda_path import has_cuda_path
+from ..trace import load_trace
+from .stops import StopRequested, raise_on_signals, signal_name
+
+MAX_TRIES = 2       # candidate classes run
+MIN_FREED = 0.05    # of the peak allocated, freed at least, for a plan
+
+
+@dataclass
+class Run:
+    """One run: the classes checkpointed in it, what its step held and took."""
+    classes: list[str]
+    allocated: int
+    reserved: int
+    cpu_step_ms: float | None
+    run_dir: str
+    calls: int = 0          # of the checkpointed class, a step
+
+
+@dataclass
+class CheckpointPlan:
+    script: str
+    target: str = ""
+    device_total: int = 0
+    source: str = ""
+    runs: list[Run] = field(default_factory=list)
+    candidates: list[tuple[str, int]] = field(default_factory=list)   # (class, calls a step)
+    offered: Run | None = None
+    defined_at: int | None = None      # the offered class's `class` line in the script
+    why_not: str | None = None
+    interrupted: int | None = None
+
+    @property
+    def baseline(self) -> Run | None:
+        return self.runs[0] if self.runs else None
+
+
+def plan_checkpoint(script: str, args: list[str], options: RunOptions, on_progress=None) -> CheckpointPlan:
+    plan = CheckpointPlan(script)
+    if options.device == "auto":
+        options = replace(options, device="emulate-cuda" if has_cuda_path(script) else "cpu")
+    try:
+        with raise_on_signals():
+            # no projection: a host-bound step's projection moves more from run to run than a recompute adds
+            return _plan(plan, script, args, replace(options, warmup=2, steps=2, full=False, target="none"),
+                         on_progress)
+    except StopRequested as stop:
+        plan.interrupted, plan.why_not = stop.signum, f"interrupted ({signal_name(stop.signum)})"
+        return plan
+
+
+def _plan(plan: CheckpointPlan, script: str, args: list[str], options: RunOptions, on_progress) -> CheckpointPlan:
+    base = _run(script, args, options, [], plan, on_progress)
+    if base is None:
+        return plan
+    plan.candidates = _candidates(base.order)
+    if not plan.candidates:
+        plan.why_not = ("no module class of the script's own is called more than once a step: nothing repeats to "
+                        "checkpoint (torch's own layers are not candidates)")
+        return plan
+    tried = []
+    for name, calls in plan.candidates[:MAX_TRIES]:
+        seen = _run(script, args, options, [name], plan, on_progress)
+        if seen is None:
+            if plan.interrupted:
+                return plan
+            continue
+        seen.run.calls = calls
+        tried.append(seen.run)
+    best = min(tried, key=lambda r: r.allocated, default=None)
+    if best is None:
+        return plan
+    if best.allocated > (1 - MIN_FREED) * base.run.allocated:
+        plan.why_not = (f"checkpointing {', '.join(best.classes)} freed "
+                        f"{max(base.run.allocated - best.allocated, 0) / 1e6:.1f} MB of the step's "
+                        f"{base.run.allocated / 1e6:.1f} MB peak: under {MIN_FREED:.0%}, not worth its recompute")
+        return plan
+    plan.offered, plan.why_not = best, None
+    plan.defined_at = _class_line(script, best.classes[0])
+    return plan
+
+
+def _class_line(script: str, name: str) -> int | None:
+    """The line of `class NAME` in the script (a class from a module it imports: None)."""
+    import ast
+    try:
+        with open(script, encoding="utf-8", errors="replace") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):  # a user's file, read as hostile
+        return None
+    return next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name), None)
+
+
+@dataclass
+class _Seen:
+    run: Run
+    order: list[str]
+
+
+def _candidates(order: list[str]) -> list[tuple[str, int]]:
+    """The script's own module classes called more than once in the traced step, the most called first; among
+    those called as often, the one called last (hooks fire after a forward: the outermost) first."""
+    counts = Counter(order)
+    last = {name: i for i, name in enumerate(order)}
+    own = [name for name, n in counts.items() if n > 1 and not hasattr(torch.nn, name)]
+    own.sort(key=lambda name: (-counts[name], -last[name]))
+    return [(name, counts[name]) for name in own]
+
+
+def _run(script: str, args: list[str], options: RunOptions, classes: list[str], plan: CheckpointPlan,
+         on_progress) -> _Seen | None:
+    label = f"with {', '.join(classes)} checkpointed" if classes else "as it is"
+    out_dir = os.path.join(options.out_dir, "checkpoint-" + ("-".join(classes) or "none")) if options.out_dir else None
+    result = run_script(script, args, replace(options, checkpoint_classes=classes or None, out_dir=out_dir),
+                        on_progress)
+    if result.stop_signal is not None:
+        plan.interrupted = result.stop_signal
+        plan.why_not = f"interrupted ({signal_name(result.stop_signal)}) in the run {label}"
+        return None
+    if not result.trace_path:
+        plan.why_not = f"the run {label} recorded no step ({result.outcome.get('outcome') or 'no outcome'})"
+        return None
+    try:
+        trace = load_trace(result.trace_path, op_shapes=options.target != "none")
+    except TraceError as exc:
+        plan.why_not = f"the run {label} left an unreadable trace: {exc}"
+        return None
+    ctx = Context(trace, None, (os.path.dirname(result.script), os.getcwd()), target=options.target)
+    memory = None
+    for name in ("memory.measured", "memory.emulated"):
+        try:
+            memory = ctx.get(name) or memory
+        except Missing:
+            continue
+    if not memory:
+        plan.why_not = (f"the run {label} showed no device memory: the script's steps ran on no GPU, real or "
+                        "emulated (run it on its CUDA path)")
+        return None
+    plan.target, plan.device_total = memory["target"], int(memory["device_total_bytes"])
+    plan.source = "measured" if memory.get("measured") else "emulated"
+    cpu_step = None
+    try:
+        cpu_step = ctx.get("step.mean_ms")
+    except Missing:
+        pass
+    run = Run(classes, int(memory["peak_allocated_bytes"]), int(memory["peak_reserved_bytes"]), cpu_step,
+              result.run_dir)
+    plan.runs.append(run)
+    order = ctx.probes.get("module_order")
+    return _Seen(run, [n for n in order if isinstance(n, str)] if isinstance(order, list) else [])
