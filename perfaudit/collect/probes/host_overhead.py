@@ -12,10 +12,11 @@ from time import perf_counter
 from ..internal import record_internal_error
 
 CALIBRATION = "perfaudit#calibration"   # the range the loop runs in under the profiler
-ITERATIONS = 100
 # rounds of the loop, each way: the quickest of each is kept, what a round took beyond it being another
-# process's or the scheduler's (one round of 2 ms, as before, gave 1.0-2.1 µs per event run to run)
+# process's or the scheduler's (one round of 100 calls gave 1.0-2.1 µs per event run to run); as many calls in
+# all as that one round made, so the trace (and its budget) holds no more of the calibration than before
 ROUNDS = 5
+ITERATIONS = 20
 FREED_MIB = 64      # a block well above any allocator's threshold for memory handed back to the OS
 
 
