@@ -1,6 +1,7 @@
 """`perfaudit mcp`: a Model Context Protocol server on stdio, so that a coding agent can audit training
 scripts as a user does: `audit` (run a script), `analyze` (traces), `explain` (a rule), `fix` (the edits as
-a diff, never written) and `verify` (A/B runs of the fixes). Each returns the JSON a command writes with
+a diff, never written), `verify` (A/B runs of the fixes) and `plan` (the batch that fits, or the block to
+checkpoint, each run before it is offered). Each returns the JSON a command writes with
 `--format json` (findings with file:line, cost per step, fix) and the report as Markdown, which agents
 read better than a console table. Thin over the library API, as the CLI is; the MCP SDK is an optional
 extra (`pip install 'perfaudit[mcp]'`)."""
@@ -16,8 +17,9 @@ MAX_ARGS = 256   # items in one list argument (a script's command line, the trac
 INSTRUCTIONS = ("perfaudit audits PyTorch training performance. `audit` runs a training script for a short "
                 "profiled window (a few steps) and returns ranked findings: what is slow, where (file:line), "
                 "what it costs per step and the change to make. `fix` returns the mechanical edits as a unified "
-                "diff (nothing is written); `verify` measures them (step time and loss, A/B runs); `explain` "
-                "documents a rule; `analyze` reads torch.profiler traces recorded elsewhere.")
+                "diff (nothing is written); `verify` measures them (step time and loss, A/B runs); `plan` finds the "
+                "largest batch that fits the GPU (or the block to checkpoint) by running it; `explain` documents a "
+                "rule; `analyze` reads torch.profiler traces recorded elsewhere.")
 
 
 def build_server():
@@ -106,6 +108,24 @@ def build_server():
         report, _, result = api.verify(script, args or [], audit_options, timing_options, plan_rounds,
                                        settings.rules, {r.id for r in settings.rules})
         return {"verification": json.loads(render_json(result)), **report_result(report)}
+
+    @server.tool()
+    def plan(script: str, args: list[str] | None = None, checkpoint: bool = False, target: str = "auto",
+             device: str = "auto", timeout: float = 600.0) -> dict[str, Any]:
+        """Find, by running the script, the largest batch that fits the GPU with a 10 % margin (tip T12), or
+        with `checkpoint` the repeated block whose activation checkpointing frees the most memory (tip T14).
+        Runs the script two to four times (a minute or more); a plan is offered only when its own run fit,
+        else `why_not` says why."""
+        from .report.plan_report import checkpoint_dict
+        from .report.plan_report import to_dict as plan_dict
+        bounded(script=script, args=args or [], target=target, device=device)
+        settings = api.prepare()
+        api.check_script(script)
+        options = api.run_options(settings, timeout=timeout, device=device, target=target)
+        options.record_shapes = options.target != "none"
+        if checkpoint:
+            return checkpoint_dict(api.plan_checkpoint(script, args or [], options))
+        return plan_dict(api.plan_batch(script, args or [], options))
 
     return server
 

@@ -1,7 +1,7 @@
 """`perfaudit mcp` driven by the MCP SDK's own stdio client, as an agent drives it: the tools are listed,
 `audit` on a sample script gives the findings `perfaudit run` gives at the same lines (JSON and Markdown),
-`explain` a rule's documentation, `fix` the diff without writing the script, and a missing script an
-error result with one clear line."""
+`explain` a rule's documentation, `fix` the diff without writing the script, `plan` a batch plan (or why
+there is none), and a missing script an error result with one clear line."""
 from __future__ import annotations
 
 import asyncio
@@ -32,7 +32,8 @@ async def _session(work):
         explained = await session.call_tool("explain", {"rule": "SYNC001"})
         fixed = await session.call_tool("fix", {"script": script, "warmup": 2, "steps": 3})
         missing = await session.call_tool("audit", {"script": str(work / "nope.py")})
-        return tools, audited, explained, fixed, missing
+        planned = await session.call_tool("plan", {"script": script})
+        return tools, audited, explained, fixed, missing, planned
 
 
 def _json(result) -> dict:
@@ -43,8 +44,8 @@ def _json(result) -> dict:
 def test_an_agent_audits_explains_and_fixes_through_the_mcp_server(tmp_path, sample_report):
     shutil.copy(SAMPLES / "sync_bad.py", tmp_path / "sync_bad.py")
     before = (tmp_path / "sync_bad.py").read_text()
-    tools, audited, explained, fixed, missing = asyncio.run(_session(tmp_path))
-    assert {"audit", "analyze", "explain", "fix", "verify"} <= tools
+    tools, audited, explained, fixed, missing, planned = asyncio.run(_session(tmp_path))
+    assert {"audit", "analyze", "explain", "fix", "verify", "plan"} <= tools
     result = _json(audited)
     cli = sample_report("sync_bad.py")  # `perfaudit run` on the same script
     where = {(f["rule"], f["location"]["line"]) for f in result["report"]["findings"] if f.get("location")}
@@ -55,6 +56,8 @@ def test_an_agent_audits_explains_and_fixes_through_the_mcp_server(tmp_path, sam
     assert diff.startswith("---") and "loss.item()" in diff
     assert (tmp_path / "sync_bad.py").read_text() == before  # nothing written
     assert missing.isError and "script not found" in missing.content[0].text
+    plan = _json(planned)   # its batches are made by hand: no DataLoader to scale, and the plan says so
+    assert plan["plan"] == "batch" and plan["offered"] is None and "no DataLoader" in plan["why_not"]
 
 
 async def _bad_calls(work):
