@@ -16,15 +16,19 @@ def install(factor: float) -> None:
     dl = torch.utils.data.DataLoader
     original = dl.__init__
     signature = inspect.signature(original)
+    scaled: list = []  # the datasets whose loader was scaled: a library rebuilding that loader from its
+    # attributes (Lightning adding a distributed sampler) passes the scaled size, which is not scaled again
 
     def __init__(self, *args, **kwargs):
         try:
             bound = signature.bind(self, *args, **kwargs)
             asked = bound.arguments.get("batch_size", 1)
+            dataset = bound.arguments.get("dataset")
             if (bound.arguments.get("batch_sampler") is None and isinstance(asked, int)
-                    and not isinstance(asked, bool) and asked >= 1):
+                    and not isinstance(asked, bool) and asked >= 1 and not any(d is dataset for d in scaled)):
                 bound.arguments["batch_size"] = max(1, round(asked * factor))
                 args, kwargs = bound.args[1:], bound.kwargs
+                scaled.append(dataset)
         except TypeError:  # arguments DataLoader itself rejects: it says why
             pass
         except Exception as exc:  # noqa: BLE001 - never break the user's script
