@@ -49,20 +49,26 @@ def test_a_script_that_makes_its_batches_by_hand_gets_no_plan_and_is_told_why(tm
     assert "Traceback" not in proc.stderr
 
 
-def test_ctrl_c_in_the_second_run_keeps_the_first(tmp_path):
+def _interrupted(tmp_path, *command: str, folder: str) -> tuple[dict, str, str, int]:
+    """`perfaudit plan …` on a script that trains for ever, a Ctrl-C once the run in `folder` steps: the plan's
+    JSON, stdout, stderr and exit code."""
     runs, out = tmp_path / "runs", tmp_path / "plan.json"
-    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "plan", str(SCRIPT), "--out-dir", str(runs),
-                             "-o", str(out), "--", "--steps", "100000"], cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "plan", *command[:-1], str(command[-1]), "--out-dir",
+                             str(runs), "-o", str(out), "--", "--steps", "100000"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    progress = runs / "batch-x2" / "progress.jsonl"
+    progress = runs / folder / "progress.jsonl"
     deadline = time.time() + 240
     while time.time() < deadline and not (progress.exists() and '"step"' in progress.read_text()):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=240)
-    assert proc.returncode == 130, stderr
-    plan = json.loads(out.read_text())
+    return json.loads(out.read_text()), stdout, stderr, proc.returncode
+
+
+def test_ctrl_c_in_the_second_run_keeps_the_first(tmp_path):
+    plan, stdout, stderr, code = _interrupted(tmp_path, SCRIPT, folder="batch-x2")
+    assert code == 130, stderr
     assert [p["batch"] for p in plan["points"]] == [16] and plan["offered"] is None
     assert plan["why_not"].startswith("interrupted (SIGINT)")
     assert "ran batch     16" in stdout and "no plan: interrupted" in stdout
@@ -140,30 +146,7 @@ def test_a_model_with_no_repeated_block_of_its_own_gets_no_checkpointing_plan(tm
 
 
 def test_ctrl_c_in_a_checkpointed_run_keeps_the_run_as_it_is(tmp_path):
-    runs, out = tmp_path / "runs", tmp_path / "plan.json"
-    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "plan", "--checkpoint", str(CKPT), "--out-dir",
-                             str(runs), "-o", str(out), "--", "--steps", "100000"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    progress = runs / "checkpoint-Block" / "progress.jsonl"
-    deadline = time.time() + 240
-    while time.time() < deadline and not (progress.exists() and '"step"' in progress.read_text()):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=240)
-    assert proc.returncode == 130, stderr
-    plan = json.loads(out.read_text())
+    plan, stdout, stderr, code = _interrupted(tmp_path, "--checkpoint", CKPT, folder="checkpoint-Block")
+    assert code == 130, stderr
     assert [r["checkpointed"] for r in plan["runs"]] == [[]] and plan["offered"] is None
     assert plan["why_not"].startswith("interrupted (SIGINT)") and "ran as it is" in " ".join(stdout.split())
-
-
-def test_a_loader_a_library_rebuilds_from_a_scaled_one_is_not_scaled_twice():
-    """Lightning rebuilds the user's DataLoader from its attributes (to add a distributed sampler): the rebuilt
-    loader gets the scaled batch_size, which must not be scaled again; a loader over another dataset is."""
-    code = ("from perfaudit.collect import batch_scale\nbatch_scale.install(8.0)\nimport torch\n"
-            "from torch.utils.data import DataLoader, TensorDataset\n"
-            "ds, other = TensorDataset(torch.zeros(100, 2)), TensorDataset(torch.zeros(50, 2))\n"
-            "a = DataLoader(ds, 4)\nb = DataLoader(a.dataset, batch_size=a.batch_size, shuffle=False)\n"
-            "c = DataLoader(other, batch_size=2)\nprint(a.batch_size, b.batch_size, c.batch_size)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.stdout.split() == ["32", "32", "16"], proc.stderr

@@ -19,8 +19,8 @@ from math import isfinite
 from operator import attrgetter
 
 from ..trace.model import Trace
+from .timeline import DATALOADER
 
-DATALOADER = "enumerate(DataLoader)#"
 LOOK_BACK = 256   # calls looked at before a free for the end of the last one (bounded: a trace is the user's)
 SLACK = 2.0   # a free's stretch is kept to this many times the calibrated cost (page cache, load)
 _TS = attrgetter("ts")
@@ -37,7 +37,7 @@ def _us_per_mib(trace: Trace) -> float | None:
 
 def device_frees(trace: Trace) -> list[tuple[float, int]]:
     """(time, bytes) of each free of a block allocated outside a DataLoader fetch, in time order."""
-    fetches = sorted((e.ts, e.end) for e in trace.host if e.name.startswith(DATALOADER))
+    fetches = sorted((e.ts, e.end) for e in trace.named(lambda name: name.startswith(DATALOADER)))
     starts = [f[0] for f in fetches]
 
     def in_fetch(ts: float) -> bool:

@@ -9,18 +9,14 @@ and the plan says which bound it met. Every DataLoader's batch_size is scaled (c
 script that makes its batches by hand gets no plan, and is told why."""
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, replace
 
 from ..collect.run.options import RunOptions
-from ..collect.run.runner import run_script
-from ..errors import TraceError
-from ..facts import Context
 from ..facts.registry import Missing
 from ..static.batch_option import batch_option
 from ..static.cuda_path import has_cuda_path
-from ..trace import load_trace
+from .plan_runs import NoRun, observe
 from .stops import StopRequested, raise_on_signals, signal_name
 
 MARGIN = 0.10            # of the GPU's memory left free by the plan (the issue's 10 %)
@@ -181,31 +177,15 @@ def _point(script: str, args: list[str], options: RunOptions, scale: float, plan
     """The script run with every loader's batch times `scale`: its batch and its step's device memory; None
     (and `plan.why_not`) when the run said nothing of either."""
     out_dir = os.path.join(options.out_dir, f"batch-x{scale:g}") if options.out_dir else None
-    result = run_script(script, args, replace(options, batch_scale=scale if scale != 1.0 else None,
-                                              out_dir=out_dir), on_progress)
-    if result.stop_signal is not None:
-        plan.interrupted = result.stop_signal
-        plan.why_not = f"interrupted ({signal_name(result.stop_signal)}) in the run at {scale:g}x the batch"
-        return None
-    if "OutOfMemory" in str(result.outcome.get("exception") or ""):
-        plan.out_of_memory = True
-        plan.why_not = f"the run at {scale:g}x the batch ran out of memory"
-        return None
-    if not result.trace_path:
-        plan.why_not = f"the run at {scale:g}x the batch recorded no step ({_outcome(result.outcome)})"
-        return None
     try:
-        trace = load_trace(result.trace_path, op_shapes=options.target != "none")
-    except TraceError as exc:
-        plan.why_not = f"the run at {scale:g}x the batch left an unreadable trace: {exc}"
+        seen = observe(script, args, replace(options, batch_scale=scale if scale != 1.0 else None, out_dir=out_dir),
+                       f"at {scale:g}x the batch", on_progress)
+    except NoRun as no:
+        plan.why_not, plan.out_of_memory = no.why, no.out_of_memory
+        plan.interrupted = no.stop_signal or plan.interrupted
         return None
-    ctx = Context(trace, None, (os.path.dirname(result.script), os.getcwd()), target=options.target)
-    memory = _memory(ctx)
+    ctx, memory = seen.ctx, seen.memory
     loaders = [d for d in ctx.probes.get("dataloaders") or [] if isinstance(d, dict) and d.get("batch_bytes")]
-    if memory is None:
-        plan.why_not = ("no device memory was seen: the script's steps ran on no GPU, real or emulated (run it on "
-                        "its CUDA path)")
-        return None
     if not loaders or not isinstance(loaders[0].get("batch_size"), int):
         plan.why_not = ("the training batches come from no DataLoader with a batch_size: the plan scales a "
                         "DataLoader's batch_size (a script that makes its batches by hand is not changed)")
@@ -222,31 +202,12 @@ def _point(script: str, args: list[str], options: RunOptions, scale: float, plan
             projected, bottleneck = projection["step_ms"], projection["bottleneck"]
         except Missing:
             pass
-    try:
-        cpu_step = ctx.get("step.mean_ms")
-    except Missing:
-        cpu_step = None
     batch, nbytes = int(loader["batch_size"]), int(loader["batch_bytes"])
     if plan.points and plan.points[0].batch_bytes:  # what the batch held, not what the loader was asked for
         batch = round(plan.points[0].batch * nbytes / plan.points[0].batch_bytes)
     length = loader.get("dataset_len")
-    point = Point(batch, int(memory["peak_allocated_bytes"]), int(memory["peak_reserved_bytes"]),
-                  cpu_step if cpu_step and math.isfinite(cpu_step) else None, projected, result.run_dir, bottleneck,
-                  nbytes, length if isinstance(length, int) and not isinstance(length, bool) else None)
+    point = Point(batch, int(memory["peak_allocated_bytes"]), int(memory["peak_reserved_bytes"]), seen.cpu_step_ms,
+                  projected, seen.run_dir, bottleneck, nbytes,
+                  length if isinstance(length, int) and not isinstance(length, bool) else None)
     plan.points.append(point)
     return point
-
-
-def _memory(ctx: Context) -> dict | None:
-    for name in ("memory.measured", "memory.emulated"):
-        try:
-            value = ctx.get(name)
-        except Missing:
-            continue
-        if value:
-            return value
-    return None
-
-
-def _outcome(outcome: dict) -> str:
-    return str(outcome.get("outcome") or "no outcome").replace("_", " ")

@@ -16,12 +16,8 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..collect.run.options import RunOptions
-from ..collect.run.runner import run_script
-from ..errors import TraceError
-from ..facts import Context
-from ..facts.registry import Missing
 from ..static.cuda_path import has_cuda_path
-from ..trace import load_trace
+from .plan_runs import NoRun, observe
 from .stops import StopRequested, raise_on_signals, signal_name
 
 MAX_TRIES = 2       # candidate classes run
@@ -133,40 +129,17 @@ def _run(script: str, args: list[str], options: RunOptions, classes: list[str], 
          on_progress) -> _Seen | None:
     label = f"with {', '.join(classes)} checkpointed" if classes else "as it is"
     out_dir = os.path.join(options.out_dir, "checkpoint-" + ("-".join(classes) or "none")) if options.out_dir else None
-    result = run_script(script, args, replace(options, checkpoint_classes=classes or None, out_dir=out_dir),
-                        on_progress)
-    if result.stop_signal is not None:
-        plan.interrupted = result.stop_signal
-        plan.why_not = f"interrupted ({signal_name(result.stop_signal)}) in the run {label}"
-        return None
-    if not result.trace_path:
-        plan.why_not = f"the run {label} recorded no step ({result.outcome.get('outcome') or 'no outcome'})"
-        return None
     try:
-        trace = load_trace(result.trace_path, op_shapes=options.target != "none")
-    except TraceError as exc:
-        plan.why_not = f"the run {label} left an unreadable trace: {exc}"
+        seen = observe(script, args, replace(options, checkpoint_classes=classes or None, out_dir=out_dir), label,
+                       on_progress)
+    except NoRun as no:
+        plan.why_not, plan.interrupted = no.why, no.stop_signal or plan.interrupted
         return None
-    ctx = Context(trace, None, (os.path.dirname(result.script), os.getcwd()), target=options.target)
-    memory = None
-    for name in ("memory.measured", "memory.emulated"):
-        try:
-            memory = ctx.get(name) or memory
-        except Missing:
-            continue
-    if not memory:
-        plan.why_not = (f"the run {label} showed no device memory: the script's steps ran on no GPU, real or "
-                        "emulated (run it on its CUDA path)")
-        return None
+    memory = seen.memory
     plan.target, plan.device_total = memory["target"], int(memory["device_total_bytes"])
     plan.source = "measured" if memory.get("measured") else "emulated"
-    cpu_step = None
-    try:
-        cpu_step = ctx.get("step.mean_ms")
-    except Missing:
-        pass
-    run = Run(classes, int(memory["peak_allocated_bytes"]), int(memory["peak_reserved_bytes"]), cpu_step,
-              result.run_dir)
+    run = Run(classes, int(memory["peak_allocated_bytes"]), int(memory["peak_reserved_bytes"]), seen.cpu_step_ms,
+              seen.run_dir)
     plan.runs.append(run)
-    order = ctx.probes.get("module_order")
+    order = seen.ctx.probes.get("module_order")
     return _Seen(run, [n for n in order if isinstance(n, str)] if isinstance(order, list) else [])
