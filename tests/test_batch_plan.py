@@ -150,3 +150,15 @@ def test_ctrl_c_in_a_checkpointed_run_keeps_the_run_as_it_is(tmp_path):
     assert code == 130, stderr
     assert [r["checkpointed"] for r in plan["runs"]] == [[]] and plan["offered"] is None
     assert plan["why_not"].startswith("interrupted (SIGINT)") and "ran as it is" in " ".join(stdout.split())
+
+
+def test_a_loader_a_library_rebuilds_from_a_scaled_one_is_not_scaled_twice():
+    """Lightning rebuilds the user's DataLoader from its attributes (to add a distributed sampler): the rebuilt
+    loader gets the scaled batch_size, which must not be scaled again; a loader over another dataset is."""
+    code = ("from perfaudit.collect import batch_scale\nbatch_scale.install(8.0)\nimport torch\n"
+            "from torch.utils.data import DataLoader, TensorDataset\n"
+            "ds, other = TensorDataset(torch.zeros(100, 2)), TensorDataset(torch.zeros(50, 2))\n"
+            "a = DataLoader(ds, 4)\nb = DataLoader(a.dataset, batch_size=a.batch_size, shuffle=False)\n"
+            "c = DataLoader(other, batch_size=2)\nprint(a.batch_size, b.batch_size, c.batch_size)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.stdout.split() == ["32", "32", "16"], proc.stderr
