@@ -24,6 +24,7 @@ _WHERE = {
     "expand_trace_paths": "usecases.analysis", "looks_like_trace": "usecases.analysis",
     "audit": "usecases.audit", "diff": "usecases.diff",
     "plan_batch": "verify.batch_plan", "plan_checkpoint": "verify.checkpoint_plan",
+    "read_plan": "verify.plan_verify", "verify_plan": "verify.plan_verify",
     "bisect": "usecases.bisect", "history": "usecases.history", "fix": "usecases.fixes", "verify": "usecases.fixes",
     "project_root": "usecases.fixes", "check_fixable": "usecases.fixes", "check_script": "collect.run.runner",
     "Rounds": "verify", "recorded_report": "usecases.fixes", "lint": "usecases.lint",

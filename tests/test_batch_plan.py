@@ -10,11 +10,19 @@ import sys
 import time
 from pathlib import Path
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from conftest import ROOT, perfaudit
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+                    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=12), kids, max_size=5),
+                    max_leaves=20)
 
 SCRIPT = ROOT / "tests" / "scripts" / "batch_trainer.py"
 LOADER_LINE = 65   # DataLoader(data, batch_size=args.batch_size, …)
 OPTION_LINE = 53   # parser.add_argument("--batch-size", type=int, default=16)
+QUICK = ("--rounds", "1", "--max-time", "0", "--warmup", "1", "--steps", "3", "--end-check", "0")  # verify's runs
 
 
 def test_the_plan_offered_is_a_batch_that_ran_and_fit(tmp_path):
@@ -40,6 +48,18 @@ def test_the_plan_offered_is_a_batch_that_ran_and_fit(tmp_path):
     assert (f"run it with `-- --batch-size 128` (was 16; its option at batch_trainer.py:{OPTION_LINE}, read by "
             f"the DataLoader at tests/scripts/batch_trainer.py:{LOADER_LINE})") in console
     assert "scale the learning rate" in console and "by the fit (not run)" in console
+    # the plan verified as a user would: `verify --plan` runs B with the option the plan names
+    proc = perfaudit("verify", str(SCRIPT), "--plan", str(out), *QUICK, "--out-dir", str(tmp_path / "verify"),
+                     "-o", str(tmp_path / "verified.json"))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    verified = json.loads((tmp_path / "verified.json").read_text())
+    assert verified["passed"] and verified["args_b"] == ["--batch-size", "128"]
+    assert verified["batch"] == {"from": 16, "to": 128, "held": 128}   # the option reached the loader
+    b = verified["memory"]["b"]
+    assert b["peak_allocated_bytes"] <= 1.1 * offered["peak_allocated_bytes"] and verified["speed_per"] == "sample"
+    assert verified["timing"]["fixes"][0]["loss"]["verdict"] == "not compared"   # a batch changes the optimisation
+    console = " ".join(proc.stdout.split())
+    assert "samples/s here (batch 16 → 128" in console and "the plan ran as predicted: apply it" in console
 
 
 def test_a_script_that_makes_its_batches_by_hand_gets_no_plan_and_is_told_why(tmp_path):
@@ -137,6 +157,22 @@ def test_a_checkpointing_plan_is_a_block_that_ran_checkpointed_and_freed_memory(
     console = " ".join(proc.stdout.split())
     assert "checkpoint Block: it ran, and freed" in console and "(class Block at ckpt_trainer.py:10)" in console
     assert "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)" in console
+    # verified: the loss step for step as without it, the peak as the plan said
+    proc = perfaudit("verify", str(CKPT), "--plan", str(out), *QUICK, "--out-dir", str(tmp_path / "verify"),
+                     "-o", str(tmp_path / "verified.json"))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    verified = json.loads((tmp_path / "verified.json").read_text())
+    assert verified["passed"] and verified["checkpointed"] == ["Block"] and verified["speed_per"] == "step"
+    assert verified["timing"]["fixes"][0]["loss"]["verdict"] == "same"
+    a, b = verified["memory"]["a"], verified["memory"]["b"]
+    assert b["peak_allocated_bytes"] < 0.9 * a["peak_allocated_bytes"]
+    assert abs(b["peak_allocated_bytes"] / offered["peak_allocated_bytes"] - 1) < 0.1
+    # a plan that promised less than its blocks hold fails verify, and says by how much
+    plan["offered"]["peak_allocated_bytes"] = offered["peak_allocated_bytes"] // 2
+    out.write_text(json.dumps(plan))
+    proc = perfaudit("verify", str(CKPT), "--plan", str(out), *QUICK, "--out-dir", str(tmp_path / "verify2"))
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert "PLAN FAILED: with the plan the step held" in " ".join(proc.stdout.split())
 
 
 def test_a_model_with_no_repeated_block_of_its_own_gets_no_checkpointing_plan(tmp_path):
@@ -162,3 +198,31 @@ def test_a_loader_a_library_rebuilds_from_a_scaled_one_is_not_scaled_twice():
             "c = DataLoader(other, batch_size=2)\nprint(a.batch_size, b.batch_size, c.batch_size)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.stdout.split() == ["32", "32", "16"], proc.stderr
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.binary(max_size=300), JSON.map(lambda v: json.dumps(v).encode()),
+                 st.fixed_dictionaries({"plan": st.sampled_from(["batch", "checkpoint"]), "offered": JSON,
+                                        "points": JSON, "runs": JSON, "option": JSON}).map(lambda v: json.dumps(v).encode())))
+def test_a_plan_file_whatever_it_holds_is_read_or_refused_in_one_line(tmp_path, data):
+    """`verify --plan FILE` reads a file the user hands it: a plan, or one line saying why not (UsageError,
+    exit 2), never a traceback."""
+    from perfaudit.errors import UsageError
+    from perfaudit.verify.plan_verify import read_plan
+    path = tmp_path / "plan.json"
+    path.write_bytes(data)
+    try:
+        spec = read_plan(str(path))
+    except UsageError as exc:
+        assert "\n" not in str(exc) and str(exc)
+        return
+    assert spec.kind in ("batch", "checkpoint") and spec.predicted_allocated >= 0
+    assert spec.classes if spec.kind == "checkpoint" else spec.batch >= 1 and spec.base_batch >= 1
+
+
+def test_verify_of_a_plan_that_offers_nothing_says_so_in_one_line(tmp_path):
+    out = tmp_path / "plan.json"
+    out.write_text(json.dumps({"plan": "batch", "offered": None, "why_not": "the step already fills the H100"}))
+    proc = perfaudit("verify", str(SCRIPT), "--plan", str(out))
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "the plan offers nothing to verify (the step already fills the H100)" in proc.stderr

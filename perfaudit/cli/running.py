@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import api
-from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_SCRIPT_FAILED
+from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_SCRIPT_FAILED, UsageError
 from ..report import outputs
 from .common import (
     ArgsArg,
@@ -161,6 +161,9 @@ def verify(
     seed: Annotated[int, typer.Option(help="Seed for random, torch and numpy, the same in A and B.")] = 0,
     source: Annotated[Optional[str], typer.Option(
         "--from", help="Verify what an earlier run found: its run folder, trace or JSON report.")] = None,
+    plan_file: Annotated[Optional[str], typer.Option(
+        "--plan", help="Verify a plan of `perfaudit plan -o FILE` instead of the fixes: step time (per sample for a "
+                       "batch), loss and the step's peak device memory against the prediction.")] = None,
     timeout: Annotated[float, typer.Option(min=0, help="Stop any one run after this many seconds (0: never).")] = 600.0,
     out_dir: Annotated[Optional[str], typer.Option(help="Verify folder (default ./.perfaudit/runs/<timestamp>).")] = None,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the A/B result as JSON to FILE.")] = None,
@@ -175,6 +178,12 @@ def verify(
     Your files are never written. Rounds go on until the step-time interval excludes zero or lies within
     the tolerance, or the time runs out; exits 1 when a fix breaks the script or changes the loss."""
     from ..report.verify_report import render_console, render_json
+    if plan_file is not None:
+        from .planning import verify_plan
+        if source or each or fmt:
+            raise UsageError("--plan: verifies the plan alone (not with --from, --each or --format)")
+        verify_plan(script, args or [], plan_file, output, config, timeout, out_dir, warmup, steps, seed,
+                    (rounds, max_rounds, max_time, tolerance), quiet)
     specs = outputs.parse_formats(fmt, None) if fmt else []
     outputs.check_writable([p for _, p in specs if p] + ([output] if output else []),
                            protected=(script, *((source,) if source else ())))

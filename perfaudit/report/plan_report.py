@@ -16,6 +16,7 @@ from .. import __version__
 if TYPE_CHECKING:
     from ..verify.batch_plan import BatchPlan, Point
     from ..verify.checkpoint_plan import CheckpointPlan
+    from ..verify.plan_verify import PlanVerification
 
 GB = 1e9
 BOUND = {"data": "the DataLoader", "host": "the host's Python and launches", "sync": "host-device syncs",
@@ -73,7 +74,8 @@ def render_console(plan: BatchPlan, console: Console) -> None:
     else:
         change = f"batch_size={o.batch} at {_where(plan)} (was {first.batch})"
     console.print(f"  change: {escape(change)}; a larger batch changes the optimisation: scale the learning rate "
-                  "with it (linearly, with warm-up) and check the loss; `perfaudit verify` measures the step",
+                  "with it (linearly, with warm-up) and check the loss; `perfaudit verify SCRIPT --plan FILE` checks a "
+                  "plan written with `-o FILE` (speed per sample, loss, peak)",
                   highlight=False)
 
 
@@ -126,7 +128,8 @@ def render_checkpoint_console(plan: CheckpointPlan, console: Console) -> None:
     console.print(f"  change: where the model calls each {escape(name)}{escape(where)}, "
                   f"`x = torch.utils.checkpoint.checkpoint({name.lower()}, x, use_reentrant=False)` (a library model: "
                   "its `gradient_checkpointing_enable()`); the memory freed makes room for a larger batch "
-                  "(`perfaudit plan`)", highlight=False)
+                  "(`perfaudit plan`); `perfaudit verify SCRIPT --plan FILE` checks a plan written with `-o FILE`",
+                  highlight=False)
 
 
 def checkpoint_dict(plan: CheckpointPlan) -> dict:
@@ -139,3 +142,78 @@ def checkpoint_dict(plan: CheckpointPlan) -> dict:
             "candidates": [{"class": n, "calls_per_step": c} for n, c in plan.candidates],
             "runs": [run(r) for r in plan.runs], "offered": run(plan.offered),
             "class_line": plan.defined_at, "why_not": plan.why_not}
+
+
+def render_verification(v: PlanVerification, console: Console) -> None:
+    """`perfaudit verify --plan`: the plan's step time and loss against the script as it is, and its peak."""
+    from .verify_report import _SPEED_STYLE, _interval
+    spec, t = v.spec, v.timing
+    what = "batch plan (tip T12)" if spec.kind == "batch" else "checkpointing plan (tip T14)"
+    console.print(f"[bold]perfaudit verify --plan[/] {escape(t.script)}: the {what} against the script as it is",
+                  highlight=False)
+    if t.baseline_failure:
+        console.print(f"[red]the script as it is did not reach its window: {escape(t.baseline_failure)}[/]")
+        return
+    console.print(f"A/B on {t.device or 'cpu'}: {t.rounds} round{'s' if t.rounds != 1 else ''}, {t.warmup} warm-up + "
+                  f"{t.steps} measured steps a run, same seeds"
+                  + (f"; B runs with `{escape(' '.join(v.args_b))}`" if v.args_b != t.args else ""), highlight=False)
+    if t.stopped_because:
+        console.print(f"rounds stopped: {escape(t.stopped_because)}", highlight=False)
+    for verdict in t.verdicts:
+        console.print(f"\n[bold]{escape(verdict.name)}[/]:", highlight=False)
+        if verdict.broke:
+            console.print(f"  [bold red]BROKE THE SCRIPT[/]: with the plan {escape(verdict.broke)}; A ran fine")
+            continue
+        s, loss = verdict.speed, verdict.loss
+        if s is not None and s.n_a and s.n_b:
+            style, said = _SPEED_STYLE.get(s.verdict, ""), s.verdict
+            if spec.kind == "batch":
+                console.print(f"  throughput {1e3 / s.mean_a_ms:,.1f} → {1e3 / s.mean_b_ms:,.1f} samples/s here "
+                              f"(batch {spec.base_batch} → {spec.batch}; time per sample {s.change_pct:+.1f}%): "
+                              f"[{style}]{said}[/]", highlight=False)
+            else:
+                console.print(f"  step time  {s.mean_a_ms:.2f} → {s.mean_b_ms:.2f} ms ({s.change_pct:+.1f}%, the "
+                              f"recompute): [{style}]{said}[/]", highlight=False)
+            interval = (f"[{100 * s.low_ms / s.mean_a_ms:+.1f}%, {100 * s.high_ms / s.mean_a_ms:+.1f}%] of the time "
+                        "per sample" if spec.kind == "batch" and s.mean_a_ms and s.low_ms == s.low_ms
+                        else _interval(s.low_ms, s.high_ms))
+            console.print(f"             95% interval of the change {interval}, {s.n_a} + {s.n_b} steps", highlight=False)
+        if loss is not None:
+            style = "green" if loss.passed else "bold red"
+            console.print(f"  loss       [{style}]{'LOSS CHANGED: ' if not loss.passed else ''}{loss.verdict}[/]: "
+                          f"{escape(loss.detail)}", highlight=False)
+    a, b = v.peak_a, v.peak_b
+    if a is not None and b is not None:
+        change = f" ({b.allocated / a.allocated - 1:+.0%})" if a.allocated else ""
+        console.print(f"  peak       {a.allocated / 1e6:,.1f} → {b.allocated / 1e6:,.1f} MB allocated{change}, "
+                      f"{b.reserved / 1e6:,.1f} MB reserved with the plan; the plan predicted "
+                      f"{spec.predicted_allocated / 1e6:,.1f} MB ({escape(v.device)})", highlight=False)
+        if spec.kind == "batch" and v.usable:
+            share = b.reserved / v.usable
+            console.print(f"             {share:.0%}" if share >= 0.01 else f"             {share:.2%}"
+                          + f" of the {v.usable / 1e9:.1f} GB a step may hold "
+                          "(less the CUDA context and a 10 % margin)", highlight=False)
+    for note in [*t.notes, *v.notes]:
+        console.print(f"\nnote: {escape(note)}", highlight=False)
+    for failure in v.failures:
+        console.print(f"\n[bold red]PLAN FAILED[/]: {escape(failure)}", highlight=False)
+    verdict_text = ("the plan ran as predicted: apply it" if v.passed else
+                    "stopped before the plan was judged" if t.interrupted else "verify failed: see above")
+    console.print(f"\nruns: {escape(t.folder)}  — {verdict_text}", highlight=False)
+
+
+def verification_dict(v: PlanVerification) -> dict:
+    from .verify_report import to_dict as timing_dict
+
+    def peak(p):
+        return None if p is None else {"peak_allocated_bytes": p.allocated, "peak_reserved_bytes": p.reserved,
+                                       "device_total_bytes": p.device_total, "cuda_context_bytes": p.context}
+    spec = v.spec
+    return {"perfaudit_version": __version__, "plan": spec.kind, "script": v.timing.script, "args_b": v.args_b,
+            "passed": v.passed, "failures": v.failures, "notes": v.notes,
+            "batch": {"from": spec.base_batch, "to": spec.batch, "held": v.batch_held} if spec.kind == "batch" else None,
+            "checkpointed": spec.classes or None,
+            "memory": {"where": v.device, "predicted_peak_allocated_bytes": spec.predicted_allocated,
+                       "usable_bytes": v.usable, "a": peak(v.peak_a), "b": peak(v.peak_b)},
+            "speed_per": "sample" if spec.kind == "batch" else "step",
+            "timing": timing_dict(v.timing)}

@@ -39,9 +39,17 @@ class Variant:
     plan: FixPlan | None      # None: the script as it is
     script: str | None = None  # its own script (bisect: in a commit's worktree); None: the one verified
     cwd: str | None = None     # and the folder it runs in
+    # a plan's B (verify/plan_verify.py): its own arguments, run options (a batch scale, checkpointed
+    # classes), the samples a step takes (step times compared per sample), and whether it keeps the maths
+    args: list[str] | None = None
+    overrides: dict | None = None
+    samples: int = 1
+    keeps_maths: bool | None = None
 
     @property
     def same_maths(self) -> bool:
+        if self.keeps_maths is not None:
+            return self.keeps_maths
         return self.plan is not None and all(FIX_KINDS[c.kind].same_maths for c in self.plan.changes)
 
     @property
@@ -184,12 +192,12 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
                 if runs[v.name].failure or interrupted:
                     continue
                 say(f"round {done}{'' if done > plan.min else '/' + str(plan.min)}: "
-                    f"{'as it is' if v.plan is None else 'with ' + v.name}")
+                    f"{'as it is' if v.name == 'A' else 'with ' + v.name}")
                 opts = replace(options, out_dir=os.path.join(folder, f"{v.name}{done}"), patched=served[v.name],
                                init_draws=v.init_draws,
                                mode="timing", seed=options.seed if options.seed is not None else 0,
-                               cwd=v.cwd or options.cwd)
-                result = run_script(v.script or script, args, opts)
+                               cwd=v.cwd or options.cwd, **(v.overrides or {}))
+                result = run_script(v.script or script, args if v.args is None else v.args, opts)
                 interrupted = result.stop_signal or signals.received
                 if interrupted:
                     break
@@ -200,6 +208,7 @@ def run_ab(script: str, args: list[str], variants: list[Variant], folder: str, o
                 timing = result.timing or {}  # a run that did not fail left its timing
                 times = timing["step_times_s"]
                 kept, left_out = undisturbed_steps(times, timing.get("step_waited_s"))
+                kept = [t / v.samples for t in kept] if v.samples != 1 else kept
                 if left_out * 2 >= len(times) > 0:  # most steps waited for a CPU: the run measured the machine
                     runs[v.name].disturbed_runs += 1
                 else:
