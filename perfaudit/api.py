@@ -30,6 +30,7 @@ _WHERE = {
     "Rounds": "verify", "recorded_report": "usecases.fixes", "lint": "usecases.lint",
     "Settings": "usecases.settings", "prepare": "usecases.settings", "run_options": "usecases.settings",
     "rules_catalogue": "usecases.settings", "rules_for": "usecases.settings", "check_rounds": "usecases.settings",
+    "checked_budget": "usecases.settings",
     "WindowAudit": "usecases.inprocess", "GateFailed": "usecases.inprocess", "metrics": "usecases.inprocess",
     "audit_cell": "usecases.inprocess", "forget_inputs": "files",
 }

@@ -156,7 +156,7 @@ def main() -> None:
             batch_scale.install(float(config["batch_scale"]))
         if config.get("checkpoint_classes"):  # a checkpointing plan's run: these blocks recompute in backward
             from .collect import checkpointing
-            checkpointing.install(list(config["checkpoint_classes"]))
+            checkpointing.install(list(config["checkpoint_classes"]), config.get("checkpoint_first"))
         session.install()
     except Exception as exc:  # perfaudit's own set-up failed: say so; the script is not blamed
         _setup_failed(config, exc)

@@ -92,16 +92,25 @@ def build_server():
 
     @server.tool()
     def verify(script: str, args: list[str] | None = None, rounds: int = 3, max_rounds: int = 12,
-               max_time: float = 120.0, steps: int = 15) -> dict[str, Any]:
+               max_time: float = 120.0, steps: int = 15, plan_file: str | None = None) -> dict[str, Any]:
         """Measure the fixes before trusting them: A/B runs of the script as it is and fixed (never written),
-        step time with a 95 % interval and the loss compared. Takes minutes."""
+        step time with a 95 % interval and the loss compared. Takes minutes. With `plan_file` (a `plan` tool's
+        result saved as JSON, or `perfaudit plan -o`), the plan instead: speed, loss and its step's peak memory."""
         import json
 
         from .report.verify_report import render_json
-        bounded(script=script, args=args or [])
+        bounded(script=script, args=args or [], plan_file=plan_file)
         api.check_rounds(rounds, max_rounds, max_time)
         settings = api.prepare()
         api.check_script(script)
+        if plan_file is not None:
+            from .report.plan_report import verification_dict
+            spec = api.read_plan(plan_file)
+            options = api.run_options(settings, 3, steps, for_rules=False)
+            options.seed = 0
+            result = api.verify_plan(script, args or [], spec, options,
+                                     api.Rounds(min=rounds, max=max(max_rounds, rounds), max_time_s=max_time))
+            return verification_dict(result)
         audit_options = api.run_options(settings)
         timing_options = api.run_options(settings, 3, steps, for_rules=False)
         plan_rounds = api.Rounds(min=rounds, max=max(max_rounds, rounds), max_time_s=max_time)
@@ -111,11 +120,11 @@ def build_server():
 
     @server.tool()
     def plan(script: str, args: list[str] | None = None, checkpoint: bool = False, target: str = "auto",
-             device: str = "auto", timeout: float = 600.0) -> dict[str, Any]:
+             device: str = "auto", timeout: float = 600.0, memory_budget_gb: float | None = None) -> dict[str, Any]:
         """Find, by running the script, the largest batch that fits the GPU with a 10 % margin (tip T12), or
         with `checkpoint` the repeated block whose activation checkpointing frees the most memory (tip T14).
         Runs the script two to four times (a minute or more); a plan is offered only when its own run fit,
-        else `why_not` says why."""
+        else `why_not` says why. `memory_budget_gb`: what a step may reserve, in place of the target's memory."""
         from .report.plan_report import checkpoint_dict
         from .report.plan_report import to_dict as plan_dict
         bounded(script=script, args=args or [], target=target, device=device)
@@ -123,9 +132,10 @@ def build_server():
         api.check_script(script)
         options = api.run_options(settings, timeout=timeout, device=device, target=target)
         options.record_shapes = options.target != "none"
+        budget = api.checked_budget(memory_budget_gb)
         if checkpoint:
-            return checkpoint_dict(api.plan_checkpoint(script, args or [], options))
-        return plan_dict(api.plan_batch(script, args or [], options))
+            return checkpoint_dict(api.plan_checkpoint(script, args or [], options, None, budget))
+        return plan_dict(api.plan_batch(script, args or [], options, None, budget))
 
     return server
 

@@ -94,6 +94,28 @@ def test_ctrl_c_in_the_second_run_keeps_the_first(tmp_path):
     assert "ran batch     16" in stdout and "no plan: interrupted" in stdout
 
 
+def test_ctrl_c_while_verify_measures_a_plans_peak_keeps_the_timed_rounds(tmp_path):
+    plan, runs, out = tmp_path / "plan.json", tmp_path / "runs", tmp_path / "verified.json"
+    plan.write_text(json.dumps({"plan": "checkpoint", "target": "H100 SXM", "memory_source": "emulated",
+                                "offered": {"checkpointed": ["Block"], "peak_allocated_bytes": 120_000_000}}))
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "verify", str(CKPT), "--plan", str(plan), *QUICK,
+                             "--out-dir", str(runs), "-o", str(out), "--", "--steps", "100000"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    progress = runs / "A-peak" / "progress.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (progress.exists() and '"step"' in progress.read_text()):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 130, stderr + stdout
+    verified = json.loads(out.read_text())   # what was measured before the Ctrl-C is kept
+    assert not verified["passed"] and verified["timing"]["interrupted"] == "SIGINT"
+    assert verified["timing"]["fixes"][0]["loss"]["verdict"] == "same" and verified["memory"]["b"] is None
+    console = " ".join(stdout.split())
+    assert "checkpoint Block:" in console and "stopped before the plan was judged" in console
+
+
 def test_a_datasets_own_len_whatever_it_does_never_breaks_the_loader_probe():
     """The probe asks each dataset its length (the plan's dataset bound): a user's __len__ may raise, return
     a negative, a bool or a float; the length is then unknown, and nothing else changes."""
@@ -175,6 +197,34 @@ def test_a_checkpointing_plan_is_a_block_that_ran_checkpointed_and_freed_memory(
     assert "PLAN FAILED: with the plan the step held" in " ".join(proc.stdout.split())
 
 
+def test_a_step_over_its_memory_gets_just_enough_blocks_checkpointed_and_the_plan_verifies(tmp_path):
+    """pytorch#194696's loop ("checkpoint a few more layers, rerun") done by the plan: under a budget the step
+    as it is exceeds (155 MB reserved), only the first blocks the every-block run's saving says are needed are
+    checkpointed, that run fits, and verify --plan runs the same subset; a budget even every block cannot meet
+    gets no plan and why."""
+    out = tmp_path / "plan.json"
+    proc = perfaudit("plan", "--checkpoint", str(CKPT), "--memory-budget", "0.145", "--out-dir",
+                     str(tmp_path / "runs"), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    plan = json.loads(out.read_text())
+    base, every, offered = plan["runs"][0], plan["runs"][1], plan["offered"]
+    assert base["peak_reserved_bytes"] > 145e6 == plan["usable_bytes"] == plan["budget_bytes"]
+    assert every["first"] is None and 1 <= offered["first"] < 4 and offered == plan["runs"][-1]
+    assert offered["peak_reserved_bytes"] <= 145e6 and every["peak_allocated_bytes"] < offered["peak_allocated_bytes"]
+    console = " ".join(proc.stdout.split())
+    assert f"checkpoint the first {offered['first']} of the 4 Block calls: it ran" in console
+    assert "as it is the step does not fit" in console and f"if i < {offered['first']} else block(x)" in console
+    proc = perfaudit("verify", str(CKPT), "--plan", str(out), *QUICK, "--out-dir", str(tmp_path / "verify"),
+                     "-o", str(tmp_path / "verified.json"))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    verified = json.loads((tmp_path / "verified.json").read_text())
+    assert verified["passed"] and verified["memory"]["b"]["peak_reserved_bytes"] <= 145e6
+    assert verified["timing"]["fixes"][0]["name"] == f"checkpoint the first {offered['first']} Block"
+    proc = perfaudit("plan", "--checkpoint", str(CKPT), "--memory-budget", "0.1", "--out-dir", str(tmp_path / "r2"))
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert "no plan: even with every Block checkpointed the step reserved" in " ".join(proc.stdout.split())
+
+
 def test_a_model_with_no_repeated_block_of_its_own_gets_no_checkpointing_plan(tmp_path):
     proc = perfaudit("plan", "--checkpoint", str(SCRIPT), "--out-dir", str(tmp_path / "runs"))
     assert proc.returncode == 1, proc.stderr
@@ -203,7 +253,8 @@ def test_a_loader_a_library_rebuilds_from_a_scaled_one_is_not_scaled_twice():
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.one_of(st.binary(max_size=300), JSON.map(lambda v: json.dumps(v).encode()),
                  st.fixed_dictionaries({"plan": st.sampled_from(["batch", "checkpoint"]), "offered": JSON,
-                                        "points": JSON, "runs": JSON, "option": JSON}).map(lambda v: json.dumps(v).encode())))
+                                        "points": JSON, "runs": JSON, "option": JSON,
+                                        "budget_bytes": JSON}).map(lambda v: json.dumps(v).encode())))
 def test_a_plan_file_whatever_it_holds_is_read_or_refused_in_one_line(tmp_path, data):
     """`verify --plan FILE` reads a file the user hands it: a plan, or one line saying why not (UsageError,
     exit 2), never a traceback."""

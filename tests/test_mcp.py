@@ -67,18 +67,21 @@ async def _bad_calls(work):
     calls = [("audit", {"script": script, "steps": 0}), ("audit", {"script": script, "warmup": -1}),
              ("audit", {"script": script, "timeout": -1}), ("audit", {"script": "x" * (1 << 20)}),
              ("audit", {"script": script, "args": ["--lr"] * 10_000}), ("verify", {"script": script, "rounds": 0}),
-             ("fix", {"script": script, "steps": -3})]
+             ("fix", {"script": script, "steps": -3}), ("plan", {"script": script, "memory_budget_gb": -1.0}),
+             ("verify", {"script": script, "plan_file": str(work / "no-plan.json")})]
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         return [await session.call_tool(name, arguments) for name, arguments in calls]
 
 
 def test_the_mcp_tools_check_their_arguments_as_the_cli_does_and_never_echo_a_huge_one(tmp_path):
-    """steps 0, warmup -1, timeout -1, a 1 MB path, a 10,000-item command line, rounds 0: each an error
-    result of one short line, before anything runs."""
+    """steps 0, warmup -1, timeout -1, a 1 MB path, a 10,000-item command line, rounds 0, a negative memory
+    budget, a plan file that is not there: each an error result of one short line, before anything runs."""
     shutil.copy(SAMPLES / "sync_bad.py", tmp_path / "sync_bad.py")
     results = asyncio.run(_bad_calls(tmp_path))
-    for result, word in zip(results, ("steps", "warmup", "timeout", "script", "args", "rounds", "steps")):
+    words = ("steps", "warmup", "timeout", "script", "args", "rounds", "steps", "memory_budget_gb", "no-plan.json")
+    assert len(results) == len(words)
+    for result, word in zip(results, words):
         text = result.content[0].text
         assert result.isError and word in text, text[:300]
         assert len(text) < 400 and "\n" not in text.strip(), text[:300]

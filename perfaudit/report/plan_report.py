@@ -88,7 +88,7 @@ def to_dict(plan: BatchPlan) -> dict:
     site = plan.site or {}
     return {"perfaudit_version": __version__, "plan": "batch", "tip": "T12", "script": plan.script,
             "target": plan.target, "device_total_bytes": plan.device_total, "cuda_context_bytes": plan.context,
-            "margin": 0.10, "usable_bytes": plan.usable, "memory_source": plan.source,
+            "margin": 0.10, "usable_bytes": plan.usable, "budget_bytes": plan.budget, "memory_source": plan.source,
             "site": {"file": site.get("path"), "line": site.get("line")} if site else None,
             "option": {"name": plan.option[0], "line": plan.option[1]} if plan.option else None,
             "points": [point(p) for p in plan.points], "per_sample_bytes": plan.per_sample_bytes,
@@ -110,10 +110,14 @@ def render_checkpoint_console(plan: CheckpointPlan, console: Console) -> None:
                   f"(tip T14), each run before it is offered; memory: {source}", highlight=False)
     base = plan.baseline
     for r in plan.runs:
-        label = "as it is" if not r.classes else f"{', '.join(r.classes)} checkpointed ({r.calls} calls a step)"
+        label = ("as it is" if not r.classes else f"{', '.join(r.classes)} checkpointed ({r.calls} calls a step)"
+                 if r.first is None else f"the first {r.first} {', '.join(r.classes)} checkpointed (of {r.calls})")
         change = (f" ({r.allocated / base.allocated - 1:+.0%})" if base and r is not base and base.allocated else "")
         console.print(f"  ran {escape(label)}: step peak {r.allocated / GB:.3f} GB allocated{change}, "
                       f"{r.reserved / GB:.3f} GB reserved; {_ms(r.cpu_step_ms, 'a step here')}", highlight=False)
+    if base is not None and not plan.fits(base) and plan.usable > 0:
+        console.print(f"  as it is the step does not fit: {base.reserved / GB:.3f} GB reserved, over the "
+                      f"{plan.usable / GB:.3f} GB it may hold ({_held(plan)})", highlight=False)
     o = plan.offered
     if o is None or base is None:
         console.print(f"\n[bold]no plan[/]: {escape(plan.why_not or 'nothing was freed')}", highlight=False)
@@ -122,23 +126,34 @@ def render_checkpoint_console(plan: CheckpointPlan, console: Console) -> None:
     freed = base.allocated - o.allocated
     cost = (f"; the step {o.cpu_step_ms / base.cpu_step_ms - 1:+.0%} here (its forward recomputed in backward)"
             if o.cpu_step_ms and base.cpu_step_ms else "")
-    console.print(f"\n[bold]checkpoint {escape(name)}[/]: it ran, and freed {freed / 1e6:.1f} MB of the step's "
-                  f"peak ({freed / base.allocated:.0%}){cost}", highlight=False)
+    which = escape(name) if o.first is None else f"the first {o.first} of the {o.calls} {escape(name)} calls"
+    fit = f", and the step fits ({o.reserved / GB:.3f} GB reserved)" if not plan.fits(base) and plan.fits(o) else ""
+    console.print(f"\n[bold]checkpoint {which}[/]: it ran, and freed {freed / 1e6:.1f} MB of the step's "
+                  f"peak ({freed / base.allocated:.0%}){cost}{fit}", highlight=False)
     where = f" (class {name} at {os.path.basename(plan.script)}:{plan.defined_at})" if plan.defined_at else ""
-    console.print(f"  change: where the model calls each {escape(name)}{escape(where)}, "
-                  f"`x = torch.utils.checkpoint.checkpoint({name.lower()}, x, use_reentrant=False)` (a library model: "
-                  "its `gradient_checkpointing_enable()`); the memory freed makes room for a larger batch "
-                  "(`perfaudit plan`); `perfaudit verify SCRIPT --plan FILE` checks a plan written with `-o FILE`",
-                  highlight=False)
+    call = f"torch.utils.checkpoint.checkpoint({name.lower()}, x, use_reentrant=False)"
+    how = (f"where the model calls each {escape(name)}{escape(where)}, `x = {call}`" if o.first is None else
+           f"where the model calls its {escape(name)}s{escape(where)}, the first {o.first} in forward order only: "
+           f"`x = {call} if i < {o.first} else {name.lower()}(x)`")
+    console.print(f"  change: {how} (a library model: its `gradient_checkpointing_enable()`); the memory freed makes "
+                  "room for a larger batch (`perfaudit plan`); `perfaudit verify SCRIPT --plan FILE` checks a plan "
+                  "written with `-o FILE`", highlight=False)
+
+
+def _held(plan: CheckpointPlan) -> str:
+    if plan.budget:
+        return "--memory-budget"
+    return f"{plan.target} less the CUDA context and a 10 % margin"
 
 
 def checkpoint_dict(plan: CheckpointPlan) -> dict:
     def run(r):
-        return None if r is None else {"checkpointed": r.classes, "calls_per_step": r.calls,
+        return None if r is None else {"checkpointed": r.classes, "calls_per_step": r.calls, "first": r.first,
                                        "peak_allocated_bytes": r.allocated, "peak_reserved_bytes": r.reserved,
                                        "cpu_step_ms": r.cpu_step_ms, "run_dir": r.run_dir, "ran": True}
     return {"perfaudit_version": __version__, "plan": "checkpoint", "tip": "T14", "script": plan.script,
             "target": plan.target, "device_total_bytes": plan.device_total, "memory_source": plan.source,
+            "usable_bytes": plan.usable, "budget_bytes": plan.budget,
             "candidates": [{"class": n, "calls_per_step": c} for n, c in plan.candidates],
             "runs": [run(r) for r in plan.runs], "offered": run(plan.offered),
             "class_line": plan.defined_at, "why_not": plan.why_not}
@@ -188,11 +203,12 @@ def render_verification(v: PlanVerification, console: Console) -> None:
         console.print(f"  peak       {a.allocated / 1e6:,.1f} → {b.allocated / 1e6:,.1f} MB allocated{change}, "
                       f"{b.reserved / 1e6:,.1f} MB reserved with the plan; the plan predicted "
                       f"{spec.predicted_allocated / 1e6:,.1f} MB ({escape(v.device)})", highlight=False)
-        if spec.kind == "batch" and v.usable:
+        if v.usable:
             share = b.reserved / v.usable
             console.print(f"             {share:.0%}" if share >= 0.01 else f"             {share:.2%}"
-                          + f" of the {v.usable / 1e9:.1f} GB a step may hold "
-                          "(less the CUDA context and a 10 % margin)", highlight=False)
+                          + f" of the {v.usable / 1e9:.3g} GB a step may hold "
+                          + ("(--memory-budget)" if spec.budget else "(less the CUDA context and a 10 % margin)"),
+                          highlight=False)
     for note in [*t.notes, *v.notes]:
         console.print(f"\nnote: {escape(note)}", highlight=False)
     for failure in v.failures:

@@ -103,6 +103,15 @@ def check_rounds(rounds, max_rounds, max_time) -> None:
         raise UsageError(f"max_time: expected seconds (0 or more), not {shown(max_time)}")
 
 
+def checked_budget(gb) -> int | None:
+    """A plan's memory budget in GB (None: the target's memory), as bytes; bounded for the doors without a flag."""
+    if gb is None:
+        return None
+    if isinstance(gb, bool) or not isinstance(gb, (int, float)) or not math.isfinite(gb) or not 0 < gb < 1e6:
+        raise UsageError(f"memory_budget_gb: expected GB (more than 0), not {shown(gb)}")
+    return int(gb * 1e9)
+
+
 def rules_catalogue(rules_dirs: list[str] | None = None) -> list[Rule]:
     """Every rule, by id."""
     return sorted(load_rules(tuple(rules_dirs or ())), key=lambda r: r.id)

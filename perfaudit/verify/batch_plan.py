@@ -61,15 +61,17 @@ class BatchPlan:
     why_not: str | None = None         # no plan, and why
     interrupted: int | None = None     # the signal that stopped it (Ctrl-C): what ran before is kept
     out_of_memory: bool = False        # the last run died of an out-of-memory error (a real GPU's)
+    budget: int | None = None          # bytes a step may reserve, the user's (--memory-budget)
 
     @property
     def usable(self) -> float:
-        """Bytes a step may reserve on the target: its memory less the context, less the margin."""
-        return (1 - MARGIN) * self.device_total - self.context
+        """Bytes a step may reserve: the budget, else the target's memory less the context, less the margin."""
+        return float(self.budget) if self.budget else (1 - MARGIN) * self.device_total - self.context
 
 
-def plan_batch(script: str, args: list[str], options: RunOptions, on_progress=None) -> BatchPlan:
-    plan = BatchPlan(script)
+def plan_batch(script: str, args: list[str], options: RunOptions, on_progress=None,
+               budget: int | None = None) -> BatchPlan:
+    plan = BatchPlan(script, budget=budget)
     if options.device == "auto":  # as `run` resolves it: the CUDA path emulated where the script has one
         options = replace(options, device="emulate-cuda" if has_cuda_path(script) else "cpu")
     try:

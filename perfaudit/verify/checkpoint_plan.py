@@ -6,9 +6,14 @@ with each candidate checkpointed (collect/checkpointing.py: its forward under
 `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`), at most MAX_TRIES; the candidate that freed the
 most memory is offered, with the recompute it costs (the step measured here; not projected: on a host-bound
 step the projection moves more from run to run than a recompute adds), if it freed at least MIN_FREED of the
-peak. A plan is a run: nothing is offered from the first run alone."""
+peak. When the step does not fit (the target less its CUDA context and a 10 % margin, or `budget`), only as many
+of the class's instances are checkpointed as the memory its every-instance run freed per call says are needed,
+the fewest first (less recompute), and that run is the plan if it fit: a few more if not (pytorch#194696's
+"checkpoint a few more layers, rerun", done by the plan). A plan is a run: nothing is offered from the first run
+alone."""
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -22,6 +27,8 @@ from .stops import StopRequested, raise_on_signals, signal_name
 
 MAX_TRIES = 2       # candidate classes run
 MIN_FREED = 0.05    # of the peak allocated, freed at least, for a plan
+MARGIN = 0.10       # of the GPU's memory left free (batch_plan.MARGIN)
+SUBSET_TRIES = 2    # runs with a subset of the instances checkpointed, each a few more than the last
 
 
 @dataclass
@@ -33,6 +40,7 @@ class Run:
     cpu_step_ms: float | None
     run_dir: str
     calls: int = 0          # of the checkpointed class, a step
+    first: int | None = None  # only the first this many instances checkpointed (None: every one)
 
 
 @dataclass
@@ -40,6 +48,8 @@ class CheckpointPlan:
     script: str
     target: str = ""
     device_total: int = 0
+    context: int = 0
+    budget: int | None = None          # bytes a step may reserve, the user's (else the target's, less the margin)
     source: str = ""
     runs: list[Run] = field(default_factory=list)
     candidates: list[tuple[str, int]] = field(default_factory=list)   # (class, calls a step)
@@ -52,9 +62,18 @@ class CheckpointPlan:
     def baseline(self) -> Run | None:
         return self.runs[0] if self.runs else None
 
+    @property
+    def usable(self) -> float:
+        """Bytes a step may reserve: the budget, else the target's memory less the context and the margin."""
+        return float(self.budget) if self.budget else (1 - MARGIN) * self.device_total - self.context
 
-def plan_checkpoint(script: str, args: list[str], options: RunOptions, on_progress=None) -> CheckpointPlan:
-    plan = CheckpointPlan(script)
+    def fits(self, run: Run) -> bool:
+        return run.reserved <= self.usable
+
+
+def plan_checkpoint(script: str, args: list[str], options: RunOptions, on_progress=None,
+                    budget: int | None = None) -> CheckpointPlan:
+    plan = CheckpointPlan(script, budget=budget)
     if options.device == "auto":
         options = replace(options, device="emulate-cuda" if has_cuda_path(script) else "cpu")
     try:
@@ -88,6 +107,8 @@ def _plan(plan: CheckpointPlan, script: str, args: list[str], options: RunOption
     best = min(tried, key=lambda r: r.allocated, default=None)
     if best is None:
         return plan
+    if not plan.fits(base.run) and plan.usable > 0:
+        return _to_fit(plan, script, args, options, base.run, best, on_progress)
     if best.allocated > (1 - MIN_FREED) * base.run.allocated:
         plan.why_not = (f"checkpointing {', '.join(best.classes)} freed "
                         f"{max(base.run.allocated - best.allocated, 0) / 1e6:.1f} MB of the step's "
@@ -95,6 +116,40 @@ def _plan(plan: CheckpointPlan, script: str, args: list[str], options: RunOption
         return plan
     plan.offered, plan.why_not = best, None
     plan.defined_at = _class_line(script, best.classes[0])
+    return plan
+
+
+def _to_fit(plan: CheckpointPlan, script: str, args: list[str], options: RunOptions, base: Run, every: Run,
+            on_progress) -> CheckpointPlan:
+    """The step does not fit: the fewest instances of the best class whose checkpointing makes it fit, run."""
+    name = every.classes[0]
+    if not plan.fits(every):
+        plan.why_not = (f"even with every {name} checkpointed the step reserved {every.reserved / 1e9:.2f} GB, over "
+                        f"the {plan.usable / 1e9:.2f} GB it may hold: a smaller batch or mixed precision (AMP001) "
+                        "frees more")
+        return plan
+    per_call = (base.allocated - every.allocated) / max(every.calls, 1)   # freed, a call checkpointed
+    ratio = max(base.reserved / base.allocated, 1.0) if base.allocated else 1.0
+    first = math.ceil((base.allocated - plan.usable / ratio) / per_call) if per_call > 0 else every.calls
+    for _ in range(SUBSET_TRIES):
+        if first >= every.calls:
+            break
+        seen = _run(script, args, replace(options, checkpoint_first=first), [name], plan, on_progress)
+        if seen is None:
+            if plan.interrupted:
+                return plan
+            break
+        run, run.calls, run.first = seen.run, every.calls, first
+        if plan.fits(run):
+            plan.offered = run
+            break
+        freed = base.allocated - run.allocated  # what these instances freed, measured: a few more next
+        per_call = freed / first if freed > 0 else per_call
+        ratio = max(run.reserved / run.allocated, 1.0) if run.allocated else ratio
+        first = max(first + 1, math.ceil((base.allocated - plan.usable / ratio) / per_call))
+    if plan.offered is None:
+        plan.offered = every  # every instance: it ran, and it fit
+    plan.why_not, plan.defined_at = None, _class_line(script, name)
     return plan
 
 
@@ -127,8 +182,11 @@ def _candidates(order: list[str]) -> list[tuple[str, int]]:
 
 def _run(script: str, args: list[str], options: RunOptions, classes: list[str], plan: CheckpointPlan,
          on_progress) -> _Seen | None:
-    label = f"with {', '.join(classes)} checkpointed" if classes else "as it is"
-    out_dir = os.path.join(options.out_dir, "checkpoint-" + ("-".join(classes) or "none")) if options.out_dir else None
+    label = (f"with {', '.join(classes)} checkpointed" if classes else "as it is") + (
+        f" (its first {options.checkpoint_first})" if options.checkpoint_first else "")
+    folder = "checkpoint-" + ("-".join(classes) or "none") + (f"-first{options.checkpoint_first}"
+                                                               if options.checkpoint_first else "")
+    out_dir = os.path.join(options.out_dir, folder) if options.out_dir else None
     try:
         seen = observe(script, args, replace(options, checkpoint_classes=classes or None, out_dir=out_dir), label,
                        on_progress)
@@ -137,6 +195,7 @@ def _run(script: str, args: list[str], options: RunOptions, classes: list[str], 
         return None
     memory = seen.memory
     plan.target, plan.device_total = memory["target"], int(memory["device_total_bytes"])
+    plan.context = int(memory.get("cuda_context_bytes") or 0)
     plan.source = "measured" if memory.get("measured") else "emulated"
     run = Run(classes, int(memory["peak_allocated_bytes"]), int(memory["peak_reserved_bytes"]), seen.cpu_step_ms,
               seen.run_dir)

@@ -36,7 +36,9 @@ class PlanSpec:
     batch: int = 1
     option: str | None = None              # the script's option that sets the batch
     classes: list[str] = field(default_factory=list)
+    first: int | None = None               # only the first this many instances checkpointed
     baseline_allocated: int | None = None
+    budget: int | None = None              # the plan's --memory-budget, bytes
 
 
 @dataclass
@@ -73,6 +75,9 @@ class PlanVerification:
 
     @property
     def usable(self) -> float | None:
+        """Bytes a step may reserve: the plan's budget, else the GPU's memory less its context and the margin."""
+        if self.spec.budget:
+            return float(self.spec.budget)
         p = self.peak_b
         return (1 - MARGIN) * p.device_total - p.context if p and p.device_total else None
 
@@ -100,6 +105,8 @@ def read_plan(path: str) -> PlanSpec:
         raise UsageError(f"{path}: its \"offered\" is not a run")
     spec = PlanSpec(data["plan"], _text(data.get("target")) or "auto", _text(data.get("memory_source")) or "emulated",
                     _count(offered.get("peak_allocated_bytes"), path, "offered.peak_allocated_bytes"))
+    budget = data.get("budget_bytes")
+    spec.budget = _count(budget, path, "budget_bytes", least=1) if budget is not None else None
     if spec.kind == "batch":
         points = data.get("points")
         first = points[0] if isinstance(points, list) and points and isinstance(points[0], dict) else None
@@ -115,6 +122,8 @@ def read_plan(path: str) -> PlanSpec:
         if not (isinstance(classes, list) and classes and all(isinstance(c, str) and c.isidentifier() for c in classes)):
             raise UsageError(f"{path}: a checkpointing plan without the classes it checkpoints (\"offered.checkpointed\")")
         spec.classes = classes
+        first = offered.get("first")
+        spec.first = _count(first, path, "offered.first", least=1) if first is not None else None
         runs = data.get("runs")
         base = runs[0] if isinstance(runs, list) and runs and isinstance(runs[0], dict) else {}
         spec.baseline_allocated = _count(base.get("peak_allocated_bytes"), path, "runs[0].peak_allocated_bytes") \
@@ -179,8 +188,9 @@ def _judge_runs(script: str, args: list[str], spec: PlanSpec, b: Variant, option
 
 def _variant_b(spec: PlanSpec, args: list[str]) -> Variant:
     if spec.kind == "checkpoint":
-        return Variant(f"checkpoint {', '.join(spec.classes)}", None, overrides={"checkpoint_classes": spec.classes},
-                       keeps_maths=True)
+        which = f"the first {spec.first} " if spec.first else ""
+        return Variant(f"checkpoint {which}{', '.join(spec.classes)}", None, keeps_maths=True,
+                       overrides={"checkpoint_classes": spec.classes, "checkpoint_first": spec.first})
     if spec.option:  # the change as the user would make it: the script's own option
         return Variant(f"{spec.option} {spec.batch}", None, args=with_option(args, spec.option, spec.batch),
                        samples=spec.batch, keeps_maths=False)
@@ -236,16 +246,16 @@ def _judge(result: PlanVerification) -> None:
     if b.allocated > limit:
         result.failures.append(f"with the plan the step held {b.allocated / 1e6:,.1f} MB, more than the "
                                f"{spec.predicted_allocated / 1e6:,.1f} MB the plan predicted (+{TOLERANCE:.0%} allowed)")
-    if spec.kind == "batch":
-        held = result.batch_held
-        if held is not None and held != spec.batch:
-            result.failures.append(f"the training loader's batches held {held} samples, not the {spec.batch} the "
-                                   "plan asks for: the change did not reach the loader")
-        usable = result.usable
-        if usable is not None and b.reserved > usable:
-            result.failures.append(f"with the plan the step reserved {b.reserved / 1e9:.2f} GB, more than the "
-                                   f"{usable / 1e9:.2f} GB a step may hold with a {MARGIN:.0%} margin")
-    elif b.allocated >= a.allocated:
+    usable = result.usable
+    if usable is not None and b.reserved > usable:
+        result.failures.append(f"with the plan the step reserved {b.reserved / 1e9:.3f} GB, more than the "
+                               f"{usable / 1e9:.3f} GB a step may hold"
+                               + ("" if spec.budget else f" (the GPU less its CUDA context and a {MARGIN:.0%} margin)"))
+    held = result.batch_held
+    if held is not None and held != spec.batch:
+        result.failures.append(f"the training loader's batches held {held} samples, not the {spec.batch} the "
+                               "plan asks for: the change did not reach the loader")
+    if spec.kind == "checkpoint" and b.allocated >= a.allocated:
         result.failures.append(f"checkpointing freed nothing here: the step held {b.allocated / 1e6:,.1f} MB with it "
                                f"and {a.allocated / 1e6:,.1f} MB without")
     if result.device.startswith("measured") and spec.source == "emulated":

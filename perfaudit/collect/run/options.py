@@ -42,6 +42,7 @@ class RunOptions:
     import_dir: str | None = None          # first on the script's sys.path instead of its folder (a notebook's)
     batch_scale: float | None = None       # a batch plan's run: every DataLoader's batch_size times this
     checkpoint_classes: list[str] | None = None  # a checkpointing plan's run: these module classes recompute
+    checkpoint_first: int | None = None    # … only their first N instances in forward order (None: all)
 
 
 @dataclass

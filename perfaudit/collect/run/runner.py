@@ -138,6 +138,7 @@ def _run_once(script: str, args: list[str], options: RunOptions,
               "watch": options.watch, "init_draws": options.init_draws, "device": options.device,
               "min_measure_s": options.min_measure_s, "import_dir": options.import_dir,
               "batch_scale": options.batch_scale, "checkpoint_classes": options.checkpoint_classes,
+              "checkpoint_first": options.checkpoint_first,
               "source_roots": [os.path.dirname(script_path), options.cwd or os.getcwd()]}
     log_path = os.path.join(run_dir, "script.log")
     progress_path = os.path.join(run_dir, "rank0.progress.jsonl" if options.launch else "progress.jsonl")
