@@ -179,7 +179,7 @@ def verify(
     the tolerance, or the time runs out; exits 1 when a fix breaks the script or changes the loss."""
     from ..report.verify_report import render_console, render_json
     if plan_file is not None:
-        from .planning import verify_plan
+        from .plan_verification import verify_plan
         if source or each or fmt:
             raise UsageError("--plan: verifies the plan alone (not with --from, --each or --format)")
         verify_plan(script, args or [], plan_file, output, config, timeout, out_dir, warmup, steps, seed,
