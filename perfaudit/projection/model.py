@@ -25,6 +25,7 @@ class Inputs:
     """What the projection needs beyond the trace, read from the run (facts)."""
     tf32_matmul: bool = False      # torch.backends.cuda.matmul.allow_tf32 (off by default since 1.12)
     tf32_conv: bool = True         # torch.backends.cudnn.allow_tf32 (on by default)
+    bf16_as: str = "bf16"          # "fp16": an emulated run's float16 autocast, run as bfloat16 on the CPU
     workers: int = 0               # the DataLoader's workers, and each one's time per batch (ms)
     worker_ms_per_batch: float | None = None
     batch_bytes: int = 0           # a CPU run: the batch copied to the device each step
@@ -125,7 +126,8 @@ class Projector:
             return kernel_us(work, target, cal)
         host_us = cal["host_us_per_kernel" if own_cost is not None else "host_us_per_kernel_profiled"]
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
-                                                         self.inputs.tf32_conv), own_cost, self.undisturbed,
+                                                         self.inputs.tf32_conv, self.inputs.bf16_as), own_cost,
+                     self.undisturbed,
                      self.freed)
         if self.inputs.workers and not self.inputs.worker_ms_per_batch:
             _hand_off_only(plans)

@@ -270,14 +270,14 @@ def _clip_outliers(plans: list[StepPlan]) -> None:
 
 # -- a CPU trace: each op's kernels from its shapes ---------------------------------------------------------------
 def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, tf32_matmul: bool = False,
-                tf32_conv: bool = True) -> Callable[[_Node], list[Item]]:
+                tf32_conv: bool = True, bf16_as: str = "bf16") -> Callable[[_Node], list[Item]]:
     """A root op on the GPU: the host dispatches and launches each kernel (`host_us_per_launch`, not the
     CPU's compute, which the op's recorded time is), the kernels run for what the model says, and an op
     that reads a device value on the host waits for the queue."""
     def expand(root: _Node) -> list[Item]:
         out = []
         for op in _groups(root):
-            work = work_of(op, tf32_matmul, tf32_conv)
+            work = work_of(op, tf32_matmul, tf32_conv, bf16_as)
             out.append(Item("launch", host_us=host_us_per_launch * work.kernels, gpu_us=kernel_us(work)))
         if not out and launches(root.op.name):
             out.append(Item("host", host_us=host_us_per_launch))

@@ -124,11 +124,13 @@ def input_bytes(op: Event) -> list[int]:
     return out
 
 
-def precision(op: Event, tf32: bool) -> str:
+def precision(op: Event, tf32: bool, bf16_as: str = "bf16") -> str:
+    """The math's precision from the op's input types; `bf16_as`: what a bfloat16 op stands for (an emulated
+    run's float16 autocast runs as bfloat16 on the CPU: "fp16")."""
     types = [t for t in (op.args.get("Input type") or [])[:3] if isinstance(t, str)]
     for t in types:
         if t in PRECISION:
-            return PRECISION[t]
+            return bf16_as if t == "c10::BFloat16" else PRECISION[t]
     return "tf32" if tf32 else "fp32"
 
 
@@ -166,7 +168,7 @@ def _gemm_dims(op: Event) -> tuple:
     return ()
 
 
-def work_of(op: Event, tf32_matmul: bool = False, tf32_conv: bool = True) -> Work:
+def work_of(op: Event, tf32_matmul: bool = False, tf32_conv: bool = True, bf16_as: str = "bf16") -> Work:
     """What `op` (a kernel group: see `groups`) makes the GPU do. TF32: torch's defaults (off for matmuls
     since 1.12, on for cuDNN convolutions) unless the run said otherwise."""
     name = op.name
@@ -175,7 +177,7 @@ def work_of(op: Event, tf32_matmul: bool = False, tf32_conv: bool = True) -> Wor
         kind = "conv" if name in CONV_OPS else "matmul" if name in MM_OPS else "attention"
         flops = op_flops(op) if name != SDPA else _sdpa_flops(op)
         return Work(kind, flops=flops, bytes=float(sum(sizes) + _output_bytes(op, sizes)),
-                    precision=precision(op, tf32_conv if kind == "conv" else tf32_matmul), gemm=_gemm(op),
+                    precision=precision(op, tf32_conv if kind == "conv" else tf32_matmul, bf16_as), gemm=_gemm(op),
                     kernels=2 if name.endswith("backward") else 1)
     short = name.split("::", 1)[-1]
     total, largest = sum(sizes), max(sizes, default=0)

@@ -15,8 +15,9 @@ import threading
 import torch
 
 from ..internal import record_internal_error
-from ..wrap import on_undo, patch, wrap
+from ..wrap import on_undo, patch
 from . import cuda_shim
+from .autocast import follow_autocast
 from .device_memory import DeviceMemory
 from .placement import Placement
 
@@ -34,7 +35,7 @@ def install(probes, steps_ended) -> Placement:
     mode.step_clock = steps_ended
     cuda_shim.install(mode)
     _pinning(mode)
-    _autocast(mode)
+    follow_autocast(mode)
     _compiled_code_without_the_mode(mode)
     _host_fetches_without_the_mode(mode)
     _cpu_branch_without_the_mode(mode)
@@ -139,14 +140,6 @@ def _parameters_follow_their_data(mode: Placement) -> None:
                 record_internal_error("CUDA emulation", exc)
             return out
         patch(cls, "__new__", staticmethod(__new__))
-
-
-def _autocast(mode: Placement) -> None:
-    def entered(args, kwargs):
-        region = args[0]
-        mode.autocast_entered(region.device, getattr(region, "fast_dtype", None), getattr(region, "_enabled", True))
-
-    wrap(torch.amp.autocast_mode.autocast, "__enter__", entered, probe="CUDA emulation")
 
 
 def _compiled_code_without_the_mode(mode: Placement) -> None:

@@ -1,0 +1,93 @@
+"""CUDA autocast on the emulated device. The device's tensors are CPU tensors, which a CUDA autocast region
+leaves alone: without help its matrix math ran in float32 (twice a GPU's activation memory, projected as
+float32 math). Each CUDA region therefore runs a CPU autocast region inside it, with the region's dtype
+(float16 as bfloat16: the same bytes, and a CPU's float16 convolutions are about 14x slower than its float32
+ones); and where the two policies differ, the device's ops follow CUDA's: the ops CUDA's autocast runs in
+float32 (softmax, layer_norm, exp, sum, …: torch's "CUDA Ops that can autocast to float32") get their 16-bit
+inputs cast to float32, as a GPU does, while an enabled CUDA region is innermost."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..internal import record_internal_error
+from ..wrap import patch
+
+_SHADOWS = "_perfaudit_cpu_autocast"
+_HALF = (torch.bfloat16, torch.float16)
+# CUDA's float32 list (torch.amp docs, "CUDA Ops that can autocast to float32") where the CPU's differs
+_FLOAT32_NAMES = ("pow", "__pow__", "__rpow__", "__rtruediv__", "acos", "asin", "cosh", "sinh", "tan", "erfinv",
+                  "exp", "expm1", "log", "log10", "log1p", "log2", "reciprocal", "rsqrt", "sum", "prod", "cumsum",
+                  "cumprod", "renorm", "norm", "dist", "cdist", "pdist", "softmax", "log_softmax", "softmin",
+                  "softplus", "layer_norm", "group_norm", "normalize", "cosine_similarity")
+
+
+def float32_functions() -> list:
+    """The torch, Tensor and functional forms of CUDA's float32 ops, as a TorchFunctionMode sees them."""
+    found = []
+    for name in _FLOAT32_NAMES:
+        for owner in (torch, Tensor, torch.nn.functional):
+            func = getattr(owner, name, None)
+            if callable(func) and func not in found:
+                found.append(func)
+    return found
+
+
+def follow_autocast(mode) -> None:
+    region_class = torch.amp.autocast_mode.autocast
+    enter, leave = region_class.__enter__, region_class.__exit__
+    handler = _float32_handler(mode)
+    functions = float32_functions()
+    enabled: list[bool] = []   # the CUDA regions entered and not left, innermost last
+
+    def follow() -> None:  # CUDA's float32 policy while an enabled CUDA region is innermost
+        for func in functions:
+            if enabled and enabled[-1]:
+                mode.handlers[func] = handler
+            else:
+                mode.handlers.pop(func, None)
+
+    def __enter__(region):
+        entered = enter(region)
+        try:
+            on = bool(getattr(region, "_enabled", True))
+            mode.autocast_entered(region.device, getattr(region, "fast_dtype", None), on)
+            if region.device == "cuda":
+                dtype = getattr(region, "fast_dtype", None)
+                shadow = torch.autocast("cpu", dtype=torch.bfloat16 if dtype in (None, torch.float16) else dtype,
+                                        enabled=on, cache_enabled=getattr(region, "_cache_enabled", None))
+                enter(shadow)  # torch's own: the shadow is not the script's region, and is not noted
+                region.__dict__.setdefault(_SHADOWS, []).append(shadow)  # a region re-entered (a decorator) stacks
+                enabled.append(on)
+                follow()
+        except Exception as exc:  # noqa: BLE001 - never break the user's script
+            record_internal_error("CUDA emulation", exc)
+        return entered
+
+    def __exit__(region, *exc_info):
+        shadows = region.__dict__.get(_SHADOWS)
+        if shadows:
+            try:
+                leave(shadows.pop(), *exc_info)
+                if enabled:
+                    enabled.pop()
+                follow()
+            except Exception as exc:  # noqa: BLE001
+                record_internal_error("CUDA emulation", exc)
+        return leave(region, *exc_info)
+
+    patch(region_class, "__enter__", __enter__)
+    patch(region_class, "__exit__", __exit__)
+
+
+def _float32_handler(mode):
+    def handle(func, args, kwargs):
+        on_device = mode.on_device
+        if not any(type(a) is Tensor and on_device.has(a) for a in args):  # CUDA's autocast: device tensors only
+            return func(*args, **kwargs)
+        out = func(*(a.float() if type(a) is Tensor and a.dtype in _HALF else a for a in args), **kwargs)
+        if isinstance(out, Tensor):
+            mode.device_ops += 1
+            on_device.add(out)
+        return out
+    return handle
