@@ -83,7 +83,8 @@ PROBE_FIELDS: dict[str, dict] = {
         "reads": _list_of({"site": _SITE, "api": {"type": "string"}, "calls": _INT, "window_calls": _INT}),
         "calls": _list_of({"site": _SITE, "api": {"type": "string"}, "calls": _INT, "window_calls": _INT}),
         "autocast": _list_of({"site": _SITE, "device_type": {"type": "string"}, "calls": _INT,
-                              "window_calls": _INT}, {"enabled": {"type": "boolean"}}),
+                              "window_calls": _INT}, {"enabled": {"type": "boolean"},
+                                                      "dtype": {"type": ["string", "null"]}}),
         "params_on_device": _INT, "placements": _INT, "device_ops": _INT}},
     # the device's memory over two warm-up steps: emulated (collect/emulation/device_memory.py) or measured on a
     # GPU (collect/probes/gpu_memory.py), when it was tracked

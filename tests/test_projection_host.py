@@ -132,3 +132,39 @@ def test_hostile_memory_events_and_free_costs_give_a_finite_projection(tmp_path,
     p = report.traces[0].projection if report.traces else None
     if p is not None:
         assert math.isfinite(p["step_ms"]) and p["step_ms"] >= 0
+
+
+def _half_trace(autocast_rows):
+    """An emulated run whose matrix math ran in bfloat16 (a CUDA autocast region on the emulated device), its
+    autocast regions as recorded."""
+    trace = _trace(python=False)
+    for e in trace["traceEvents"]:
+        if e["name"] == "aten::addmm":
+            e["args"]["Input Dims"] = [[4096], [4096, 4096], [4096, 4096]]
+            e["args"]["Input type"] = ["c10::BFloat16"] * 3
+    trace["perfaudit"]["probes"]["cuda_emulation"]["autocast"] = autocast_rows
+    return trace
+
+
+def test_a_float16_autocast_run_as_bfloat16_here_is_projected_as_float16(tmp_path):
+    """The emulated device runs a float16 region in bfloat16 (a CPU's float16 math is slow); a V100 has float16
+    tensor cores and no bfloat16 ones: projected as the float16 the script asked for, not as FP32."""
+    def region(dtype):
+        return [{"site": {"path": "train.py", "line": 30}, "device_type": "cuda", "dtype": dtype, "enabled": True,
+                 "calls": 5, "window_calls": 4}]
+    fp16 = _projected(tmp_path, "fp16", _half_trace(region("float16")), target="V100 PCIe")
+    bf16 = _projected(tmp_path, "bf16", _half_trace(region("bfloat16")), target="V100 PCIe")
+    assert fp16["step_ms"] < 0.5 * bf16["step_ms"], (fp16["step_ms"], bf16["step_ms"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(st.one_of(_value, st.lists(st.one_of(_value, st.fixed_dictionaries(
+    {"device_type": _value, "dtype": _value, "enabled": _value, "site": st.just({"path": "train.py", "line": 3}),
+     "calls": st.just(1), "window_calls": st.just(1)})), max_size=4)))
+def test_hostile_autocast_rows_give_a_finite_projection(tmp_path, rows):
+    trace = _half_trace(rows)
+    path = tmp_path / "hostile_autocast.json"
+    path.write_text(json.dumps(trace))
+    p = analyze([str(path)], target="V100 PCIe").traces[0].projection
+    assert p is not None and math.isfinite(p["step_ms"]) and p["step_ms"] > 0
