@@ -161,7 +161,7 @@ def checkpoint_dict(plan: CheckpointPlan) -> dict:
 
 def render_verification(v: PlanVerification, console: Console) -> None:
     """`perfaudit verify --plan`: the plan's step time and loss against the script as it is, and its peak."""
-    from .verify_report import _SPEED_STYLE, _interval
+    from .verify_report import _SPEED_STYLE, _interval, print_rounds
     spec, t = v.spec, v.timing
     what = "batch plan (tip T12)" if spec.kind == "batch" else "checkpointing plan (tip T14)"
     console.print(f"[bold]perfaudit verify --plan[/] {escape(t.script)}: the {what} against the script as it is",
@@ -169,11 +169,7 @@ def render_verification(v: PlanVerification, console: Console) -> None:
     if t.baseline_failure:
         console.print(f"[red]the script as it is did not reach its window: {escape(t.baseline_failure)}[/]")
         return
-    console.print(f"A/B on {t.device or 'cpu'}: {t.rounds} round{'s' if t.rounds != 1 else ''}, {t.warmup} warm-up + "
-                  f"{t.steps} measured steps a run, same seeds"
-                  + (f"; B runs with `{escape(' '.join(v.args_b))}`" if v.args_b != t.args else ""), highlight=False)
-    if t.stopped_because:
-        console.print(f"rounds stopped: {escape(t.stopped_because)}", highlight=False)
+    print_rounds(t, console, f"; B runs with `{escape(' '.join(v.args_b))}`" if v.args_b != t.args else "")
     for verdict in t.verdicts:
         console.print(f"\n[bold]{escape(verdict.name)}[/]:", highlight=False)
         if verdict.broke:

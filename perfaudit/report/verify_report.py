@@ -32,10 +32,7 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
     if not v.verdicts:
         console.print("nothing to verify: no finding of this run has an automatic fix (`perfaudit fix` says why)")
         return
-    console.print(f"A/B on {v.device or 'cpu'}: {v.rounds} round{'s' if v.rounds != 1 else ''}, {v.warmup} warm-up + "
-                  f"{v.steps} measured steps a run, same seeds", highlight=False)
-    if v.stopped_because:
-        console.print(f"rounds stopped: {escape(v.stopped_because)}", highlight=False)
+    print_rounds(v, console)
     for verdict in v.verdicts:
         label = f"all fixes ({', '.join(verdict.rules)})" if verdict.name == "B" else verdict.name
         console.print(f"\n[bold]{escape(label)}[/]:", highlight=False)
@@ -82,6 +79,14 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
                   highlight=False)
     if v.passed and any(x.speed and x.speed.verdict == "faster" for x in v.verdicts):
         console.print("apply the measured fixes with `perfaudit fix --write`", highlight=False)
+
+
+def print_rounds(v: Verification, console: Console, extra: str = "") -> None:
+    """The A/B rounds' line (device, rounds, steps; `extra` after them) and why they stopped."""
+    console.print(f"A/B on {v.device or 'cpu'}: {v.rounds} round{'s' if v.rounds != 1 else ''}, {v.warmup} warm-up + "
+                  f"{v.steps} measured steps a run, same seeds{extra}", highlight=False)
+    if v.stopped_because:
+        console.print(f"rounds stopped: {escape(v.stopped_because)}", highlight=False)
 
 
 def _rates_text(r: dict) -> str:
