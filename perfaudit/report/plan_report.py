@@ -135,9 +135,9 @@ def render_checkpoint_console(plan: CheckpointPlan, console: Console) -> None:
     how = (f"where the model calls each {escape(name)}{escape(where)}, `x = {call}`" if o.first is None else
            f"where the model calls its {escape(name)}s{escape(where)}, the first {o.first} in forward order only: "
            f"`x = {call} if i < {o.first} else {name.lower()}(x)`")
-    console.print(f"  change: {how} (a library model: its `gradient_checkpointing_enable()`); the memory freed makes "
-                  "room for a larger batch (`perfaudit plan`); `perfaudit verify SCRIPT --plan FILE` checks a plan "
-                  "written with `-o FILE`", highlight=False)
+    room = ("" if fit else "; the memory freed makes room for a larger batch (`perfaudit plan`)")
+    console.print(f"  change: {how} (a library model: its `gradient_checkpointing_enable()`){room}; `perfaudit verify "
+                  "SCRIPT --plan FILE` checks a plan written with `-o FILE`", highlight=False)
 
 
 def _held(plan: CheckpointPlan) -> str:
