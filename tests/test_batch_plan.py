@@ -228,6 +228,18 @@ def test_a_budget_even_every_block_cannot_meet_gets_no_plan_and_how_far_over():
     assert "no plan: even with every Block checkpointed the step reserved 0.13 GB, over the 0.10 GB" in text
 
 
+def test_a_batch_plans_loss_fails_verify_only_when_it_diverges():
+    """vae.py sums its loss over the batch: at 1,496 instead of 128 samples its mean loss was 9.4x A's, which a
+    fix's loss check calls changed. A larger batch changes the loss by design; only a loss gone NaN or inf fails."""
+    from perfaudit.verify.plan_verify import PlanSpec, batch_loss
+    from perfaudit.verify.stats import LossCheck
+    spec = PlanSpec("batch", "H100 SXM", "emulated", 99_000_000, base_batch=128, batch=1496)
+    changed = batch_loss(LossCheck("changed", "mean loss 6.5e+05 against A's 7.0e+04", False), spec)
+    assert changed.passed and changed.verdict == "not compared" and "a batch of 1496 instead of 128" in changed.detail
+    diverged = LossCheck("diverged", "B's loss became nan where A's stayed finite", False)
+    assert batch_loss(diverged, spec) is diverged
+
+
 def test_a_plan_whose_step_holds_more_than_it_promised_fails_verify_and_says_by_how_much():
     from rich.console import Console
 

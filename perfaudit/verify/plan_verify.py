@@ -177,13 +177,20 @@ def _judge_runs(script: str, args: list[str], spec: PlanSpec, b: Variant, option
                 result: PlanVerification, say) -> None:
     timing = result.timing
     verdict = timing.verdicts[0] if timing.verdicts else None
-    if verdict is not None and spec.kind == "batch" and verdict.loss is not None and verdict.loss.passed:
-        verdict.loss = LossCheck("not compared", f"a batch of {spec.batch} instead of {spec.base_batch} changes the "
-                                 "optimisation (each step's loss is a mean over more samples, and fewer steps make an "
-                                 "epoch): the loss is only checked to stay finite; scale the learning rate with the "
-                                 "batch and watch the loss curve of a longer run", True)
+    if verdict is not None and spec.kind == "batch":
+        verdict.loss = batch_loss(verdict.loss, spec)
     if verdict is not None and verdict.broke is None:
         _peaks(script, args, spec, b, options, folder, result, say)
+
+
+def batch_loss(loss: LossCheck | None, spec: PlanSpec) -> LossCheck | None:
+    """A batch plan changes the loss by design (a mean, or a sum, over more samples): divergence alone fails it."""
+    if loss is None or loss.verdict == "diverged":
+        return loss
+    return LossCheck("not compared", f"a batch of {spec.batch} instead of {spec.base_batch} changes the optimisation "
+                     "(each step's loss is a mean, or a sum, over more samples, and fewer steps make an epoch): the "
+                     "loss is only checked to stay finite; scale the learning rate with the batch and watch the loss "
+                     "curve of a longer run", True)
 
 
 def _variant_b(spec: PlanSpec, args: list[str]) -> Variant:
