@@ -228,6 +228,19 @@ def test_a_budget_even_every_block_cannot_meet_gets_no_plan_and_how_far_over():
     assert "no plan: even with every Block checkpointed the step reserved 0.13 GB, over the 0.10 GB" in text
 
 
+def test_a_batch_plans_runs_take_about_as_many_samples_as_the_scripts_not_as_many_steps():
+    """On a CPU a batch 12x larger is a step 12x longer: verify's B takes about A's samples (at least 3 measured
+    steps a run, for an interval over the rounds), so a plan is verified in about the time of its script."""
+    from perfaudit.api import RunOptions
+    from perfaudit.verify.plan_verify import PlanSpec, _variant_b
+    spec = PlanSpec("batch", "H100 SXM", "emulated", 99_000_000, base_batch=128, batch=1496, option="--batch-size")
+    b = _variant_b(spec, ["--epochs", "3"], RunOptions(warmup=3, steps=15))
+    assert b.overrides == {"warmup": 1, "steps": 3} and b.args == ["--epochs", "3", "--batch-size", "1496"]
+    spec = PlanSpec("batch", "H100 SXM", "emulated", 99_000_000, base_batch=16, batch=64)
+    b = _variant_b(spec, [], RunOptions(warmup=3, steps=15))
+    assert b.overrides == {"batch_scale": 4.0, "warmup": 1, "steps": 4} and b.samples == 64
+
+
 def test_a_batch_plans_loss_fails_verify_only_when_it_diverges():
     """vae.py sums its loss over the batch: at 1,496 instead of 128 samples its mean loss was 9.4x A's, which a
     fix's loss check calls changed. A larger batch changes the loss by design; only a loss gone NaN or inf fails."""

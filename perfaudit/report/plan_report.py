@@ -169,7 +169,11 @@ def render_verification(v: PlanVerification, console: Console) -> None:
     if t.baseline_failure:
         console.print(f"[red]the script as it is did not reach its window: {escape(t.baseline_failure)}[/]")
         return
-    print_rounds(t, console, f"; B runs with `{escape(' '.join(v.args_b))}`" if v.args_b != t.args else "")
+    extra = f"; B runs with `{escape(' '.join(v.args_b))}`" if v.args_b != t.args else ""
+    if v.b_window:
+        extra += (f"; B takes {v.b_window['warmup']} + {v.b_window['steps']} of its larger batches (about as many "
+                  "samples)")
+    print_rounds(t, console, extra)
     for verdict in t.verdicts:
         console.print(f"\n[bold]{escape(verdict.name)}[/]:", highlight=False)
         if verdict.broke:
@@ -227,5 +231,5 @@ def verification_dict(v: PlanVerification) -> dict:
             "checkpointed": spec.classes or None,
             "memory": {"where": v.device, "predicted_peak_allocated_bytes": spec.predicted_allocated,
                        "usable_bytes": v.usable, "a": peak(v.peak_a), "b": peak(v.peak_b)},
-            "speed_per": "sample" if spec.kind == "batch" else "step",
+            "speed_per": "sample" if spec.kind == "batch" else "step", "b_window": v.b_window or None,
             "timing": timing_dict(v.timing)}

@@ -9,6 +9,7 @@ out-of-memory error, and, for a batch plan, take the batch the plan asked for.""
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field, replace
 
@@ -23,6 +24,7 @@ from .stats import LossCheck
 TOLERANCE = 0.10     # B's peak allocated may exceed the plan's by this share before verify fails it
 MARGIN = 0.10        # of the GPU's memory a batch plan leaves free (batch_plan.MARGIN)
 MAX_PLAN_BYTES = 16 << 20
+MIN_B_STEPS = 3      # a batch plan's B measures at least this many steps a run
 
 
 @dataclass
@@ -60,6 +62,7 @@ class PlanVerification:
     failures: list[str] = field(default_factory=list)   # why the plan does not pass
     notes: list[str] = field(default_factory=list)
     device: str = ""                        # where the peaks were taken
+    b_window: dict = field(default_factory=dict)   # B's own warm-up and measured steps (a batch plan's)
 
     @property
     def passed(self) -> bool:
@@ -160,10 +163,11 @@ def verify_plan(script: str, args: list[str], spec: PlanSpec, options: RunOption
     The user's files are not written."""
     say = on_progress or (lambda text: None)
     folder = make_run_dir(options.out_dir, options.keep_runs)
-    b = _variant_b(spec, args)
+    b = _variant_b(spec, args, options)
     a = Variant("A", None, samples=spec.base_batch if spec.kind == "batch" else 1)
     result = PlanVerification(spec, Verification(script, args, 0, options.warmup, options.steps, None, [], folder),
-                              b.args if b.args is not None else args)
+                              b.args if b.args is not None else args,
+                              b_window={k: v for k, v in (b.overrides or {}).items() if k in ("warmup", "steps")})
     try:
         result.timing = run_ab(script, args, [a, b], folder, options, rounds, say)
         if not (result.timing.interrupted or result.timing.baseline_failure):
@@ -193,15 +197,20 @@ def batch_loss(loss: LossCheck | None, spec: PlanSpec) -> LossCheck | None:
                      "curve of a longer run", True)
 
 
-def _variant_b(spec: PlanSpec, args: list[str]) -> Variant:
+def _variant_b(spec: PlanSpec, args: list[str], options: RunOptions) -> Variant:
     if spec.kind == "checkpoint":
         which = f"the first {spec.first} " if spec.first else ""
         return Variant(f"checkpoint {which}{', '.join(spec.classes)}", None, keeps_maths=True,
                        overrides={"checkpoint_classes": spec.classes, "checkpoint_first": spec.first})
+    # B's runs take about as many samples as A's, not as many steps: a batch 12x larger is a step 12x longer on
+    # a CPU, and its runs would last 12x as long (at least MIN_B_STEPS measured, for an interval over the rounds)
+    factor = spec.base_batch / spec.batch
+    window = {"steps": max(MIN_B_STEPS, math.ceil(options.steps * factor)), "warmup": max(1, math.ceil(
+        options.warmup * factor))} if factor < 1 else {}
     if spec.option:  # the change as the user would make it: the script's own option
         return Variant(f"{spec.option} {spec.batch}", None, args=with_option(args, spec.option, spec.batch),
-                       samples=spec.batch, keeps_maths=False)
-    return Variant(f"batch {spec.batch}", None, overrides={"batch_scale": spec.batch / spec.base_batch},
+                       samples=spec.batch, keeps_maths=False, overrides=window or None)
+    return Variant(f"batch {spec.batch}", None, overrides={"batch_scale": spec.batch / spec.base_batch, **window},
                    samples=spec.batch, keeps_maths=False)
 
 
