@@ -60,4 +60,3 @@ def plan(
     if result.interrupted:
         raise typer.Exit(128 + result.interrupted)
     raise typer.Exit(EXIT_OK if result.offered is not None else EXIT_FINDINGS)
-

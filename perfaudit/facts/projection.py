@@ -51,10 +51,9 @@ def inputs_of(ctx: Context) -> Inputs:
     if loader and loader.get("num_workers"):
         inputs.workers, inputs.worker_ms_per_batch = loader["num_workers"], loader.get("worker_ms_per_batch")
     if not trace.has_gpu and emulated(ctx):
-        emulation = ctx.probes.get("cuda_emulation")
-        rows = emulation.get("autocast") if isinstance(emulation, dict) else None
-        regions = [e for e in rows if isinstance(e, dict) and e.get("device_type") == "cuda" and e.get("enabled")] \
-            if isinstance(rows, list) else []
+        # the probe's shape is checked when the trace is read (probe_schema.py): rows of dicts, or no probe
+        rows = (ctx.probes.get("cuda_emulation") or {}).get("autocast") or []
+        regions = [e for e in rows if e["device_type"] == "cuda" and e.get("enabled")]
         if regions and all(e.get("dtype") in ("float16", None) for e in regions):  # float16 ran as bfloat16
             inputs.bf16_as = "fp16"
         fed = [d for d in ctx.probes.get("dataloaders") or [] if isinstance(d, dict) and d.get("batch_bytes")]

@@ -16,10 +16,9 @@ from ..collect.run.options import RunOptions
 from ..facts.registry import Missing
 from ..static.batch_option import batch_option
 from ..static.cuda_path import has_cuda_path
-from .plan_runs import NoRun, observe
+from .plan_runs import MARGIN, NoRun, observe, usable_bytes
 from .stops import StopRequested, raise_on_signals, signal_name
 
-MARGIN = 0.10            # of the GPU's memory left free by the plan (the issue's 10 %)
 HOST_SHARE = 0.5         # of this machine's available memory an emulated run may fill
 MAX_STEP_S = 30.0        # a batch run's CPU step at most this long (the run makes four or five)
 TRIES = 2                # batch runs before giving up on a plan
@@ -66,7 +65,7 @@ class BatchPlan:
     @property
     def usable(self) -> float:
         """Bytes a step may reserve: the budget, else the target's memory less the context, less the margin."""
-        return float(self.budget) if self.budget else (1 - MARGIN) * self.device_total - self.context
+        return usable_bytes(self.device_total, self.context, self.budget)
 
 
 def plan_batch(script: str, args: list[str], options: RunOptions, on_progress=None,

@@ -22,12 +22,11 @@ import torch
 
 from ..collect.run.options import RunOptions
 from ..static.cuda_path import has_cuda_path
-from .plan_runs import NoRun, observe
+from .plan_runs import NoRun, observe, usable_bytes
 from .stops import StopRequested, raise_on_signals, signal_name
 
 MAX_TRIES = 2       # candidate classes run
 MIN_FREED = 0.05    # of the peak allocated, freed at least, for a plan
-MARGIN = 0.10       # of the GPU's memory left free (batch_plan.MARGIN)
 SUBSET_TRIES = 2    # runs with a subset of the instances checkpointed, each a few more than the last
 
 
@@ -65,7 +64,7 @@ class CheckpointPlan:
     @property
     def usable(self) -> float:
         """Bytes a step may reserve: the budget, else the target's memory less the context and the margin."""
-        return float(self.budget) if self.budget else (1 - MARGIN) * self.device_total - self.context
+        return usable_bytes(self.device_total, self.context, self.budget)
 
     def fits(self, run: Run) -> bool:
         return run.reserved <= self.usable

@@ -15,6 +15,13 @@ from ..facts.registry import Missing
 from ..trace import load_trace
 from .stops import signal_name
 
+MARGIN = 0.10   # of the GPU's memory a plan leaves free (the issue's 10 %)
+
+
+def usable_bytes(device_total: int, context: int, budget: int | None) -> float:
+    """Bytes a plan's step may reserve: the user's budget, else the GPU's memory less its CUDA context and MARGIN."""
+    return float(budget) if budget else (1 - MARGIN) * device_total - context
+
 
 class NoRun(Exception):
     """The run gave nothing to plan by: `why`, and the stop signal or the out-of-memory error that ended it."""

@@ -18,11 +18,10 @@ from ..collect.run.rundir import finish_run_dir, make_run_dir
 from ..errors import UsageError
 from ..static.cuda_path import has_cuda_path
 from .ab import Rounds, Variant, Verification, run_ab
-from .plan_runs import NoRun, observe
+from .plan_runs import MARGIN, NoRun, observe, usable_bytes
 from .stats import LossCheck
 
 TOLERANCE = 0.10     # B's peak allocated may exceed the plan's by this share before verify fails it
-MARGIN = 0.10        # of the GPU's memory a batch plan leaves free (batch_plan.MARGIN)
 MAX_PLAN_BYTES = 16 << 20
 MIN_B_STEPS = 3      # a batch plan's B measures at least this many steps a run
 
@@ -79,10 +78,10 @@ class PlanVerification:
     @property
     def usable(self) -> float | None:
         """Bytes a step may reserve: the plan's budget, else the GPU's memory less its context and the margin."""
-        if self.spec.budget:
-            return float(self.spec.budget)
         p = self.peak_b
-        return (1 - MARGIN) * p.device_total - p.context if p and p.device_total else None
+        if not (self.spec.budget or (p and p.device_total)):
+            return None
+        return usable_bytes(p.device_total if p else 0, p.context if p else 0, self.spec.budget)
 
 
 def read_plan(path: str) -> PlanSpec:
