@@ -239,6 +239,9 @@ def test_a_batch_plans_runs_take_about_as_many_samples_as_the_scripts_not_as_man
     spec = PlanSpec("batch", "H100 SXM", "emulated", 99_000_000, base_batch=16, batch=64)
     b = _variant_b(spec, [], RunOptions(warmup=3, steps=15))
     assert b.overrides == {"batch_scale": 4.0, "warmup": 1, "steps": 4} and b.samples == 64
+    # two rounds (--rounds 2): enough steps a run for an interval of B over them
+    assert _variant_b(spec, [], RunOptions(warmup=3, steps=15), rounds=2).overrides["steps"] == 4
+    assert _variant_b(spec, [], RunOptions(warmup=3, steps=15), rounds=1).overrides["steps"] == 8
 
 
 def test_a_batch_plans_loss_fails_verify_only_when_it_diverges():

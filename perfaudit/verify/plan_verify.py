@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..static.cuda_path import has_cuda_path
 from .ab import Rounds, Variant, Verification, run_ab
 from .plan_runs import MARGIN, NoRun, observe, usable_bytes
-from .stats import LossCheck
+from .stats import MIN_STEPS, LossCheck
 
 TOLERANCE = 0.10     # B's peak allocated may exceed the plan's by this share before verify fails it
 MAX_PLAN_BYTES = 16 << 20
@@ -162,7 +162,7 @@ def verify_plan(script: str, args: list[str], spec: PlanSpec, options: RunOption
     The user's files are not written."""
     say = on_progress or (lambda text: None)
     folder = make_run_dir(options.out_dir, options.keep_runs)
-    b = _variant_b(spec, args, options)
+    b = _variant_b(spec, args, options, rounds.min if isinstance(rounds, Rounds) else rounds)
     a = Variant("A", None, samples=spec.base_batch if spec.kind == "batch" else 1)
     result = PlanVerification(spec, Verification(script, args, 0, options.warmup, options.steps, None, [], folder),
                               b.args if b.args is not None else args,
@@ -196,7 +196,7 @@ def batch_loss(loss: LossCheck | None, spec: PlanSpec) -> LossCheck | None:
                      "curve of a longer run", True)
 
 
-def _variant_b(spec: PlanSpec, args: list[str], options: RunOptions) -> Variant:
+def _variant_b(spec: PlanSpec, args: list[str], options: RunOptions, rounds: int = 3) -> Variant:
     if spec.kind == "checkpoint":
         which = f"the first {spec.first} " if spec.first else ""
         return Variant(f"checkpoint {which}{', '.join(spec.classes)}", None, keeps_maths=True,
@@ -204,7 +204,8 @@ def _variant_b(spec: PlanSpec, args: list[str], options: RunOptions) -> Variant:
     # B's runs take about as many samples as A's, not as many steps: a batch 12x larger is a step 12x longer on
     # a CPU, and its runs would last 12x as long (at least MIN_B_STEPS measured, for an interval over the rounds)
     factor = spec.base_batch / spec.batch
-    window = {"steps": max(MIN_B_STEPS, math.ceil(options.steps * factor)), "warmup": max(1, math.ceil(
+    least = max(MIN_B_STEPS, math.ceil(MIN_STEPS / max(rounds, 1)))  # an interval's steps over the rounds
+    window = {"steps": max(least, math.ceil(options.steps * factor)), "warmup": max(1, math.ceil(
         options.warmup * factor))} if factor < 1 else {}
     if spec.option:  # the change as the user would make it: the script's own option
         return Variant(f"{spec.option} {spec.batch}", None, args=with_option(args, spec.option, spec.batch),
