@@ -59,7 +59,11 @@ def test_the_plan_offered_is_a_batch_that_ran_and_fit(tmp_path):
     assert b["peak_allocated_bytes"] <= 1.1 * offered["peak_allocated_bytes"] and verified["speed_per"] == "sample"
     assert verified["timing"]["fixes"][0]["loss"]["verdict"] == "not compared"   # a batch changes the optimisation
     console = " ".join(proc.stdout.split())
-    assert "samples/s here (batch 16 → 128" in console and "the plan ran as predicted: apply it" in console
+    steps = verified["timing"]["fixes"][0]["speed"]["steps"]
+    # a run whose steps mostly waited for a CPU held by other processes is not counted (one round here): the
+    # console then says the throughput was not measured and why, rather than printing a busy machine's figure
+    measured = "samples/s here (batch 16 → 128" if all(steps) else "throughput not measured (batch 16 → 128)"
+    assert measured in console and "the plan ran as predicted: apply it" in console
 
 
 def test_a_script_that_makes_its_batches_by_hand_gets_no_plan_and_is_told_why(tmp_path):
@@ -278,6 +282,26 @@ def test_a_plan_whose_step_holds_more_than_it_promised_fails_verify_and_says_by_
     v.spec.predicted_allocated = 117_600_000
     _judge(v)
     assert v.passed, v.failures   # within 10 % of the prediction, lower than A's, within the GPU
+
+
+def test_a_plan_whose_runs_all_waited_for_a_cpu_says_its_throughput_was_not_measured():
+    """On a busy machine every run of B may wait for a CPU held by other processes: none is counted, and the
+    console says so instead of leaving the throughput out without a word."""
+    from rich.console import Console
+
+    from perfaudit.report.plan_report import render_verification
+    from perfaudit.verify.ab import FixVerdict, Verification
+    from perfaudit.verify.plan_verify import PlanSpec, PlanVerification
+    from perfaudit.verify.stats import speed_change
+    spec = PlanSpec("batch", "H100 SXM", "emulated", 99_000_000, base_batch=16, batch=128)
+    timing = Verification("train.py", [], 1, 1, 3, "cpu", [FixVerdict("--batch-size 128", [], [])], "runs")
+    timing.verdicts[0].speed = speed_change([[0.0004] * 3], [])
+    v = PlanVerification(spec, timing, ["--batch-size", "128"])
+    console = Console(record=True, width=300)
+    render_verification(v, console)
+    text = console.export_text()
+    assert "throughput not measured (batch 16 → 128): every run of B waited for a CPU held by other processes" \
+        in text and "samples/s here" not in text
 
 
 def test_a_model_with_no_repeated_block_of_its_own_gets_no_checkpointing_plan(tmp_path):

@@ -193,6 +193,12 @@ def render_verification(v: PlanVerification, console: Console) -> None:
                         "per sample" if spec.kind == "batch" and s.mean_a_ms and s.low_ms == s.low_ms
                         else _interval(s.low_ms, s.high_ms))
             console.print(f"             95% interval of the change {interval}, {s.n_a} + {s.n_b} steps", highlight=False)
+        elif s is not None:  # every run of A or of B waited for a CPU held by other processes: none counted
+            which = "A and B" if not (s.n_a or s.n_b) else "A" if not s.n_a else "B"
+            measure = f"batch {spec.base_batch} → {spec.batch}" if spec.kind == "batch" else "the recompute"
+            console.print(f"  {'throughput' if spec.kind == 'batch' else 'step time '} [yellow]not measured[/] "
+                          f"({measure}): every run of {which} waited for a CPU held by other processes (see the "
+                          "notes); run verify again on a quieter machine, or with more --rounds", highlight=False)
         if loss is not None:
             style = "green" if loss.passed else "bold red"
             console.print(f"  loss       [{style}]{'LOSS CHANGED: ' if not loss.passed else ''}{loss.verdict}[/]: "
