@@ -6,8 +6,9 @@
    kernels (the simulation replays its host timeline) and (b) from its ops' shapes through the kernel model
    (what a CPU run gets): the projected step against the measured one.
 2. Across GPUs, per op: the ops (name, shapes, dtypes) the A100 and V100 traces of one model share; the V100
-   time projected from the A100's measured time (times the model's ratio), from the model alone, and by
-   plain roofline; time-weighted error.
+   time projected from the A100's measured time (damped onto the model, as --target does; or times the model's
+   ratio), from the model alone, and by plain roofline; time-weighted error. The same over NeuSight's labels
+   as pairs of GPUs.
 3. Per op, held out by GPU: NeuSight's labels (benchmarks/calibrate_projection.py).
 4. The bottleneck class: projected (identity, from the kernels) against the class the measured timeline
    gives (facts gpu.step_breakdown: compute, copies, sync wait, data wait, other idle; collectives), on the
@@ -16,6 +17,7 @@
 """
 from __future__ import annotations
 
+import ast
 import statistics
 import sys
 from collections import defaultdict
@@ -25,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from calibrate_projection import main as neusight_main  # noqa: E402
 
 from perfaudit.projection import devices  # noqa: E402
-from perfaudit.projection.kernels import calibration, kernel_us, roofline_us  # noqa: E402
+from perfaudit.projection.kernels import calibration, kernel_us, retargeted_us, roofline_us  # noqa: E402
 from perfaudit.projection.model import Inputs, Projector, kernel_precision  # noqa: E402
 from perfaudit.projection.timeline import Launched, _groups, _Index  # noqa: E402
 from perfaudit.projection.work import work_of  # noqa: E402
@@ -99,12 +101,23 @@ def per_op(trace) -> dict:
     return out
 
 
+def _shaped(key: tuple) -> bool:
+    """An op-and-shape key whose shapes say what the op does: a tensor list's shapes are not recorded
+    (`aten::cat`'s [[], []] is any concatenation; the two traces' cat under that key took 165 and 736 µs)."""
+    try:
+        dims = ast.literal_eval(key[1])
+    except (ValueError, SyntaxError):
+        return False
+    return any(d != [] for d in dims)   # scalars' [] aside
+
+
 def across() -> None:
     print("\n2. Across GPUs, per op: A100 (HTA trace_diff control) -> V100 (trace_diff test)")
     a, v = _load(SHAPED[0]), _load(SHAPED[1])
     a100, v100 = devices.device_named(a.device_properties["name"]), devices.device_named(v.device_properties["name"])
     ops_a, ops_v = per_op(a), per_op(v)
-    common = sorted(set(ops_a) & set(ops_v))
+    shared = set(ops_a) & set(ops_v)
+    common = sorted(k for k in shared if _shaped(k))
     cal, tf32 = calibration(), tf32_of(a)
     err = defaultdict(float)
     total = 0.0
@@ -114,23 +127,62 @@ def across() -> None:
         n_v, us_v, _ = ops_v[key]
         measured_a, measured_v = us_a / n_a, us_v / n_v
         w_a, w_v = work_of(op, tf32), work_of(op, False)   # a V100 has no TF32: its GEMMs run in FP32
+        projected = retargeted_us(measured_a, w_a, w_v, a100, v100, cal) or measured_a
         scaled = measured_a * kernel_us(w_v, v100, cal) / kernel_us(w_a, a100, cal)
         model = kernel_us(w_v, v100, cal)
         roof = roofline_us(w_v, v100)
         peak = measured_a * (roofline_us(w_v, v100) / max(roofline_us(w_a, a100), 1e-9))
         weight = n_v  # time-weighted over the V100's occurrences
         total += measured_v * weight
-        for label, pred in (("scaled", scaled), ("model", model), ("roofline", roof), ("peak ratio", peak)):
+        for label, pred in (("projected", projected), ("scaled", scaled), ("model", model), ("roofline", roof),
+                            ("peak ratio", peak)):
             err[label] += abs(pred - measured_v) * weight
         k = by_kind[w_v.kind]
         k[0] += measured_v * weight
-        k[1] += abs(scaled - measured_v) * weight
+        k[1] += abs(projected - measured_v) * weight
         k[2] += abs(roof - measured_v) * weight
-    print(f"{len(common)} op-and-shape keys in common, {total / 1e3:.1f} ms of V100 kernel time")
-    for label in ("scaled", "model", "roofline", "peak ratio"):
-        print(f"  {label:<11} time-weighted error {err[label] / total:6.1%}")
+    print(f"{len(common)} op-and-shape keys in common ({len(shared) - len(common)} more whose shapes were not "
+          f"recorded), {total / 1e3:.1f} ms of V100 kernel time")
+    _print_errors(err, total)
     for kind, (t, s, r) in by_kind.items():
-        print(f"    {kind:<9} {t / 1e3:7.1f} ms: scaled {s / t:6.1%}, roofline {r / t:6.1%}")
+        print(f"    {kind:<9} {t / 1e3:7.1f} ms: projected {s / t:6.1%}, roofline {r / t:6.1%}")
+    neusight_pairs()
+
+
+_LABELS = {"projected": "projected (the measured time, damped, onto the model: what --target does)",
+           "scaled": "scaled (the measured time times the model's ratio)", "model": "the model alone",
+           "roofline": "plain roofline", "peak ratio": "the measured time times the peaks' ratio"}
+
+
+def _print_errors(err: dict, total: float) -> None:
+    for label, value in err.items():
+        print(f"  {_LABELS[label]:<76} time-weighted error {value / total:6.1%}")
+
+
+def neusight_pairs() -> None:
+    """Every op NeuSight measured on two GPUs, each GPU's time projected from the other's measurement."""
+    from neusight import rows
+    by: dict = defaultdict(dict)
+    for cls, name, work, us in rows():
+        if us <= 50_000:   # as calibrate_projection.py: kernels over 50 ms are clock-throttled
+            by[(cls, work.flops, work.bytes, work.gemm)][name] = (work, us)
+    cal, err, total, pairs = calibration(), defaultdict(float), 0.0, 0
+    for measured in by.values():
+        for src_name, (work, us_src) in measured.items():
+            src = devices.device_named(src_name)
+            for dst_name, (_, us_dst) in measured.items():
+                if dst_name == src_name:
+                    continue
+                dst = devices.device_named(dst_name)
+                model_src, model_dst = kernel_us(work, src, cal), kernel_us(work, dst, cal)
+                total += us_dst
+                pairs += 1
+                for label, pred in (("projected", retargeted_us(us_src, work, work, src, dst, cal) or us_src),
+                                    ("scaled", us_src * model_dst / model_src), ("model", model_dst),
+                                    ("roofline", roofline_us(work, dst))):
+                    err[label] += abs(pred - us_dst)
+    print(f"NeuSight's labels as pairs of GPUs: {pairs} (op, shape, GPU -> other GPU) pairs")
+    _print_errors(err, total)
 
 
 def bottlenecks() -> None:

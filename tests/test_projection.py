@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, TRACES, needs_shared, perfaudit
 from perfaudit.projection import devices
-from perfaudit.projection.kernels import Work, kernel_us, roofline_us
+from perfaudit.projection.kernels import Work, kernel_us, retargeted_us, roofline_us
 from perfaudit.projection.simulate import BOTTLENECKS, Pipeline, simulate, sync_idle_capped
 from perfaudit.projection.timeline import Item, StepPlan
 
@@ -57,6 +57,26 @@ def test_a_matrix_op_too_small_to_fill_the_sms_runs_far_below_the_peak():
         return kernel_us(Work("matmul", flops=flops, precision="bf16", gemm=(b, m, n, k)), h100) / flops
     assert per_flop(1, 128, 128, 4096) > 3 * per_flop(1, 8192, 8192, 4096)
     assert per_flop(h100.sms + 1, 128, 128, 4096) > per_flop(h100.sms, 128, 128, 4096)   # a second, near-empty wave
+
+
+def test_an_op_measured_on_one_gpu_keeps_its_own_efficiency_there_and_a_damped_share_of_it_on_another():
+    """HTA's A100 and V100 traces of one model: a 1024x512x96 addmm took 39.0 µs on the A100 (the model: 7 µs,
+    a small GEMM beside NCCL) and 38.4 µs on the V100. The measured time times the model's ratio said 83 µs on
+    the V100 (+115 %); the model's time there with a damped share of the A100's excess says 24 µs (-38 %)."""
+    a100, v100 = devices.target("A100"), devices.target("V100")
+    gemm = (1, 1024, 96, 512)
+    flops, nbytes = 2.0 * 1024 * 96 * 512, 4.0 * (1024 * 512 + 512 * 96 + 1024 * 96)
+    on_a100 = Work("matmul", flops=flops, bytes=nbytes, precision="tf32", gemm=gemm)
+    on_v100 = replace(on_a100, precision="fp32")                       # a V100 has no TF32
+    projected = retargeted_us(39.0, on_a100, on_v100, a100, v100)
+    scaled = 39.0 * kernel_us(on_v100, v100) / kernel_us(on_a100, a100)
+    assert kernel_us(on_v100, v100) < projected < scaled and abs(projected / 38.4 - 1) < 0.4 and scaled / 38.4 - 1 > 1
+    # on the GPU it ran on (bf16 instead of tf32, say) the op's own efficiency there carries over whole
+    bf16 = replace(on_a100, precision="bf16")
+    assert retargeted_us(39.0, on_a100, bf16, a100, a100) == pytest.approx(
+        39.0 * kernel_us(bf16, a100) / kernel_us(on_a100, a100))
+    # an op whose shapes do not say its work (a tensor list's): no figure, the kernel's own scaling applies
+    assert retargeted_us(165.0, Work("memory"), Work("memory"), a100, v100) is None
 
 
 # -- the simulation -------------------------------------------------------------------------------------------------

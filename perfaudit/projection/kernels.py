@@ -83,3 +83,22 @@ def roofline_us(work: Work, device: Device) -> float:
     if work.kind in MATH_KINDS:
         return max(work.flops / (device.peak_flops(work.precision) * 1e-6), memory)
     return memory
+
+
+def retargeted_us(measured_us: float, before: Work, after: Work, src: Device, dst: Device,
+                  cal: dict | None = None) -> float | None:
+    """An op's kernels measured at `measured_us` on `src`, on `dst` (`after`: its work there, in another
+    precision say): the model's time on `dst` times a damped share of how far the measurement was from the
+    model on `src`. On the same GPU the whole of it carries over (the op's own efficiency there); onto another
+    GPU only `transfer_exponent` of it (in log terms): another architecture's library picks other kernels,
+    and NeuSight's pairs of GPUs and the HTA A100/V100 pair both project better so than by the measured time
+    times the model's ratio (calibration.yaml). None when the model does not see the op's work."""
+    cal = cal or calibration()
+    if measured_us <= 0 or (before.flops <= 0 and before.bytes <= 0):
+        return None
+    model_src, model_dst = kernel_us(before, src, cal), kernel_us(after, dst, cal)
+    if model_src <= 0:
+        return None
+    alpha = 1.0 if src == dst else cal["transfer_exponent"]
+    return model_dst * (measured_us / model_src) ** alpha
+

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from ..trace.model import Event, Step, Trace
 from .devices import Device
 from .frees import freed_in
-from .kernels import MATH_KINDS, Work, calibration, kernel_us
+from .kernels import MATH_KINDS, Work, calibration, kernel_us, retargeted_us
 from .overhead import in_python_time
 from .simulate import Pipeline, Projection, scaled, simulate, sync_idle_capped
 from .timeline import Item, StepPlan, from_kernels, from_shapes, plan, window
@@ -161,22 +161,24 @@ class Projector:
             return (floor + (ev.dur - floor) * ratio) / ev.dur
         return scale
 
-    def _op_ratio(self, precision: str | None) -> Callable[[Event], float | None] | None:
-        """With recorded shapes: an op's modelled time on the target over its modelled time on the GPU it was
-        recorded on (what the kernels' efficiency on the shape does, the model keeps on both sides)."""
+    def _op_ratio(self, precision: str | None) -> Callable[[Event, float], float | None] | None:
+        """With recorded shapes: the factor on an op's kernels (measured at `us` in all) that makes them its time
+        on the target (kernels.retargeted_us: the model's time there, with a damped share of how far the op
+        ran from the model on the GPU it was recorded on)."""
         if self.recorded_on == self.target and not precision:
             return None
         src, dst, cal = self._recorded, self.target, self.cal
         tf32 = self.inputs.tf32_matmul, self.inputs.tf32_conv
 
-        def ratio(op: Event) -> float | None:
+        def ratio(op: Event, us: float) -> float | None:
             if "Input Dims" not in op.args or "Input type" not in op.args:
                 return None
             work = work_of(op, *tf32)
-            before = kernel_us(work, src, cal)
+            after = work
             if precision and work.kind in MATH_KINDS and work.precision in ("fp32", "tf32"):
-                work = replace(work, precision=precision)
-            return kernel_us(work, dst, cal) / before if before > 0 else None
+                after = replace(work, precision=precision)
+            there = retargeted_us(us, work, after, src, dst, cal)
+            return there / us if there is not None else None
         return ratio
 
     def _copy_scale(self) -> float:

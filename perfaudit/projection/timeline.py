@@ -319,11 +319,11 @@ class Launched:
 
 
 def from_kernels(trace: Trace, scale: Callable[[Event], float], copy_scale: float = 1.0,
-                 op_ratio: Callable[[Event], float | None] | None = None) -> Callable[[_Node], list[Item]]:
+                 op_ratio: Callable[[Event, float], float | None] | None = None) -> Callable[[_Node], list[Item]]:
     """A root op as the GPU trace measured it: its host time less the time it waited (syncs, blocking
-    copies), each kernel it launched with its measured time times the ratio of its op's modelled time on
-    the two GPUs (`op_ratio`, when the op's shapes were recorded), else `scale(kernel)` (1 on the GPU it was
-    recorded on); copies times `copy_scale`."""
+    copies), each kernel it launched with its measured time times its op's factor onto the target
+    (`op_ratio(op, its kernels' µs)`, when the op's shapes were recorded), else `scale(kernel)` (1 on the GPU
+    it was recorded on); copies times `copy_scale`."""
     launched = Launched(trace)
 
     def ratios(root: _Node) -> dict[int, float]:
@@ -332,9 +332,12 @@ def from_kernels(trace: Trace, scale: Callable[[Event], float], copy_scale: floa
         if op_ratio is None:
             return out
         for group in _groups(root):
-            ratio = op_ratio(group)
+            calls = launched.inside(group)
+            us = sum(ev.dur for call in calls for ev in launched.by_corr.get(call.args.get("correlation"), ())
+                     if ev.kind == "kernel")
+            ratio = op_ratio(group, us) if us > 0 else None
             if ratio is not None:
-                for call in launched.inside(group):
+                for call in calls:
                     out[id(call)] = ratio
         return out
 
