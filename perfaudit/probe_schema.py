@@ -93,6 +93,7 @@ PROBE_FIELDS: dict[str, dict] = {
         "properties": {"peak_allocated_bytes": _INT, "peak_reserved_bytes": _INT, "start_bytes": _INT,
                        "allocations": _INT, "cublas_workspaces": _INT, "measured": {"type": "boolean"},
                        "device_total_bytes": _INT, "outside_pool_bytes": _INT, "history": {"type": "string"},
+                       "peak_scope": {"type": "string"},
                        "cudnn": {"type": "array", "items": {"type": "string"}},
                        "by_category": {"type": "object", "additionalProperties": _INT},
                        "top_sites": _list_of({"path": {"type": "string"}, "line": _INT, "bytes": _INT},

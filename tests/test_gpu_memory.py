@@ -96,3 +96,75 @@ def test_hostile_measured_memory_in_a_trace_is_read_or_left_out(device_memory):
         path.write_text(_trace_with({"measured": True, **device_memory}))
         report = analyze([str(path)], RULES)
     assert report.traces and report.traces[0].steps >= 1
+
+
+class _FakeCuda:
+    """torch.cuda as a GPU run's probe sees it, around the H100's recorded history: what it was asked to do."""
+
+    def __init__(self, monkeypatch, history: dict, scripts_history: bool = False, old_torch: bool = False):
+        import torch
+        self.calls: list = []
+        self.history = history
+        self.recording = scripts_history
+        cuda = torch.cuda
+        for name, value in {"is_initialized": lambda: True, "current_device": lambda: 0, "synchronize": lambda: None,
+                            "memory_allocated": lambda: history["start"], "memory_reserved": lambda: 600 << 20,
+                            "max_memory_allocated": lambda: 900 << 20, "max_memory_reserved": lambda: 1000 << 20,
+                            "mem_get_info": lambda: (70 << 30, 80 << 30),
+                            "reset_peak_memory_stats": lambda: self.calls.append("reset")}.items():
+            monkeypatch.setattr(cuda, name, value)
+
+        def record(enabled="all", **kwargs):
+            if old_torch:
+                raise TypeError("unexpected keyword argument 'max_entries'")
+            self.calls.append(("history", enabled))
+            self.recording = enabled is not None
+        monkeypatch.setattr(cuda.memory, "_record_memory_history", record)
+        monkeypatch.setattr(cuda.memory, "_snapshot", lambda: {"device_traces": [history["trace"]], "segments": []})
+        monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled", lambda: self.recording, raising=False)
+
+
+def _probe_over_the_history(fake) -> dict:
+    from perfaudit.collect.probes.gpu_memory import GpuMemory
+    probe = GpuMemory(lambda: [])
+    probe.start()
+    probe.stop()
+    return probe.snapshot()
+
+
+def test_the_gpu_probe_takes_the_steps_peaks_from_the_history_and_leaves_torchs_counters_alone(monkeypatch):
+    """A script that logs torch.cuda.max_memory_allocated() reads its own peak after perfaudit's window: the
+    probe no longer resets torch's counters; the history it records for two steps gives their peaks (within
+    torch's rounding of the real H100 run's counter) and is switched off again."""
+    h = _history()
+    fake = _FakeCuda(monkeypatch, h)
+    result = _probe_over_the_history(fake)
+    assert "reset" not in fake.calls and fake.calls == [("history", "all"), ("history", None)]
+    assert abs(result["peak_allocated_bytes"] - h["torch_peak_allocated"]) < 1024   # not the counter's 900 MiB
+    assert result["peak_reserved_bytes"] == 600 << 20 and "peak_scope" not in result   # no segment was added
+
+
+def test_a_scripts_own_allocator_history_is_left_as_it_was_and_the_peaks_say_what_they_span(monkeypatch):
+    h = _history()
+    fake = _FakeCuda(monkeypatch, h, scripts_history=True)
+    result = _probe_over_the_history(fake)
+    assert fake.calls == [] and fake.recording          # neither reconfigured nor switched off, nor reset
+    assert result["peak_allocated_bytes"] == 900 << 20 and "since the script's start" in result["peak_scope"]
+    path = Path(tempfile.mkdtemp()) / "t.json"
+    path.write_text(_trace_with(result))
+    memory = analyze([str(path)], rules=RULES).traces[0].memory
+    assert "own allocator history is on" in memory["source"] and memory["peak_scope"] == result["peak_scope"]
+
+
+def test_a_torch_without_the_history_falls_back_to_torchs_counters_after_a_reset(monkeypatch):
+    fake = _FakeCuda(monkeypatch, _history(), old_torch=True)
+    result = _probe_over_the_history(fake)
+    assert fake.calls == ["reset"] and result["peak_allocated_bytes"] == 900 << 20 and "peak_scope" not in result
+
+
+def test_segments_the_allocator_adds_during_the_steps_raise_the_reserved_peak():
+    from perfaudit.collect.probes.gpu_memory import _segment_peak
+    trace = [{"action": "segment_alloc", "size": 20 << 20}, {"action": "alloc", "size": 1 << 20},
+             {"action": "segment_map", "size": 2 << 20}, {"action": "segment_free", "size": 20 << 20},
+             {"action": "segment_alloc", "size": 4 << 20}]
+    assert _segment_peak(trace) == 22 << 20 and _segment_peak([]) == 0

@@ -139,8 +139,9 @@ def memory_text(m: dict) -> str:
                if measured else f" (after about {_bytes(m['cuda_context_bytes'])} of CUDA context)") \
         if m.get("cuda_context_bytes") else ""
     how = "measured on this GPU" if measured else "estimated on the emulated device"
+    how += f": {m['peak_scope']}" if m.get("peak_scope") else " over two warm-up steps"
     return (f"peak {_bytes(m['peak_allocated_bytes'])} allocated, {_bytes(m['peak_reserved_bytes'])} reserved "
-            f"({how} over two warm-up steps); {free:.0f}% of {_article(m['target'])} "
+            f"({how}); {free:.0f}% of {_article(m['target'])} "
             f"{m['target']} free{context}; "
             f"at the peak: {held}{line}" + "".join(f"; not counted: {n}" for n in m.get("not_counted") or []))
 

@@ -1,9 +1,12 @@
 """Device memory on a real GPU over the same two warm-up steps the emulated device tracks: torch's counters.
 
-The peaks are torch's own (`max_memory_allocated`/`max_memory_reserved` after a reset at the start). What
-held memory at the peak comes from the caching allocator's history (`torch.cuda.memory._record_memory_history`,
-Python stacks only, for those two steps): its allocations and frees are replayed to the moment allocated
-bytes peaked, and the blocks live then are summed by the user's line that allocated them and by what they are
+The peaks and what held memory at the peak come from the caching allocator's history
+(`torch.cuda.memory._record_memory_history`, Python stacks only, for those two steps): its allocations and frees
+(and segments, for the reserved peak) are replayed from the bytes held at the start, so torch's own peak counters
+are never reset (a script logging `max_memory_allocated()` still reads its own peak), and a script recording its
+own history keeps it (perfaudit then reads the peaks only: torch's counters since the script's start or its last
+reset, said so). Only a torch without the history resets the counters. The blocks live at the peak are summed
+by the user's line that allocated them and by what they are
 (parameters, gradients and optimizer state by their addresses at the end, activations by the addresses autograd
 saved for backward; the rest `other`: batches, temporaries, workspaces). What the process holds on the GPU
 beyond torch's pool (the CUDA context, libraries) is the device's used memory less torch's reserved memory.
@@ -67,10 +70,34 @@ def peak_of_history(trace: list, start_allocated: int, categories: dict[int, str
             named += size
     if baseline - named > 0:
         by_category["other"] = by_category.get("other", 0) + baseline - named
-    return {"peak_allocated_bytes": peak, "start_bytes": start_allocated,
+    return {"peak_allocated_bytes": peak, "start_bytes": start_allocated, "reserved_growth_bytes": _segment_peak(trace),
             "by_category": {k: v for k, v in sorted(by_category.items(), key=lambda kv: -kv[1]) if v},
             "top_sites": sorted(sites.values(), key=lambda s: -s["bytes"])[:10],
             "allocations": sum(1 for e in trace if e.get("action") == "alloc")}
+
+
+_SEGMENT_GROWS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
+
+
+def _segment_peak(trace: list) -> int:
+    """How far the allocator's reserved bytes rose above where they were when recording began (segments
+    allocated or mapped, less those freed or unmapped), at their highest."""
+    now = peak = 0
+    for entry in trace:
+        sign = _SEGMENT_GROWS.get(entry.get("action"))
+        if sign:
+            now += sign * int(entry.get("size") or 0)
+            peak = max(peak, now)
+    return peak
+
+
+def _history_on() -> bool:
+    """Whether the caching allocator is recording its history already (the script's own `_record_memory_history`)."""
+    probe = getattr(torch._C, "_cuda_isHistoryEnabled", None)
+    try:
+        return bool(probe()) if probe is not None else False
+    except Exception:  # noqa: BLE001 - unknown: taken as off
+        return False
 
 
 class GpuMemory:
@@ -80,7 +107,10 @@ class GpuMemory:
         self._optimizers = optimizers  # () -> the live optimizers (their params, grads and state)
         self._device: int | None = None
         self._start = 0
+        self._start_reserved = 0
         self._history = False
+        self._reset = False            # torch's peak counters were reset (a torch without the history)
+        self._scripts_history = False  # the script records the allocator's history itself: left alone
         self._saved: set[int] = set()
         self._hooks: AbstractContextManager | None = None
         self.result: dict | None = None
@@ -91,14 +121,16 @@ class GpuMemory:
         try:
             self._device = torch.cuda.current_device()
             torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self._start = torch.cuda.memory_allocated()
-            try:
-                torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
-                                                         max_entries=MAX_ENTRIES)
-                self._history = True
-            except (TypeError, RuntimeError, AttributeError):  # an older torch: the peaks alone
-                self._history = False
+            self._start, self._start_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+            self._scripts_history = _history_on()
+            if not self._scripts_history:
+                try:
+                    torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+                                                             max_entries=MAX_ENTRIES)
+                    self._history = True
+                except (TypeError, RuntimeError, AttributeError):  # an older torch: the peaks alone, after a reset
+                    torch.cuda.reset_peak_memory_stats()
+                    self._reset = True
             self._hooks = saved_tensors_watch(self._packed)
             self._hooks.__enter__()
         except Exception as exc:  # noqa: BLE001 - the run goes on without the memory figures
@@ -124,8 +156,17 @@ class GpuMemory:
             free, total = torch.cuda.mem_get_info()
             outside = max(total - free - torch.cuda.memory_reserved(), 0)
             replay = self._replay(snapshot, self._device) if snapshot else {"by_category": {}, "top_sites": []}
-            self.result = {**replay, "peak_allocated_bytes": peak_allocated, "peak_reserved_bytes": peak_reserved,
-                           "measured": True, "device_total_bytes": total, "outside_pool_bytes": outside}
+            peaks = {"peak_allocated_bytes": peak_allocated, "peak_reserved_bytes": peak_reserved}
+            if "peak_allocated_bytes" in replay:  # the steps' own peaks, torch's counters untouched
+                peaks = {"peak_allocated_bytes": replay["peak_allocated_bytes"],
+                         "peak_reserved_bytes": self._start_reserved + replay.pop("reserved_growth_bytes", 0)}
+            elif not self._reset:  # torch's counters cover more than these steps: said so
+                replay["peak_scope"] = ("the script's own allocator history is on (left as it was): the peaks are "
+                                        "torch's since the script's start or its last reset" if self._scripts_history
+                                        else "the allocator history was cut: the peaks are torch's since the "
+                                        "script's start or its last reset")
+            self.result = {**replay, **peaks, "measured": True, "device_total_bytes": total,
+                           "outside_pool_bytes": outside}
         except Exception as exc:  # noqa: BLE001
             record_internal_error("gpu memory", exc)
         finally:
