@@ -70,9 +70,9 @@ def test_bisect_names_no_culprit_on_a_history_without_a_regression(tmp_path):
 
 
 def test_a_clear_interval_is_decided_however_busy_the_machine_was():
-    """Load widens an interval; it never vetoes one that lies wholly above or below the bar (at load 2.5-4
-    this machine answered "too busy" for a +250 % regression). Only an interval that holds the bar is
-    left undecided for the load."""
+    """Load widens an interval; it never vetoes one that lies far above or wholly below the bar (at load 2.5-4
+    this machine answered "too busy" for a +250 % regression). An interval that holds the bar is left
+    undecided for the load, and so is one above it by less than the load's drift between runs."""
     from types import SimpleNamespace
 
     from perfaudit.usecases.bisect import _judge
@@ -86,6 +86,10 @@ def test_a_clear_interval_is_decided_however_busy_the_machine_was():
         return _judge(Commit("c" * 40, "a commit"), v, 25.0)
 
     assert judged(20.0, 30.0, busy_share=0.8).verdict == "bad"       # +200..+300 % on a busy machine
+    # +44..+110 %: a harmless commit timed so with half the runs waiting for a CPU (two busy loops, 2 cores)
+    shifted = judged(4.4, 11.0, busy_share=0.49)
+    assert shifted.verdict == "skip" and "called above +49.5 %" in shifted.why
+    assert judged(4.4, 11.0, busy_share=0.1).verdict == "bad"        # the same interval on a quiet machine
     assert judged(-0.5, 0.5, busy_share=0.8).verdict == "good"       # -5..+5 %: clearly below +25 %
     straddling = judged(1.0, 4.0, busy_share=0.8)                    # +10..+40 %: holds the bar
     assert straddling.verdict == "skip" and "too busy" in straddling.why

@@ -167,6 +167,14 @@ def _record(result: BisectResult, comparison: Comparison) -> Comparison:
     return comparison
 
 
+def _busy_bar(threshold_pct: float, busy_share: float) -> float:
+    """The bar a change's interval must clear to be called a regression on a busy machine: steps that waited
+    for a CPU are left out, but what remains still carries the load's drift between the runs. Under two busy
+    loops on 2 cores (49 % of the runs or steps waiting) a history without any regression timed a harmless
+    commit at +75 % [+44, +110] against a +25 % bar; a real +250 % regression stays far above this bar."""
+    return threshold_pct * (1.0 + 2.0 * busy_share) if busy_share > BUSY_SHARE else threshold_pct
+
+
 def _judge(commit: Commit, v, threshold_pct: float) -> Comparison:
     """bad: the interval of the change lies wholly above the threshold; good: wholly below it; else skip."""
     if v.baseline_failure:
@@ -185,6 +193,12 @@ def _judge(commit: Commit, v, threshold_pct: float) -> Comparison:
     low, high = 100.0 * s.low_ms / s.mean_a_ms, 100.0 * s.high_ms / s.mean_a_ms
     change = f"{100.0 * s.delta_ms / s.mean_a_ms:+.1f} % [{low:+.1f}, {high:+.1f}]"
     if low > threshold_pct:
+        busy_bar = _busy_bar(threshold_pct, v.busy_share)
+        if low <= busy_bar:  # above the bar, but not by more than the load has shifted harmless commits
+            return Comparison(commit, "skip", f"{change}: above +{threshold_pct:.3g} %, but the machine was too busy to "
+                              f"be sure: {100 * v.busy_share:.0f} % of the runs or steps waited for a CPU held by other "
+                              f"processes, and on a machine this busy a regression is called above +{busy_bar:.3g} %",
+                              s, v.rounds)
         return Comparison(commit, "bad", f"{change}: wholly above +{threshold_pct:.3g} %", s, v.rounds)
     if high < threshold_pct:
         return Comparison(commit, "good", f"{change}: wholly below +{threshold_pct:.3g} %", s, v.rounds)
