@@ -94,10 +94,10 @@ def retargeted_us(measured_us: float, before: Work, after: Work, src: Device, ds
     and NeuSight's pairs of GPUs and the HTA A100/V100 pair both project better so than by the measured time
     times the model's ratio (calibration.yaml). None when the model does not see the op's work."""
     cal = cal or calibration()
-    if measured_us <= 0 or (before.flops <= 0 and before.bytes <= 0):
+    if not isfinite(measured_us) or measured_us <= 0 or (before.flops <= 0 and before.bytes <= 0):
         return None
     model_src, model_dst = kernel_us(before, src, cal), kernel_us(after, dst, cal)
-    if model_src <= 0:
+    if not (isfinite(model_src) and isfinite(model_dst)) or model_src <= 0:
         return None
     alpha = 1.0 if src == dst else cal["transfer_exponent"]
     return model_dst * (measured_us / model_src) ** alpha
