@@ -315,3 +315,14 @@ def test_a_step_the_scheduler_preempted_projects_as_an_undisturbed_one(realistic
         assert b["idle_ms"][part] == pytest.approx(q["idle_ms"][part], rel=0.15, abs=0.02), part
     assert b["bottleneck"] == q["bottleneck"]
     assert ({f["rule"] for f in busy["findings"]} & {"UTIL001"}) == ({f["rule"] for f in quiet["findings"]} & {"UTIL001"})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(allow_nan=True, allow_infinity=True), st.floats(0, 1e15), st.floats(0, 1e15),
+       st.sampled_from(["fp32", "tf32", "bf16"]), st.sampled_from(["A100", "V100", "H100 SXM"]))
+def test_a_hostile_measurement_retargets_to_a_finite_time_or_none(measured, flops, nbytes, precision, target):
+    """A GPU trace is the user's file: whatever its kernels' durations and shapes say, an op's time on another
+    GPU is a finite, non-negative number, or none (the kernels' own scaling then applies)."""
+    work = Work("matmul" if flops else "memory", flops=flops, bytes=nbytes, precision=precision)
+    out = retargeted_us(measured, work, work, devices.target("A100"), devices.target(target))
+    assert out is None or (math.isfinite(out) and out >= 0)
