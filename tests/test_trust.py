@@ -263,6 +263,36 @@ def test_a_trace_the_profiler_could_not_write_is_named_with_the_reason(tmp_path)
     assert any("could not be written" in n and "empty" in n for n in notes), notes
 
 
+def test_kinetos_passing_refusal_to_export_is_tried_again_and_a_lasting_one_is_named(tmp_path, monkeypatch):
+    """Kineto's exporter refused once under two busy loops ("No logger registered for the file protocol
+    prefix", a ValueError, closure_trainer.py): the export is tried again after a pause; a refusal that lasts
+    is said as it is, not as a full disk."""
+    from perfaudit.collect.window import export
+    monkeypatch.setattr(export, "EXPORT_RETRIES", (0.0, 0.0, 0.0))
+
+    class Refusing:
+        def __init__(self, refusals):
+            self.refusals = refusals
+
+        def export_chrome_trace(self, path):
+            if self.refusals:
+                self.refusals -= 1
+                raise ValueError("No logger registered for the file protocol prefix")
+            with open(path, "w") as f:
+                f.write('{"traceEvents": []}')
+
+    path = export_trace(Refusing(2), str(tmp_path / "trace.json"), {"version": 1})
+    assert path.endswith(".gz") and json.loads(gzip.open(path).read())["perfaudit"] == {"version": 1}
+    with pytest.raises(ValueError):
+        export_trace(Refusing(9), str(tmp_path / "again.json"), {})
+    result = RunResult(run_dir=str(tmp_path), script="train.py", trace_path=None,
+                       outcome={"outcome": "window_complete", "profiling_started": True, "export_error":
+                                "ValueError: No logger registered for the file protocol prefix"},
+                       log_path=str(tmp_path / "script.log"))
+    notes = run_notes(result, RunOptions(), None)
+    assert any("could not be written: ValueError" in n and "disk full" not in n for n in notes), notes
+
+
 def test_a_process_that_dies_while_the_profiler_stops_is_named_and_run_again(tmp_path, monkeypatch):
     """torch's profiler can crash while it stops (SIGSEGV in _disable_profiler, about 1 run in 15 of a
     closure trainer on a busy machine): the window written to result.json before the export must not

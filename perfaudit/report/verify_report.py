@@ -114,6 +114,7 @@ def to_dict(v: Verification) -> dict:
         "script": v.script, "args": v.args, "device": v.device, "rounds": v.rounds, "warmup": v.warmup,
         "steps": v.steps, "folder": v.folder, "passed": v.passed, "baseline_failure": v.baseline_failure,
         "stopped_because": v.stopped_because,
+        "busy_share": round(v.busy_share, 3),   # the larger share of runs, or of steps, that waited for a CPU
         "interrupted": None if v.interrupted is None else signal.Signals(v.interrupted).name,
         "fixes": [{"name": x.name, "rules": x.rules, "passed": x.passed, "broke": x.broke,
                    "changes": [{"rule": c.rule, "path": c.path, "line": c.line, "what": c.what, "kind": c.kind}

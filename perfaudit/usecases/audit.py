@@ -293,7 +293,8 @@ def _no_trace_reason(result: RunResult) -> str:
     if o.get("write_error"):
         return f"the trace could not be saved: {o['write_error']}"
     if o.get("export_error"):
-        return f"the recorded trace could not be written: {o['export_error']} (is the disk full?)"
+        full = o["export_error"].startswith(("OSError", "PermissionError")) or "No space" in o["export_error"]
+        return f"the recorded trace could not be written: {o['export_error']}" + (" (is the disk full?)" if full else "")
     if o.get("profiling_started"):
         return "no trace was recorded before the script ended"
     if Outcome.of(o) in (Outcome.TIMEOUT, Outcome.INTERRUPTED, Outcome.CRASHED):

@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import shutil
+import time
 
 from ...files import free_bytes, remove_if_there
 
@@ -28,7 +29,7 @@ def export_trace(prof, plain: str, meta: dict) -> str:
     wrote no trace (Kineto does not raise when its own write fails, on a full disk say)."""
     final = plain + ".gz"
     try:
-        prof.export_chrome_trace(plain)
+        _export(prof, plain)
         _check_written(plain)
     except OSError:  # Kineto writes `plain`.tmp first and leaves it when the disk fills
         remove_if_there(plain + ".tmp")
@@ -46,6 +47,23 @@ def export_trace(prof, plain: str, meta: dict) -> str:
         return plain
     remove_if_there(plain)
     return final
+
+
+# Kineto's exporter now and then refuses with "No logger registered for the file protocol prefix" (a ValueError;
+# seen once in some hundred runs on a 2-core machine with two busy loops beside the suite): its file logger is
+# registered by Kineto's own start-up, which a loaded machine can delay. Tried again after a pause, it writes.
+EXPORT_RETRIES = (0.2, 1.0, 3.0)
+
+
+def _export(prof, plain: str) -> None:
+    for pause in (*EXPORT_RETRIES, None):
+        try:
+            prof.export_chrome_trace(plain)
+            return
+        except ValueError:
+            if pause is None:
+                raise
+            time.sleep(pause)
 
 
 def _check_written(plain: str) -> None:
