@@ -101,4 +101,3 @@ def retargeted_us(measured_us: float, before: Work, after: Work, src: Device, ds
         return None
     alpha = 1.0 if src == dst else cal["transfer_exponent"]
     return model_dst * (measured_us / model_src) ** alpha
-

@@ -18,11 +18,11 @@ def measured_memory(ctx: Context) -> dict | None:
     sites = [{"file": ctx.source.display_path(s["path"]), "line": s["line"], "bytes": s["bytes"],
               "categories": s.get("categories") or {}} for s in seen.get("top_sites") or [] if s.get("path")]
     name = env.get("device_name") or "this GPU"
-    scope = seen.get("peak_scope")
+    scope = seen.get("peak_scope") if isinstance(seen.get("peak_scope"), str) else None
     source = "measured on this GPU by torch's allocator over the last two warm-up steps"
-    return {"source": source + (f" ({scope})" if isinstance(scope, str) and scope else ""),
+    return {"source": source + (f" ({scope})" if scope else ""),
             "measured": True, "peak_allocated_bytes": seen["peak_allocated_bytes"],
             "peak_reserved_bytes": seen["peak_reserved_bytes"], "by_category": seen.get("by_category") or {},
             "top_sites": sites, "target": name, "device_total_bytes": total,
             "headroom_bytes": total - seen["peak_reserved_bytes"] - outside, "cuda_context_bytes": outside or None,
-            "peak_scope": scope if isinstance(scope, str) and scope else None}
+            "peak_scope": scope or None}
