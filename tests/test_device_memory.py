@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, perfaudit
+from conftest import ROOT, perfaudit, run_trace_json
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: nothing is emulated on a GPU")
 SCRIPT = ROOT / "tests" / "scripts" / "memory_models.py"
@@ -158,7 +158,7 @@ def test_the_cublas_workspace_follows_the_target_gpu():
 def _with_peak(trace, out, reserved_gib: float):
     """The run's trace as if its step had held `reserved_gib` on the emulated device (a larger model)."""
     import gzip
-    data = json.loads(gzip.open(trace).read())
+    data = run_trace_json(trace)
     seen = data["perfaudit"]["probes"]["device_memory"]
     seen["peak_reserved_bytes"] = int(reserved_gib * 2**30)
     seen["peak_allocated_bytes"] = int(0.9 * reserved_gib * 2**30)

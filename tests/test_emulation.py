@@ -3,13 +3,12 @@ its GPU branch on an emulated device, and what that branch does is reported as s
 CUDA-path scripts (tests/realistic/cuda_*.py) are checked against their markers in test_realistic."""
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, perfaudit
+from conftest import ROOT, perfaudit, run_trace_json
 
 pytestmark = pytest.mark.skipif(__import__("torch").cuda.is_available(),
                                 reason="a GPU is present: nothing is emulated on a GPU")
@@ -23,7 +22,7 @@ def _run(tmp_path: Path, script: Path, *extra: str) -> tuple[dict, dict, str]:
                      "-f", "console", *extra, cwd=script.parent)
     assert report.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     trace = tmp_path / "run" / "trace.json.gz"
-    probes = json.loads(gzip.open(trace).read())["perfaudit"]["probes"] if trace.exists() else {}
+    probes = run_trace_json(trace)["perfaudit"]["probes"] if trace.exists() else {}
     return json.loads(report.read_text()), probes, proc.stdout
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import ROOT, TRACES, needs_shared, perfaudit
+from conftest import ROOT, TRACES, needs_shared, perfaudit, run_trace_json
 from perfaudit.projection import devices
 from perfaudit.projection.kernels import Work, kernel_us, retargeted_us, roofline_us
 from perfaudit.projection.simulate import BOTTLENECKS, Pipeline, simulate, sync_idle_capped
@@ -273,7 +273,7 @@ def _preempted(trace_path, out, factor):
     away for `factor` steps' time in one of the step's longer Python gaps, the window measured that wait, and
     every step is measured (all readmitted). What the run itself waited is left out on both sides of the test
     (factor 0 is the reference): a run recorded on a busy machine compares its own steps with and without."""
-    data = json.loads(gzip.open(trace_path).read())
+    data = run_trace_json(trace_path)
     events, window = data["traceEvents"], data["perfaudit"]["window"]
     steps = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
     waited, rng = [0.0] * len(steps), random.Random(len(steps))

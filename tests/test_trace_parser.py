@@ -5,8 +5,10 @@ import gzip
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from conftest import TRACES, needs_shared
+from conftest import ROOT, TRACES, needs_shared, perfaudit
 from perfaudit.errors import TraceError
 from perfaudit.trace import load_trace
 
@@ -75,6 +77,61 @@ def test_bare_quotes_in_names_as_torch_2_9_writes_them(tmp_path):
     trace = load_trace(str(path))
     assert [e.name for e in trace.host] == ["aten::mm"]
     assert [e.name for e in trace.python] == ['torch/export/_trace.py(0): """']  # the quotes kept
+
+
+def test_one_broken_name_does_not_cost_the_trace(tmp_path):
+    """A stray quote in a kernel's name and a control character in a Python frame's (the profiler wrote a
+    trace json.loads rejects, line 129342 of a run's trace in CI): `analyze` reads the rest as it is, finds
+    what it finds on the intact trace, and says how many names it put right."""
+    source = ROOT / "tests" / "data" / "h100_runs" / "traces" / "host_tensor_bad.json.gz"
+    raw = gzip.decompress(source.read_bytes())
+    kernel = raw.index(b'"cat": "kernel", "name": "') + len(b'"cat": "kernel", "name": "') + 10
+    frame = raw.index(b'"cat": "python_function", "name": "') + len(b'"cat": "python_function", "name": "') + 4
+    broken = raw[:frame] + b"\x07" + raw[frame:kernel] + b'"' + raw[kernel:]
+    with pytest.raises(ValueError):
+        json.loads(broken)
+    (tmp_path / "broken.json.gz").write_bytes(gzip.compress(broken))
+    reports = {}
+    for name, trace in (("intact", source), ("broken", tmp_path / "broken.json.gz")):
+        out = tmp_path / f"{name}.json"
+        proc = perfaudit("analyze", str(trace), "-f", f"json={out}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        reports[name] = json.loads(out.read_text())
+    assert reports["broken"]["findings"] and \
+        [f["rule"] for f in reports["broken"]["findings"]] == [f["rule"] for f in reports["intact"]["findings"]]
+    assert any("2 event name(s) were not valid JSON" in n for n in reports["broken"]["notes"]), reports["broken"]["notes"]
+    assert not any("not valid JSON" in n for n in reports["intact"]["notes"])
+
+
+_INDENTED = b"""{"traceEvents": [
+  {
+    "ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+    "ts": 10, "dur": 5
+  },
+  {
+    "ph": "X",
+    "cat": "python_function",
+    "name": "NAME",
+    "pid": 1,
+    "tid": 1,
+    "ts": 9,
+    "dur": 7
+  }
+]}"""
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=40).filter(lambda b: b"\n" not in b))
+def test_any_bytes_in_a_name_leave_the_other_events_readable(tmp_path, name):
+    """Whatever bytes the profiler leaves in a name (Kineto's indented layout, one field a line), the trace
+    reads: the other event is there, and a name with nothing to escape is read as written."""
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(_INDENTED.replace(b"NAME", name)))
+    trace = load_trace(str(path))
+    assert [e.name for e in trace.host] == ["aten::mm"]
+    plain = not any(c in name for c in b'"\\') and all(c >= 0x20 for c in name)
+    if plain:
+        assert [e.name for e in trace.python] == [name.decode("utf-8", "replace")]
 
 
 def test_top_level_list_format(tmp_path):

@@ -72,6 +72,7 @@ class Trace:
     steps: list[Step] = field(default_factory=list)
     step_source: str = "none"   # how steps were found: ProfilerStep, optimizer, dataloader, whole-trace
     skipped_events: int = 0     # malformed events that were ignored
+    repaired_names: int = 0     # event names that were not valid JSON strings, read with their bad bytes escaped
     dropped_events: int = 0     # events beyond the most perfaudit keeps (parser.MAX_EVENTS), not read
     unreadable_meta: list[str] = field(default_factory=list)  # metadata parts left out, and why
     memory: dict = field(default_factory=dict)  # "cuda:0" -> peak allocated/reserved bytes ([memory] events)

@@ -180,6 +180,8 @@ def _parse_once(path: str, repair: bool, other_ops: tuple = ()) -> Trace:
         _events(reader, prefix, trace, other_ops)
         if prefix == "traceEvents.item":
             _meta_after_events(f, meta)
+        if repair:
+            trace.repaired_names = stream.repaired_names
     trace.unreadable_meta = meta.pop(streams.UNREADABLE_META, [])
     return trace
 
@@ -197,10 +199,12 @@ def _parse_general(path: str, other_ops: tuple = ()) -> Trace:
     try:
         try:
             return _parse_once(path, False, other_ops)
-        except ijson.JSONError as first:
+        except (ijson.JSONError, UnicodeDecodeError) as first:  # yajl lets an overlong UTF-8 form through
             try:  # what a torch version is known to write wrong, put right; else the first error stands
                 return _parse_once(path, True, other_ops)
             except ijson.JSONError:
+                if isinstance(first, UnicodeDecodeError):
+                    raise TraceError(f"{path}: not valid UTF-8 ({first.reason})") from None
                 raise first from None
     except TraceError:
         raise

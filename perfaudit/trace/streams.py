@@ -22,27 +22,58 @@ from ..errors import TraceError
 _NAME_LINE = re.compile(rb'^(\s*"ph": "X", "cat": "[^"]*", "name": ")(.*)(", "pid": .*)$')
 # Kineto's indented layout: a name alone on its line (a record_function label with quotes in it)
 _NAME_ALONE = re.compile(rb'^(\s*"name": ")(.*)(",?\s*)$')
-_BARE_QUOTE = re.compile(rb'(?<!\\)"')
+# the lines either layout puts a name on, found in a chunk in one pass
+_NAME_LINES = re.compile(rb'^[ \t]*(?:"ph": "X", "cat": "[^"\n]*", )?"name": "[^\n]*$', re.M)
+_JSON_STRING = rb'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*'
+# a name line as it should be: a valid string, then the line's end or a comma and the next fields
+_VALID_NAME_LINE = re.compile(rb'\s*(?:"ph": "X", "cat": "[^"\n]*", )?"name": "' + _JSON_STRING
+                              + rb'"\s*(?:,\s*(?:"[^"\n]*":.*)?)?')
+# what a JSON string may not hold bare: a quote, a backslash that begins no escape, a control character
+_UNESCAPED = re.compile(rb'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})|["\\\x00-\x1f]')
+
+
+def _escape(match) -> bytes:
+    found = match.group(0)
+    if len(found) > 1:  # a valid escape: kept as it is
+        return found
+    return b'\\"' if found == b'"' else b"\\\\" if found == b"\\" else b"\\u%04x" % found[0]
 
 
 def _escape_name(line: bytes) -> bytes:
-    """Escape quotes left bare inside an event name. torch 2.9 writes a Python frame whose name ends in a
-    quote that way, and any torch writes a `record_function('phase "fwd"')` label as it is."""
-    m = _NAME_LINE.match(line) or _NAME_ALONE.match(line)
-    if m is None or b'"' not in m.group(2):
+    """An event name made a valid JSON string: quotes left bare escaped (torch 2.9 writes a Python frame whose
+    name ends in a quote that way, any torch a `record_function('phase "fwd"')` label as it is), and so are
+    a lone backslash and control characters: one stray byte in one name no longer costs the whole trace."""
+    if _VALID_NAME_LINE.fullmatch(line):
         return line
-    return m.group(1) + _BARE_QUOTE.sub(rb'\\"', m.group(2)) + m.group(3)
+    m = _NAME_LINE.match(line) or _NAME_ALONE.match(line)
+    if m is None:
+        return line
+    return m.group(1) + _UNESCAPED.sub(_escape, m.group(2)) + m.group(3)
+
+
+def _escape_names(text: bytes) -> tuple[bytes, int]:
+    """`text` with its names made valid, and how many needed it."""
+    repaired = 0
+
+    def one(m) -> bytes:
+        nonlocal repaired
+        line = m.group(0)
+        fixed = _escape_name(line)
+        repaired += fixed is not line
+        return fixed
+    return _NAME_LINES.sub(one, text), repaired
 
 
 class _Repair(io.RawIOBase):
     """A byte stream with what some torch versions write wrong put right: invalid UTF-8 replaced
-    (torch 2.13 writes some in event names) and bare quotes in event names escaped (torch 2.9)."""
+    (torch 2.13 writes some in event names) and event names made valid JSON strings (_escape_name)."""
 
     def __init__(self, raw):
         self._raw = raw
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._buf = b""
         self._partial = b""  # a line not yet complete
+        self.repaired_names = 0
 
     def readable(self):
         return True
@@ -52,15 +83,17 @@ class _Repair(io.RawIOBase):
             chunk = self._raw.read(1 << 20)
             if not chunk:
                 text = self._partial + self._decoder.decode(b"", final=True).encode()
-                self._buf, self._partial = (_escape_name(text) if text else b""), b""
+                self._buf, self._partial = self._repaired(text), b""
                 return
             text = self._partial + self._decoder.decode(chunk).encode()
             cut = text.rfind(b"\n") + 1
             self._partial = text[cut:]
-            lines = text[:cut]
-            if b'""' in lines:  # only lines with a doubled quote can hold a bare one
-                lines = b"\n".join(_escape_name(l) for l in lines.split(b"\n"))
-            self._buf = lines
+            self._buf = self._repaired(text[:cut])
+
+    def _repaired(self, text: bytes) -> bytes:
+        text, count = _escape_names(text)
+        self.repaired_names += count
+        return text
 
     def readinto(self, b):
         self._fill()

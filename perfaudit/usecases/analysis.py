@@ -213,14 +213,7 @@ def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job
     with collection_paused():  # the facts walk the trace's events: no cycle collection over them meanwhile
         findings, skipped = evaluate_rules(ctx, [r for r in rules if r.scope == "trace"])
         summary = summarize(trace, ctx)
-    notes = context_notes(ctx)
-    if trace.skipped_events:
-        notes.append(f"{path}: {trace.skipped_events} malformed events were ignored")
-    notes.extend(f"{path}: {why}: analysed without it" for why in trace.unreadable_meta)
-    if trace.dropped_events:
-        notes.append(f"{path}: the trace holds more events than perfaudit keeps in memory: the last "
-                     f"{trace.dropped_events:,} were not read, and the figures cover the steps before them "
-                     "(PERFAUDIT_MAX_EVENTS raises the limit)")
+    notes = context_notes(ctx) + reading_notes(path, trace)
     meta = {k: trace.probes.get(k) for k in ("script", "outcome")} if trace.probes else {}
     if op_times:
         try:
@@ -228,6 +221,22 @@ def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job
         except Missing:
             pass
     return TraceResult(path, findings, skipped, summary, notes, rank_stats(ctx) if job else None, meta)
+
+
+def reading_notes(path: str, trace: Trace) -> list[str]:
+    """What reading the trace left out or put right."""
+    notes = []
+    if trace.skipped_events:
+        notes.append(f"{path}: {trace.skipped_events} malformed events were ignored")
+    if trace.repaired_names:
+        notes.append(f"{path}: {trace.repaired_names} event name(s) were not valid JSON (a bare quote, backslash or "
+                     "control character, as the profiler wrote them): read with those characters escaped")
+    notes.extend(f"{path}: {why}: analysed without it" for why in trace.unreadable_meta)
+    if trace.dropped_events:
+        notes.append(f"{path}: the trace holds more events than perfaudit keeps in memory: the last "
+                     f"{trace.dropped_events:,} were not read, and the figures cover the steps before them "
+                     "(PERFAUDIT_MAX_EVENTS raises the limit)")
+    return notes
 
 
 def analyze_all(paths: list[str], rules: list[Rule], source_roots: tuple[str, ...], jobs: int | None,

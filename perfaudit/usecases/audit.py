@@ -28,7 +28,7 @@ from ..static.cuda_path import has_cuda_path
 from ..static.gpu_switch import gpu_switch
 from ..trace import load_trace
 from ..trace.gc_pause import collection_paused
-from .analysis import combine, context_notes, evaluate_rules, summarize
+from .analysis import combine, context_notes, evaluate_rules, reading_notes, summarize
 from .jobs import job_results
 
 _NOT_TRAINING = {"dataloader": "DataLoader batches", "inference": "calls of the top-level module under no_grad"}
@@ -78,7 +78,8 @@ def report_for_run(result: RunResult, script: str, options: RunOptions, rules: l
         findings, skipped = evaluate_rules(ctx, [r for r in rules if r.scope == "trace"])
         summaries = [summarize(trace, ctx)] if trace is not None else []
     report = Report(findings, skipped, summaries, script=result.script,
-                    outcome=result.outcome, run_dir=result.run_dir, notes=notes + context_notes(ctx),
+                    outcome=result.outcome, run_dir=result.run_dir,
+                    notes=notes + context_notes(ctx) + (reading_notes(trace.path, trace) if trace else []),
                     stop_signal=result.stop_signal, command=command,
                     internal_errors=list(result.outcome.get("internal_errors") or []), source_roots=list(roots))
     report.notes.extend(run_notes(result, options, trace))
