@@ -33,6 +33,29 @@ def test_ctrl_c_reports_what_was_recorded(tmp_path):
     assert "Traceback" not in stderr
 
 
+def test_ctrl_c_as_the_profiler_drops_its_stacks_keeps_the_trace(tmp_path):
+    """Under a tight trace budget the profiler is stopped and another started when the first measured step
+    begins (python_heavy.py under 20 MB: stacks on that step only). A Ctrl-C then, while the first profiler
+    stops, used to crash the export (a profiler stopped twice): the switch finishes, then the run stops, with
+    its trace and report."""
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "run", str(SCRIPTS / "python_heavy.py"),
+                             "--max-trace-mb", "20", "--out-dir", str(tmp_path / "run"), "-f", f"json={out}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    progress = tmp_path / "run" / "progress.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (progress.exists() and '"step": 2,' in progress.read_text()):
+        time.sleep(0.02)  # "step": 2 is written as the warm-up ends, just before the profilers switch
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Segmentation" not in (tmp_path / "run" / "script.log").read_text()
+    report = json.loads(out.read_text())
+    assert report["run"]["outcome"]["outcome"] == "interrupted" and (tmp_path / "run" / "trace.json.gz").exists()
+    assert report["run"]["steps"] >= 1 and "Traceback" not in stderr
+
+
 def test_segfault_in_the_child(tmp_path):
     proc = perfaudit("run", str(SCRIPTS / "segfault.py"), "--warmup", "1", "--steps", "10", "--out-dir", str(tmp_path))
     assert proc.returncode == 3

@@ -6,13 +6,14 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import re
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from conftest import ROOT, perfaudit
+from conftest import ROOT, perfaudit, run_trace_json
 from perfaudit.collect.internal import guarded, internal_errors, record_internal_error
 from perfaudit.collect.probes.startup import StartupProbe
 from perfaudit.collect.run.options import RunOptions, RunResult
@@ -203,10 +204,21 @@ def test_a_dataloader_worker_holding_the_cpus_is_the_scripts_own_doing_not_a_bus
 
 
 # -- the trace budget ----------------------------------------------------------------------------------------
-def test_the_budget_cuts_steps_before_it_drops_stacks():
-    # 1 MB of events and 3 MB of Python calls a step; 20 MB: fewer steps, stacks kept
+def test_the_budget_keeps_three_steps_with_stacks_on_the_first_before_it_drops_stacks():
+    # 1 MB of events and 3 MB of Python calls a step; 20 MB: all 5 steps with stacks would need 28 MB, 3 of them
+    # 16: the first measured step is recorded with stacks, the warm-up and the later ones without (5 fit)
     fit = fit_budget(events=2500, calls=6000, budget_mb=20, warmup=2, steps=5, with_stack=True)
-    assert fit.with_stack and (fit.warmup, fit.steps) == (1, 2)
+    assert fit.with_stack and fit.stacked_steps == 1 and (fit.warmup, fit.steps) == (2, 5)
+    assert "steps" not in fit.trimmed  # nothing cut: the report is told by the steps without stacks
+    # 11 MB of stacks a step: 1 step with them and 2 without fit after 2 warm-up steps without
+    fit = fit_budget(events=2500, calls=20000, budget_mb=20, warmup=2, steps=5, with_stack=True)
+    assert fit.stacked_steps == 1 and (fit.warmup, fit.steps) == (2, 3) and fit.trimmed["steps"] == 3
+    # a budget that holds all steps with stacks records them all with stacks
+    fit = fit_budget(events=2500, calls=6000, budget_mb=200, warmup=2, steps=5, with_stack=True)
+    assert fit.stacked_steps is None and (fit.warmup, fit.steps) == (2, 5)
+    # 14 MB of stacks: not even 1 step with them and 2 without fit: one step with stacks, as before
+    fit = fit_budget(events=2500, calls=26000, budget_mb=20, warmup=2, steps=5, with_stack=True)
+    assert fit.with_stack and fit.stacked_steps is None and (fit.warmup, fit.steps) == (0, 1)
     # one step with stacks does not fit: stacks go, and the report is told
     fit = fit_budget(events=2500, calls=200_000, budget_mb=40, warmup=2, steps=5, with_stack=True)
     assert not fit.with_stack and fit.trimmed["stacks"] == "off"
@@ -229,6 +241,79 @@ def test_a_run_keeps_its_trace_budget_and_says_what_it_cut(tmp_path):
     notes = " ".join(report["notes"])
     assert "25 MB trace budget" in notes and "--max-trace-mb" in notes and report["run"]["steps"] == 1, notes
     assert "window was closed after step" not in notes  # it ended where it was sized to end, not cut
+
+
+def test_a_tight_budget_keeps_three_steps_and_the_lines_of_the_one_with_stacks(tmp_path):
+    """A trainer whose step is mostly Python (python_heavy.py) under a 20 MB budget: with stacks on every step
+    only 2 would fit; the first measured step is recorded with them and the others without, in one valid
+    trace. The sync found in the step with stacks keeps its line and its count per step (2 reads a step),
+    and the report says the stacks cover only part of the steps."""
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(ROOT / "tests" / "scripts" / "python_heavy.py"), "--max-trace-mb", "20",
+                     "--out-dir", str(tmp_path / "run"), "-f", f"json={out}")
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["run"]["steps"] >= 3, report["notes"]
+    data = run_trace_json(tmp_path / "run" / "trace.json.gz")  # the parts merged into one valid trace
+    assert len([e for e in data["traceEvents"] if str(e.get("name")).startswith("ProfilerStep#")]) >= 5
+    with gzip.open(tmp_path / "run" / "trace.json.gz") as f:
+        size = sum(len(chunk) for chunk in iter(lambda: f.read(1 << 22), b""))
+    assert size <= 1.25 * 20e6, size  # a step with stacks recorded again on a busy machine costs its share
+    sync = next(f for f in report["findings"] if f["rule"] == "SYNC001")
+    assert sync["message"].startswith("2.0 host-device sync(s) per step"), sync["message"]
+    notes = " ".join(report["notes"])
+    if "recorded only for steps that are not measured" in notes:  # each step with stacks waited for a CPU
+        assert report["run"]["excluded_steps"] and not sync["locations"], report["run"]
+        return
+    stacked = re.search(r"Python stacks were recorded for (\d) of the (\d+) measured steps", notes)
+    assert stacked and int(stacked.group(1)) >= 1 and int(stacked.group(2)) == report["run"]["steps"], notes
+    assert [(loc["line"], loc["count_per_step"]) for loc in sync["locations"]] == [(28, 2.0)]
+
+
+class _KinetoPart:
+    """A profiler whose export is laid out as Kineto writes it (the list, then `traceName`)."""
+
+    def __init__(self, *names: str, layout: str = "kineto"):
+        self.names, self.layout = names, layout
+
+    def export_chrome_trace(self, path):
+        events = ",\n".join(json.dumps({"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": i, "dur": 1})
+                            for i, n in enumerate(self.names))
+        body = (f'{{\n  "schemaVersion": 1,\n  "traceEvents": [\n{events}\n  ],"traceName": "{path}" }}'
+                if self.layout == "kineto" else json.dumps({"events": list(self.names)}))
+        with open(path, "w") as f:
+            f.write(body)
+
+
+def test_the_parts_of_a_window_are_written_as_one_trace(tmp_path):
+    """The warm-up, the step with stacks and the steps without (three profiler sessions): one trace with every
+    event in order and the probes embedded, and no part left beside it; a part laid out otherwise leaves the
+    part with stacks alone, never a broken file."""
+    plain = str(tmp_path / "trace.json")
+    path = export_trace(_KinetoPart("c", "d"), plain, {"version": 1},
+                        [(_KinetoPart("a"), False), (_KinetoPart("b [stacks]"), True)], False)
+    data = json.loads(gzip.open(path).read())
+    assert [e["name"] for e in data["traceEvents"]] == ["a", "b [stacks]", "c", "d"]
+    assert data["perfaudit"] == {"version": 1} and data["traceName"] == plain
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json.gz"]
+
+    path = export_trace(_KinetoPart("c", layout="other"), plain, {}, [(_KinetoPart("b [stacks]"), True)], False)
+    assert [e["name"] for e in json.loads(gzip.open(path).read())["traceEvents"]] == ["b [stacks]"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json.gz"]
+
+
+def test_a_disk_that_fills_while_the_parts_are_joined_leaves_a_readable_trace(tmp_path, monkeypatch):
+    import errno
+
+    from perfaudit.collect.window import export
+
+    def full(src, dst, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(export, "_copy", full)
+    plain = str(tmp_path / "trace.json")
+    path = export_trace(_KinetoPart("c"), plain, {}, [(_KinetoPart("b"), True)], False)
+    assert path == plain and [e["name"] for e in json.load(open(path))["traceEvents"]] == ["c"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]
 
 
 def test_a_cost_measured_over_too_few_steps_says_so(tmp_path):

@@ -45,7 +45,8 @@ OutDirOpt = Annotated[Optional[str], typer.Option(
     help="Run folder (default ./.perfaudit/runs/<timestamp>, of which the newest 10 are kept); a folder named here "
          "is never pruned: name the runs you keep for `perfaudit diff`.")]
 MaxTraceOpt = Annotated[Optional[float], typer.Option(
-    "--max-trace-mb", min=1, help="Uncompressed trace the window may write (default 200 MB); fewer steps beyond it.")]
+    "--max-trace-mb", min=1, help="Uncompressed trace the window may write (default 200 MB); beyond it fewer steps, "
+                            "and below 3 steps stacks on the first measured step only.")]
 DeviceOpt = Annotated[Optional[str], typer.Option(
     "--device", help="Where the script runs when this machine has no GPU (with a GPU it runs there, nothing "
                      "emulated). auto (default): a script with a CUDA path (cuda, .cuda(), torch.accelerator, "

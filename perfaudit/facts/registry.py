@@ -161,6 +161,23 @@ class Context:
     def _step_starts(self) -> list[float]:
         return [s.ts for s in self.steps]
 
+    @cached_property
+    def steps_without_stacks(self) -> frozenset[int]:
+        """Measured steps (indices into self.steps) without a Python event, in a trace that has some."""
+        python = self.trace.python if self.trace is not None else []
+        if not python:
+            return frozenset()
+        starts = [e.ts for e in python]
+        return frozenset(i for i, s in enumerate(self.steps) if bisect_left(starts, s.end) == bisect_left(starts, s.ts))
+
+    @cached_property
+    def unstacked_steps(self) -> frozenset[int]:
+        """Measured steps recorded without Python stacks in a trace whose other measured steps have them (the
+        trace budget kept stacks for the first step only): their evidence has no line of its own, and the sites
+        count over the steps with stacks (Site.over_steps). Empty when no measured step has stacks."""
+        without = self.steps_without_stacks
+        return without if len(without) < len(self.steps) else frozenset()
+
     def step_of(self, ts: float) -> int | None:
         """Index into self.steps of the measured step containing ts, or None."""
         i = bisect_right(self._step_starts, ts) - 1

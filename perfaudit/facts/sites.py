@@ -20,10 +20,13 @@ class Site:
     ms: float = 0.0           # time measured for them (host wait, copy or kernel time)
     steps_seen: set = field(default_factory=set)
     extra: dict = field(default_factory=dict)
+    # the measured steps its evidence was counted over when not all: those recorded with Python stacks, when
+    # the trace budget kept them for the first step only (Context.unstacked_steps)
+    over_steps: int | None = None
 
     def per_step(self, n_steps: int) -> dict:
-        return {"count_per_step": self.count / n_steps, "ms_per_step": self.ms / n_steps,
-                "step_share": len(self.steps_seen) / n_steps}
+        n = self.over_steps or n_steps
+        return {"count_per_step": self.count / n, "ms_per_step": self.ms / n, "step_share": len(self.steps_seen) / n}
 
 
 def site_from_probe(ctx: Context, where: dict | None, detail: str, **extra) -> Site:
@@ -52,7 +55,7 @@ class SiteCollector:
             attributions = self.ctx.frames.attribute_all([item[0] for item in items]) if self.ctx.frames else {}
         for anchor, counted, ms, detail in items:
             step = self.ctx.step_of(counted.ts)
-            if step is None:
+            if step is None or step in self.ctx.unstacked_steps:  # no line to give it: see Site.over_steps
                 continue
             att = attributions.get(id(anchor))
             if att is None:
@@ -73,4 +76,13 @@ class SiteCollector:
             self.sites[key] = site
 
     def result(self) -> list[Site]:
-        return sorted(self.sites.values(), key=lambda s: (-s.ms, -s.count))
+        return stacked_only(self.ctx, sorted(self.sites.values(), key=lambda s: (-s.ms, -s.count)))
+
+
+def stacked_only(ctx: Context, sites: list[Site]) -> list[Site]:
+    """Sites counted over the steps recorded with Python stacks alone say so (their figures per step are
+    over those steps), when the trace has steps without."""
+    if ctx.unstacked_steps:
+        for site in sites:
+            site.over_steps = len(ctx.steps) - len(ctx.unstacked_steps)
+    return sites

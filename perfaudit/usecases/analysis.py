@@ -167,6 +167,17 @@ def context_notes(ctx: Context) -> list[str]:
     notes = list(dict.fromkeys(ctx.errors))
     if ctx.malformed_probes:
         notes.append(f"malformed probe data ignored: {', '.join(ctx.malformed_probes)}")
+    try:
+        unstacked, measured = len(ctx.unstacked_steps), len(ctx.steps)
+    except Missing:
+        unstacked = measured = 0
+    if unstacked:
+        notes.append(f"Python stacks were recorded for {measured - unstacked} of the {measured} measured steps (the "
+                     "rest without, to stay within the trace budget): a finding's figures at a file:line come from "
+                     "those steps; the step times and totals from all of them")
+    elif measured and len(ctx.steps_without_stacks) == measured:
+        notes.append("Python stacks were recorded only for steps that are not measured (the trace budget kept them "
+                     "for one step, and it was left out): findings have no file:line")
     return notes
 
 

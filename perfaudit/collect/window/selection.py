@@ -45,6 +45,7 @@ class StepMarks:
         self.excluded: dict[int, str] = {}
         self.extra_steps = 0
         self.mb_per_step: float | None = None
+        self.stacks_mb = 0.0  # what the one step with stacks adds, when the others have none (sizing.Fit)
         self._cpu: list[float] = []           # CPU seconds of each closed window step
         self._cpu_at_open = None
         self._wall_at_open = None
@@ -176,7 +177,7 @@ class StepMarks:
         if not budget_mb or not self.mb_per_step or not self._cpu or self._cpu[0] <= 0:
             return False
         ratios = [c / self._cpu[0] for c in self._cpu]
-        return self.mb_per_step * (sum(ratios) + ratios[-1]) > budget_mb
+        return self.mb_per_step * (sum(ratios) + ratios[-1]) + self.stacks_mb > budget_mb
 
     def busy_time_left(self) -> bool:
         """Whether the window may still go on for disturbed steps: at most twice the time the steps asked

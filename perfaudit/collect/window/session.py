@@ -26,9 +26,11 @@ from ..probes.startup import StartupProbe
 from .clock import OwnClock
 from .export import export_trace, write_json
 from .frameworks import detect as detect_framework
+from .parts import WindowProfilers
+from .rank import launched_rank
 from .selection import StepMarks
 from .sizing import Sizer, fit_budget, host_blocks
-from .step_hooks import Interrupted, Spawned, StepHooks, WindowDone, hold_sigint, restore_sigint
+from .step_hooks import Interrupted, Spawned, StepHooks, WindowDone
 from .steps import StepDetector
 
 # torch.compile: the window starts after this many steps without a new compile, and warm-up (and the
@@ -71,6 +73,7 @@ class Session(StepHooks):
         self.marks = StepMarks(self)  # what makes a step unlike a training step (an evaluation pass …)
         self.detector = StepDetector(self._step_boundary, self._restart)
         self.prof = None
+        self.profilers = WindowProfilers(config, self.probes, self.marks)
         self.export_error: str | None = None
         self.write_error: OSError | None = None  # the run folder could not be written (the child exits saying so)
         self.step_rf = None
@@ -124,23 +127,17 @@ class Session(StepHooks):
             return ("after" if self.window_closed else "warmup"), self.steps_ended
         return ("after" if self.window_closed else "window"), self.steps_ended
 
-    stop_after_export: str | None = None
-
     # -- the window ------------------------------------------------------------------------------
     def _start_profiler(self) -> None:
         if self.prof is not None or self.window_closed:
             return
-        from torch.profiler import ProfilerActivity, profile
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu_present() else [])
         self.startup.stop()  # the first steps have ended: start-up is over in any case
         try:
             self.framework = detect_framework()
         except Exception as exc:
             record_internal_error("framework detection", exc)
         self._say("profiling", device="cuda" if gpu_present() else "cpu")
-        self.prof = profile(activities=activities, with_stack=self.config["with_stack"], record_shapes=self.config[
-            "record_shapes"], profile_memory=host_blocks(self.probes.placement, self.config))
-        self.probes.own_profiler = self.prof
+        self.prof = self.profilers.new(self.profilers.wants_stacks(self.step_index, self.warmup))
         self.marks.window_started()
         HostOverhead(self.torch, self.probes.placement).around(self.prof.start, self.probes)
         self.clock.start()
@@ -172,7 +169,8 @@ class Session(StepHooks):
         self.warmup, self.steps, self.config["with_stack"] = fit.warmup, fit.steps, fit.with_stack
         self.wanted_steps = fit.steps
         self.trimmed.update(fit.trimmed)
-        self.marks.mb_per_step = fit.mb_per_step
+        self.profilers.stacked_steps = fit.stacked_steps
+        self.marks.mb_per_step, self.marks.stacks_mb = fit.mb_per_step, fit.stacks_mb
         self._say("sized", mb_per_step=fit.mb_per_step, warmup=self.warmup, steps=self.steps)
 
     def _restart(self, why: str) -> None:
@@ -238,13 +236,17 @@ class Session(StepHooks):
             if not self.full and raise_done:
                 raise WindowDone()
             return
+        with self.signals_held():  # stacks on or off from the next step (parts.py)
+            self.prof = self.profilers.next_part(self.prof, self.step_index, self.warmup,
+                                                 self.step_index - 1 in self.marks.excluded)
         self._open_step()
 
     def _size_next_step(self, compiled: bool) -> None:
         """The first step ended: size the second; once a sized step did not compile and was a
         training step, record from the next."""
         if self.sizing is None:
-            self.sizing = Sizer(self.torch, self._own_profiler, host_blocks(self.probes.placement, self.config))
+            own = lambda prof: setattr(self.probes, "own_profiler", prof)  # noqa: E731
+            self.sizing = Sizer(self.torch, own, host_blocks(self.probes.placement, self.config))
             self.marks.sizing_started()
             self.sizing.start()
             return
@@ -258,9 +260,6 @@ class Session(StepHooks):
         self._fit_budget(*sized)
         self._start_profiler()
 
-    def _own_profiler(self, prof) -> None:
-        self.probes.own_profiler = prof
-
     def _close_window(self, result: dict) -> None:
         if self.window_closed:
             return
@@ -270,32 +269,28 @@ class Session(StepHooks):
         if self.step_rf is not None and result.get("outcome") != Outcome.WINDOW_COMPLETE and self.rank is None:
             self.marks.cut_short(self.step_index)  # stopped mid-step: that step is not averaged in
         self._close_step()
+        with self.signals_held():  # the profiler's stop, result.json, the trace's export
+            self._stop_and_write(result)
+
+    def _stop_and_write(self, result: dict) -> None:
+        if self.prof is not None:  # first: what perfaudit does from here (result.json's probes) is not in the trace
+            self.profilers.stop(self.prof)
         self.marks.settle(self.warmup, self.wanted_steps)
         self.trace_path = None
         # result.json first: a trace lost in export still leaves the outcome (and the probes) on disk
         self._write_result(result, None, with_probes=True)
-        if self.prof is not None:
-            self._say("exporting")
-            self.exporting = True
-            previous_sigint = hold_sigint(self)
-            try:
-                try:
-                    self.prof.stop()
-                except Exception:
-                    pass
-                try:
-                    self.trace_path = export_trace(self.prof, self._path("trace.json"), self._meta(result))
-                except Exception as exc:  # nothing recorded, or the exporter failed (a full disk, say)
-                    self.export_error = f"{type(exc).__name__}: {exc}"[:300]
-                    if isinstance(exc, OSError) and exc.errno in CANNOT_WRITE:
-                        self.write_error = self.write_error or exc
-                    self._say("export_failed", error=str(exc))
-            finally:
-                self.exporting = False
-                restore_sigint(previous_sigint)
-            self._write_result(result, self.trace_path, with_probes=self.trace_path is None)
-        if self.stop_after_export and not self.finished:  # a signal came while the trace was written
-            raise Interrupted(self.stop_after_export)
+        if self.prof is None:
+            return
+        self._say("exporting")
+        try:
+            self.trace_path = export_trace(self.prof, self._path("trace.json"), self._meta(result),
+                                           self.profilers.earlier_parts(), self.profilers.with_stack[-1])
+        except Exception as exc:  # nothing recorded, or the exporter failed (a full disk, say)
+            self.export_error = f"{type(exc).__name__}: {exc}"[:300]
+            if isinstance(exc, OSError) and exc.errno in CANNOT_WRITE:
+                self.write_error = self.write_error or exc
+            self._say("export_failed", error=str(exc))
+        self._write_result(result, self.trace_path, with_probes=self.trace_path is None)
 
     def _count_flops(self) -> None:
         """The model's FLOPs, counted once the script has ended and the window is saved (no torch context
@@ -388,13 +383,3 @@ class Session(StepHooks):
             except Exception as exc:  # the report counts from the op shapes instead
                 record_internal_error("FLOP count", exc)
         self._say("done")
-
-
-def launched_rank() -> int | None:
-    """This process's rank when torchrun (torch.distributed.run) started it, else None."""
-    if "TORCHELASTIC_RUN_ID" not in os.environ and "LOCAL_RANK" not in os.environ:
-        return None
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return None

@@ -2,9 +2,11 @@
 
 One step before the window is sized: a light profiler (no stacks, no shapes) counts its events and
 sys.settrace counts its Python calls. A budget too small for the steps asked for first costs steps
-(warm-up, then measured steps, down to one of each), and only when a single step with stacks does not
-fit are the Python stacks dropped (never silently: the report says file:line is missing and how to get
-it back), unless the user keeps them (`--keep-stacks`)."""
+(warm-up, then measured steps, down to one of each). Where that would leave fewer than MIN_STEPS measured
+steps, the stacks are recorded for the first measured step only, the warm-up and later steps without them
+(profiler sessions merged into the one trace: parts.py), so that the figures still rest on several steps.
+Only when a single step with stacks does not fit are the Python stacks dropped (never silently: the report
+says file:line is missing and how to get it back), unless the user keeps them (`--keep-stacks`)."""
 from __future__ import annotations
 
 import sys
@@ -19,6 +21,7 @@ from ..emulation.cuda_shim import gpu_present
 BYTES_PER_EVENT = 420
 BYTES_PER_PYTHON_CALL = 500
 MARGIN = 0.8  # of the budget: the estimate is within about 10 %
+MIN_STEPS = 3  # measured steps a figure should rest on (fewer: each finding says so)
 
 
 def host_blocks(placement, config: dict) -> bool:
@@ -35,6 +38,8 @@ class Fit:
     with_stack: bool
     mb_per_step: float
     trimmed: dict = field(default_factory=dict)   # what was cut, for the report
+    stacked_steps: int | None = None  # measured steps recorded with stacks when the later ones are not
+    stacks_mb: float = 0.0  # what those steps' stacks add to the trace (mb_per_step is then a step's without)
 
 
 def fit_budget(events: int, calls: int, budget_mb: float | None, warmup: int, steps: int, with_stack: bool,
@@ -52,6 +57,13 @@ def fit_budget(events: int, calls: int, budget_mb: float | None, warmup: int, st
         with_stack, per_step = False, events_mb
         trimmed["stacks"] = "off"
         fit = int(room // max(per_step, 1e-9))
+    if fit < warmup + steps and with_stack and not keep_stacks and min(steps, MIN_STEPS) > max(fit - min(warmup, 1), 1):
+        split = _stacks_on_the_first_step(room, warmup, steps, per_step, events_mb)
+        if split is not None:
+            if split != (warmup, steps):
+                trimmed.update(warmup=split[0], steps=split[1])
+            trimmed.update(stacked_steps=1, estimated_mb_per_step=round(per_step, 2))
+            return Fit(*split, with_stack, events_mb, trimmed, stacked_steps=1, stacks_mb=stacks_mb)
     if fit < warmup + steps:
         new_steps = max(min(steps, fit), 1)
         new_warmup = min(warmup, max(fit - new_steps, 0))
@@ -61,6 +73,19 @@ def fit_budget(events: int, calls: int, budget_mb: float | None, warmup: int, st
         trimmed.update(warmup=warmup, steps=steps)
     trimmed["estimated_mb_per_step"] = round(per_step, 2)
     return Fit(warmup, steps, with_stack, per_step, trimmed)
+
+
+def _stacks_on_the_first_step(room: float, warmup: int, steps: int, stacked_mb: float,
+                              events_mb: float) -> tuple[int, int] | None:
+    """(warm-up, measured steps) when only the first measured step is recorded with stacks (the warm-up and
+    the later steps without: parts.py): at least MIN_STEPS measured (or all asked for), as many as fit, the
+    warm-up kept before measured steps beyond MIN_STEPS; None when even that does not fit."""
+    at_least = min(steps, MIN_STEPS)
+    without = int((room - stacked_mb) // max(events_mb, 1e-9))  # the steps without stacks that fit
+    if 1 + without < at_least:
+        return None
+    w = min(warmup, without - (at_least - 1))
+    return w, min(steps, 1 + without - w)
 
 
 class Sizer:

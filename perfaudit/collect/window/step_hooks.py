@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ...files import why, write_failed_exit
@@ -241,6 +242,20 @@ class StepHooks:
             raise Interrupted(signal.Signals(signum).name)
 
     stop_after_export: str | None = None
+
+    @contextmanager
+    def signals_held(self):
+        """While the trace is written or the profiler switched between steps, a signal is noted, not raised:
+        the work finishes, then the run stops (Interrupted)."""
+        self.exporting = True
+        previous = hold_sigint(self)
+        try:
+            yield
+        finally:
+            self.exporting = False
+            restore_sigint(previous)
+        if self.stop_after_export and not self.finished:
+            raise Interrupted(self.stop_after_export)
 
 
 def hold_sigint(session):

@@ -7,7 +7,7 @@ from ...calls import DEVICE_COPIES, creates_on_host_text
 from ...trace.nesting import innermost
 from ..emulated import PAGEABLE_GBPS, copy_sites, emulated
 from ..registry import Context, Missing, fact
-from ..sites import Site, SiteCollector
+from ..sites import Site, SiteCollector, stacked_only
 from .launches import runtime_of_device
 from .waits import host_waits
 
@@ -114,12 +114,13 @@ def _cpu_copy_sites(ctx: Context) -> list[Site]:
         site = sites.setdefault((path, call.line), Site(
             path, call.line, f.func, call.code, f"{call.call}", True,
             extra={"blocking": blocking, "pageable": bool(unpinned), "estimated": True, "lines": [call.line]}))
-        site.steps_seen.add(step)
+        if step not in ctx.unstacked_steps:
+            site.steps_seen.add(step)
     per_site_ms = batch_bytes / (PAGEABLE_GBPS * 1e9) * 1000.0 / max(len(sites), 1) if unpinned else 0.0
     for site in sites.values():
         site.count = len(site.steps_seen)
         site.ms = per_site_ms * site.count  # estimate, not measured: see PAGEABLE_GBPS
-    return sorted(sites.values(), key=lambda s: (-s.ms, s.line or 0))
+    return stacked_only(ctx, sorted(sites.values(), key=lambda s: (-s.ms, s.line or 0)))
 
 
 @fact("copy.pageable_sites", "Lines whose host-to-device copies come from pageable memory or block "

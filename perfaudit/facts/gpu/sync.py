@@ -162,7 +162,7 @@ def sync_needed(ctx: Context) -> str | None:
     needed = ctx.__dict__.get("_sync_needed") or []
     if not needed:
         return None
-    return "; ".join(f"{s.path}:{s.line} ({s.count / len(ctx.steps):.1f} per step) feeds "
+    return "; ".join(f"{s.path}:{s.line} ({s.per_step(len(ctx.steps))['count_per_step']:.1f} per step) feeds "
                      f"`{s.extra['needed_by']}`" for s in needed)
 
 

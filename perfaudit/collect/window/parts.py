@@ -1,0 +1,85 @@
+"""The window's profiler sessions: one, or several when the trace budget keeps Python stacks for the first
+measured step only (sizing.py). Then the warm-up (whose probes' hooks make its stacks the largest of all)
+and the later steps are recorded without stacks, the first measured step with them: at each change the
+profiler is stopped and kept, the next one started, and all are written into the one trace (export.py)."""
+from __future__ import annotations
+
+from ..emulation.cuda_shim import gpu_present
+from .sizing import host_blocks
+
+MAX_PARTS = 4  # a warm-up that keeps growing (a recompiling step, restarts) stops switching here
+RETRIES = 1    # a step with stacks recorded again in place of one left out (a busy machine's)
+
+
+class WindowProfilers:
+    def __init__(self, config: dict, probes, marks):
+        self.config, self.probes, self.marks = config, probes, marks
+        self.stacked_steps: int | None = None  # measured steps with stacks, when the others go without
+        self.kept: list = []                   # the stopped profilers of the parts before the current one
+        self.with_stack: list[bool] = []       # each part's, the current one's last
+        self.stacked = self.stacked_kept = 0   # measured steps recorded with stacks; those not left out
+        self._stopped: set[int] = set()
+
+    def wants_stacks(self, step_index: int, warmup: int) -> bool:
+        if not self.config["with_stack"]:
+            return False
+        if self.stacked_steps is None:
+            return True
+        return step_index >= warmup and self.stacked_kept < self.stacked_steps and \
+            self.stacked < self.stacked_steps + RETRIES
+
+    def new(self, with_stack: bool):
+        """A torch.profiler session as the window records it; perfaudit's own (no longer neutralised)."""
+        from torch.profiler import ProfilerActivity, profile
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu_present() else [])
+        prof = profile(activities=activities, with_stack=with_stack, record_shapes=self.config["record_shapes"],
+                       profile_memory=host_blocks(self.probes.placement, self.config))
+        self.probes.own_profiler = prof
+        self.with_stack.append(with_stack)
+        return prof
+
+    def next_part(self, prof, step_index: int, warmup: int, left_out: bool):
+        """Between two steps: the profiler for the next step, `prof` itself unless stacks change there (then
+        `prof` is stopped and kept, and the next one started). `left_out`: the step that ended is not measured
+        (a busy machine's): one with stacks is then recorded again, a few times at most."""
+        if self.with_stack[-1] and step_index - 1 >= warmup and self.stacked_steps is not None:
+            self.stacked += 1
+            self.stacked_kept += not left_out
+            if left_out:  # the trace budget counts the step recorded again with stacks
+                self.marks.stacks_mb += self.marks.stacks_mb / self.stacked
+        wanted = self.wants_stacks(step_index, warmup)
+        if wanted == self.with_stack[-1] or len(self.with_stack) >= MAX_PARTS:
+            return prof
+        self.stop(prof)
+        later = self.new(wanted)
+        later.start()
+        self.kept.append(prof)  # last: a Ctrl-C before here leaves `prof` the session's, never a part twice
+        return later
+
+    def stop(self, prof) -> None:
+        """Stops `prof` once: a second stop of a stopped profiler leaves results that crash its export."""
+        if id(prof) in self._stopped:
+            return
+        self._stopped.add(id(prof))
+        try:
+            prof.stop()
+        except Exception:  # nothing was recorded: the export says so
+            pass
+
+    def earlier_parts(self) -> list:
+        """What export_trace writes before the current profiler's steps: (exporter, with stacks) per part."""
+        return [(_Kept(prof, self.probes), stacks) for prof, stacks in zip(self.kept, self.with_stack)]
+
+
+class _Kept:
+    """A stopped profiler of earlier steps, exported as perfaudit's own (every other one is neutralised)."""
+
+    def __init__(self, prof, probes):
+        self.prof, self.probes = prof, probes
+
+    def export_chrome_trace(self, path: str) -> None:
+        own, self.probes.own_profiler = self.probes.own_profiler, self.prof
+        try:
+            self.prof.export_chrome_trace(path)
+        finally:
+            self.probes.own_profiler = own
