@@ -1,10 +1,17 @@
-"""The window's profiler sessions: one, or several when the trace budget keeps Python stacks for the first
-measured step only (sizing.py). Then the warm-up (whose probes' hooks make its stacks the largest of all)
-and the later steps are recorded without stacks, the first measured step with them: at each change the
-profiler is stopped and kept, the next one started, and all are written into the one trace (export.py)."""
+"""The window's profiler sessions: one, or two when the trace budget keeps Python stacks for the first
+measured step only (sizing.py). Then the warm-up and that step are recorded with stacks, the profiler is
+stopped and kept between two steps, another one without stacks records the later steps, and both are
+written into the one trace (export.py).
+
+The switch waits for a step boundary where none of the script's record_function ranges is open (the
+optimizer's own `Optimizer.step#…` range holds a boundary placed at its pre-hook): a range begun under one
+profiler and ended under the next corrupts torch's memory, and the export crashes (closure_trainer.py's
+LBFGS did). Where no boundary is free, the steps keep their stacks and the trace budget cuts them."""
 from __future__ import annotations
 
 from ..emulation.cuda_shim import gpu_present
+from ..probes.host_overhead import HostOverhead
+from ..wrap import patch
 from .sizing import host_blocks
 
 MAX_PARTS = 4  # a warm-up that keeps growing (a recompiling step, restarts) stops switching here
@@ -12,21 +19,22 @@ RETRIES = 1    # a step with stacks recorded again in place of one left out (a b
 
 
 class WindowProfilers:
-    def __init__(self, config: dict, probes, marks):
+    def __init__(self, config: dict, probes, marks, torch):
         self.config, self.probes, self.marks = config, probes, marks
+        self.open_ranges: set[int] = set()  # the record_function ranges open now (ids)
+        self._watch_ranges(torch)
         self.stacked_steps: int | None = None  # measured steps with stacks, when the others go without
         self.kept: list = []                   # the stopped profilers of the parts before the current one
         self.with_stack: list[bool] = []       # each part's, the current one's last
         self.stacked = self.stacked_kept = 0   # measured steps recorded with stacks; those not left out
         self._stopped: set[int] = set()
+        self.calibrated = False
 
     def wants_stacks(self, step_index: int, warmup: int) -> bool:
         if not self.config["with_stack"]:
             return False
-        if self.stacked_steps is None:
-            return True
-        return step_index >= warmup and self.stacked_kept < self.stacked_steps and \
-            self.stacked < self.stacked_steps + RETRIES
+        return self.stacked_steps is None or (self.stacked_kept < self.stacked_steps
+                                              and self.stacked < self.stacked_steps + RETRIES)
 
     def new(self, with_stack: bool):
         """A torch.profiler session as the window records it; perfaudit's own (no longer neutralised)."""
@@ -48,13 +56,37 @@ class WindowProfilers:
             if left_out:  # the trace budget counts the step recorded again with stacks
                 self.marks.stacks_mb += self.marks.stacks_mb / self.stacked
         wanted = self.wants_stacks(step_index, warmup)
-        if wanted == self.with_stack[-1] or len(self.with_stack) >= MAX_PARTS:
+        if wanted == self.with_stack[-1] or len(self.with_stack) >= MAX_PARTS or self.open_ranges:
             return prof
         self.stop(prof)
         later = self.new(wanted)
-        later.start()
+        self.start(later)
         self.kept.append(prof)  # last: a Ctrl-C before here leaves `prof` the session's, never a part twice
         return later
+
+    def start(self, prof) -> None:
+        """Starts `prof`; the first with the host-overhead calibration around its start."""
+        if self.calibrated:
+            prof.start()
+            return
+        import torch
+        self.calibrated = True
+        HostOverhead(torch, self.probes.placement).around(prof.start, self.probes)
+
+    def _watch_ranges(self, torch) -> None:
+        rf = torch.autograd.profiler.record_function
+        enter, leave, ranges = rf.__enter__, rf.__exit__, self.open_ranges
+
+        def entered(r):
+            result = enter(r)
+            ranges.add(id(r))
+            return result
+
+        def left(r, *exc):
+            ranges.discard(id(r))
+            return leave(r, *exc)
+        patch(rf, "__enter__", entered)
+        patch(rf, "__exit__", left)
 
     def stop(self, prof) -> None:
         """Stops `prof` once: a second stop of a stopped profiler leaves results that crash its export."""

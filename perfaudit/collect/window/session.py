@@ -20,7 +20,6 @@ from ..internal import internal_errors, record_internal_error
 from ..probes.compile import CompileProbe
 from ..probes.environment import choose_threads
 from ..probes.flops import FlopProbe
-from ..probes.host_overhead import HostOverhead
 from ..probes.live import Probes
 from ..probes.startup import StartupProbe
 from .clock import OwnClock
@@ -73,7 +72,7 @@ class Session(StepHooks):
         self.marks = StepMarks(self)  # what makes a step unlike a training step (an evaluation pass …)
         self.detector = StepDetector(self._step_boundary, self._restart)
         self.prof = None
-        self.profilers = WindowProfilers(config, self.probes, self.marks)
+        self.profilers = WindowProfilers(config, self.probes, self.marks, torch)
         self.export_error: str | None = None
         self.write_error: OSError | None = None  # the run folder could not be written (the child exits saying so)
         self.step_rf = None
@@ -139,7 +138,7 @@ class Session(StepHooks):
         self._say("profiling", device="cuda" if gpu_present() else "cpu")
         self.prof = self.profilers.new(self.profilers.wants_stacks(self.step_index, self.warmup))
         self.marks.window_started()
-        HostOverhead(self.torch, self.probes.placement).around(self.prof.start, self.probes)
+        self.profilers.start(self.prof)
         self.clock.start()
         self._open_step()
 

@@ -3,8 +3,8 @@
 One step before the window is sized: a light profiler (no stacks, no shapes) counts its events and
 sys.settrace counts its Python calls. A budget too small for the steps asked for first costs steps
 (warm-up, then measured steps, down to one of each). Where that would leave fewer than MIN_STEPS measured
-steps, the stacks are recorded for the first measured step only, the warm-up and later steps without them
-(profiler sessions merged into the one trace: parts.py), so that the figures still rest on several steps.
+steps, the stacks are recorded for the warm-up and the first measured step only, the later steps without
+them (two profiler sessions merged into the one trace: parts.py), so the figures still rest on several steps.
 Only when a single step with stacks does not fit are the Python stacks dropped (never silently: the report
 says file:line is missing and how to get it back), unless the user keeps them (`--keep-stacks`)."""
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Fit:
     mb_per_step: float
     trimmed: dict = field(default_factory=dict)   # what was cut, for the report
     stacked_steps: int | None = None  # measured steps recorded with stacks when the later ones are not
-    stacks_mb: float = 0.0  # what those steps' stacks add to the trace (mb_per_step is then a step's without)
+    stacks_mb: float = 0.0  # what the steps with stacks add to the trace (mb_per_step is then a step's without)
 
 
 def fit_budget(events: int, calls: int, budget_mb: float | None, warmup: int, steps: int, with_stack: bool,
@@ -63,7 +63,7 @@ def fit_budget(events: int, calls: int, budget_mb: float | None, warmup: int, st
             if split != (warmup, steps):
                 trimmed.update(warmup=split[0], steps=split[1])
             trimmed.update(stacked_steps=1, estimated_mb_per_step=round(per_step, 2))
-            return Fit(*split, with_stack, events_mb, trimmed, stacked_steps=1, stacks_mb=stacks_mb)
+            return Fit(*split, with_stack, events_mb, trimmed, stacked_steps=1, stacks_mb=(split[0] + 1) * stacks_mb)
     if fit < warmup + steps:
         new_steps = max(min(steps, fit), 1)
         new_warmup = min(warmup, max(fit - new_steps, 0))
@@ -77,15 +77,14 @@ def fit_budget(events: int, calls: int, budget_mb: float | None, warmup: int, st
 
 def _stacks_on_the_first_step(room: float, warmup: int, steps: int, stacked_mb: float,
                               events_mb: float) -> tuple[int, int] | None:
-    """(warm-up, measured steps) when only the first measured step is recorded with stacks (the warm-up and
-    the later steps without: parts.py): at least MIN_STEPS measured (or all asked for), as many as fit, the
-    warm-up kept before measured steps beyond MIN_STEPS; None when even that does not fit."""
-    at_least = min(steps, MIN_STEPS)
-    without = int((room - stacked_mb) // max(events_mb, 1e-9))  # the steps without stacks that fit
-    if 1 + without < at_least:
+    """(warm-up, measured steps) when the warm-up and the first measured step are recorded with stacks and the
+    later steps without (parts.py): at least MIN_STEPS measured (or all asked for), as many as fit, one warm-up
+    step (where the probes' hooks run, never in a measured step); None when even that does not fit."""
+    w = min(warmup, 1)
+    later = int((room - (w + 1) * stacked_mb) // max(events_mb, 1e-9))  # the steps without stacks that fit
+    if later < 0 or 1 + later < min(steps, MIN_STEPS):
         return None
-    w = min(warmup, without - (at_least - 1))
-    return w, min(steps, 1 + without - w)
+    return w, min(steps, 1 + later)
 
 
 class Sizer:
