@@ -168,7 +168,7 @@ class Session(StepHooks):
         self.warmup, self.steps, self.config["with_stack"] = fit.warmup, fit.steps, fit.with_stack
         self.wanted_steps = fit.steps
         self.trimmed.update(fit.trimmed)
-        self.profilers.stacked_steps = fit.stacked_steps
+        self.profilers.plan(fit.stacked_steps)
         self.marks.mb_per_step, self.marks.stacks_mb = fit.mb_per_step, fit.stacks_mb
         self._say("sized", mb_per_step=fit.mb_per_step, warmup=self.warmup, steps=self.steps)
 
@@ -272,8 +272,6 @@ class Session(StepHooks):
             self._stop_and_write(result)
 
     def _stop_and_write(self, result: dict) -> None:
-        if self.prof is not None:  # first: what perfaudit does from here (result.json's probes) is not in the trace
-            self.profilers.stop(self.prof)
         self.marks.settle(self.warmup, self.wanted_steps)
         self.trace_path = None
         # result.json first: a trace lost in export still leaves the outcome (and the probes) on disk
@@ -281,6 +279,7 @@ class Session(StepHooks):
         if self.prof is None:
             return
         self._say("exporting")
+        self.profilers.stop(self.prof)
         try:
             self.trace_path = export_trace(self.prof, self._path("trace.json"), self._meta(result),
                                            self.profilers.earlier_parts(), self.profilers.with_stack[-1])
