@@ -14,7 +14,6 @@ from ..probes.host_overhead import HostOverhead
 from ..wrap import patch
 from .sizing import host_blocks
 
-MAX_PARTS = 4  # a warm-up that keeps growing (a recompiling step, restarts) stops switching here
 RETRIES = 1    # a step with stacks recorded again in place of one left out (a busy machine's)
 
 
@@ -39,7 +38,7 @@ class WindowProfilers:
         if stacked_steps is not None:
             self._watch_ranges(self.torch)
 
-    def wants_stacks(self, step_index: int, warmup: int) -> bool:
+    def wants_stacks(self) -> bool:
         if not self.config["with_stack"]:
             return False
         return self.stacked_steps is None or (self.stacked_kept < self.stacked_steps
@@ -64,8 +63,8 @@ class WindowProfilers:
             self.stacked_kept += not left_out
             if left_out:  # the trace budget counts the step recorded again with stacks
                 self.marks.stacks_mb += self.marks.stacks_mb / self.stacked
-        wanted = self.wants_stacks(step_index, warmup)
-        if wanted == self.with_stack[-1] or len(self.with_stack) >= MAX_PARTS or self.open_ranges:
+        wanted = self.wants_stacks()  # once off, never on again: one switch at most
+        if wanted == self.with_stack[-1] or self.open_ranges:
             return prof
         self.stop(prof)
         later = self.new(wanted)
@@ -78,9 +77,8 @@ class WindowProfilers:
         if self.calibrated:
             prof.start()
             return
-        import torch
         self.calibrated = True
-        HostOverhead(torch, self.probes.placement).around(prof.start, self.probes)
+        HostOverhead(self.torch, self.probes.placement).around(prof.start, self.probes)
 
     def _watch_ranges(self, torch) -> None:
         rf = torch.autograd.profiler.record_function

@@ -136,7 +136,7 @@ class Session(StepHooks):
         except Exception as exc:
             record_internal_error("framework detection", exc)
         self._say("profiling", device="cuda" if gpu_present() else "cpu")
-        self.prof = self.profilers.new(self.profilers.wants_stacks(self.step_index, self.warmup))
+        self.prof = self.profilers.new(self.profilers.wants_stacks())
         self.marks.window_started()
         self.profilers.start(self.prof)
         self.clock.start()
