@@ -5,9 +5,10 @@ calibration says perfaudit added, give the step the script takes without perfaud
 
 For each script, alternately: `perfaudit run` (the profiled window, stacks on) and a run without the profiler
 (verify's timing child, same window). Prints the profiled step, the step less perfaudit's cost (the
-calibration's µs per recorded event times the events of each step: all of them, or only the Python calls
-and the outermost ops, which is what the projection subtracts from the host's time), and the plain step.
-On `--device cpu` the three are comparable (the same CPU compute in each); the goal: within 10 %.
+calibration's µs per recorded Python call and per recorded op, the device mode's and perfaudit's own frames'
+timed cost: over every event of each step, or over what the projection subtracts from the host's time: the
+Python calls and outermost ops between ops and every event of a fetch), and the plain step. On `--device cpu`
+the three are comparable (the same CPU compute in each); the goal: within 10 %.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from pathlib import Path
 
 from perfaudit.api import RunOptions
 from perfaudit.collect.run.runner import run_script
-from perfaudit.projection.overhead import per_step_us, us_per_event
-from perfaudit.projection.timeline import _Index
+from perfaudit.projection.overhead import OwnCost, event_costs
+from perfaudit.projection.timeline import _Index, _outside
 from perfaudit.trace.parser import load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,17 +37,22 @@ def profiled(script: str, device: str, out: str) -> tuple[float, float, float]:
     trace = load_trace(result.trace_path)
     steps = trace.measured_steps
     measured = statistics.median(s.dur for s in steps) / 1e3
-    every = per_step_us(trace, steps) or [0.0] * len(steps)
-    c = us_per_event(trace) or 0.0
+    costs = event_costs(trace)
+    own = OwnCost(trace, costs) if costs else None
     index = _Index(trace)
-    outer = [c * (_python(trace, s) + len(index.roots(s))) for s in steps]
+    every, outer = [], []
+    for s in steps:
+        if own is None:
+            every.append(0.0)
+            outer.append(0.0)
+            continue
+        fetches = [(max(a, s.ts), min(b, s.end)) for a, b in index.data_ranges(s)]
+        counted, timed = own.in_gaps(s, [n.op for n in _outside(index.roots(s), fetches)], fetches)
+        outer.append(counted + timed + sum(own.between(a, b) for a, b in fetches))
+        every.append(own.between(s.ts, s.end) + timed)
     less_all = statistics.median(s.dur - o for s, o in zip(steps, every)) / 1e3
     less_outer = statistics.median(s.dur - o for s, o in zip(steps, outer)) / 1e3
     return measured, less_all, less_outer
-
-
-def _python(trace, step) -> int:
-    return sum(1 for e in trace.python if step.ts <= e.ts < step.end)
 
 
 def plain(script: str, device: str, out: str) -> float:

@@ -109,7 +109,9 @@ PROBE_FIELDS: dict[str, dict] = {
     # under the profiler, in the trace's `perfaudit#calibration` range
     "host_overhead": {"type": "object", "required": ["iterations", "bare_s", "instrumented_s"], "properties": {
         "iterations": _INT, "rounds": _INT, "bare_s": {"type": ["number", "null"]},
-        "instrumented_s": {"type": ["number", "null"]}, "free_us_per_mib": {"type": ["number", "null"]}}},
+        "instrumented_s": {"type": ["number", "null"]}, "free_us_per_mib": {"type": ["number", "null"]},
+        "python_iterations": _INT, "python_bare_s": {"type": ["number", "null"]},
+        "python_instrumented_s": {"type": ["number", "null"]}}},
 }
 OPTIONAL_FIELDS = {"cuda_emulation", "flops", "device_memory", "host_overhead", "bias_without_norm"}
 SNAPSHOT_SCHEMA = {"type": "object", "required": [k for k in PROBE_FIELDS if k not in OPTIONAL_FIELDS],

@@ -64,13 +64,18 @@ def test_a_notebook_gives_the_findings_of_the_same_code_as_a_script_at_its_cells
     py_proc, py = _run(tmp_path, "train.py")
     assert nb is not None and py is not None, nb_proc.stderr + py_proc.stderr
     assert nb_proc.returncode == py_proc.returncode == 0, nb_proc.stdout + nb_proc.stderr
-    by_rule = {f["rule"]: f["location"] for f in py["findings"]}
+    # the findings at a line: a finding on the whole step (UTIL001) has no cell to map, and whether its ratio of
+    # two measured times clears the threshold in two separate runs is the projection's to test, not this
+    by_rule = {f["rule"]: f["location"] for f in py["findings"] if f["location"]}
     assert {"SYNC001", "COPY001", "DATA001"} <= set(by_rule)
-    assert {f["rule"] for f in nb["findings"]} == set(by_rule)
+    assert {f["rule"] for f in nb["findings"] if f["location"]} == set(by_rule)
     script_lines = (tmp_path / "train.py").read_text().splitlines()
     sources = {n: cell["source"] for n, cell in enumerate(cells, 1)}
     for f in nb["findings"]:
         where = f["location"]
+        if where is None:
+            assert f["rule"] not in by_rule, f["rule"]
+            continue
         assert where["path"].startswith(str(tmp_path / "train.ipynb") + "[cell ")
         cell = int(where["path"].rsplit("[cell ", 1)[1].rstrip("]"))
         nb_line = sources[cell][where["line"] - 1].strip()

@@ -220,7 +220,9 @@ _op = st.fixed_dictionaries({
                              "aten::_local_scalar_dense", "aten::linear", "enumerate(DataLoader)#_x.__next__"]),
     "ts": st.integers(0, 900), "dur": st.integers(0, 300),
     "args": st.fixed_dictionaries({"Input Dims": _dims, "Input type": _types})})
-_calibration = st.fixed_dictionaries({"iterations": st.integers(0, 10), "bare_s": _number, "instrumented_s": _number})
+_calibration = st.fixed_dictionaries({"iterations": st.integers(0, 10), "bare_s": _number, "instrumented_s": _number},
+                                     optional={"python_bare_s": _number, "python_instrumented_s": _number,
+                                               "rounds": st.one_of(st.integers(-2, 2000), st.booleans())})
 
 
 @settings(max_examples=int(os.environ.get('PROJECTION_EXAMPLES', 40)), deadline=None,
@@ -238,7 +240,9 @@ def test_hostile_op_shapes_and_calibration_give_a_finite_projection_or_none(tmp_
                                       "environment": {"emulated_cuda": True}, "cuda_emulation": {"copies": [],
                                       "reads": [], "calls": [], "autocast": []}}},
              "traceEvents": steps + shifted + [{"ph": "X", "cat": "user_annotation", "name": "perfaudit#calibration",
-                                                 "pid": 1, "tid": 1, "ts": -500, "dur": 100}]}
+                                                 "pid": 1, "tid": 1, "ts": -500, "dur": 100},
+                                                {"ph": "X", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": -300,
+                                                 "name": "perfaudit#calibration:python", "dur": 50}]}
     path = tmp_path_factory.mktemp("hostile") / "t.json"
     path.write_text(json.dumps(trace))
     try:

@@ -98,6 +98,63 @@ def test_without_python_calls_a_free_costs_what_the_calibration_says(tmp_path):
     assert kept["step_ms"] - freed["step_ms"] == pytest.approx(32 * 60 / 1e3, abs=0.05)
 
 
+def _calibrated(trace, python_us=1.0, op_us=2.0, n=10):
+    """The run's calibration: n Python calls and n ops in the torch loop's range, n calls in the Python loop's,
+    timed so that a recorded call costs `python_us` and a recorded op `op_us`."""
+    events = trace["traceEvents"]
+    events += [{"ph": "X", "cat": "user_annotation", "name": "perfaudit#calibration:python", "pid": 1, "tid": 1,
+                "ts": -3000, "dur": 100}]
+    for k in range(n):
+        events += [{"ph": "X", "cat": "python_function", "name": "host_overhead.py(40): _layer", "pid": 1, "tid": 1,
+                    "ts": -5000 + 2 * k, "dur": 1},
+                   {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 1, "tid": 1, "ts": -4999 + 2 * k, "dur": 1},
+                   {"ph": "X", "cat": "python_function", "name": "host_overhead.py(60): _python_step", "pid": 1,
+                    "tid": 1, "ts": -3000 + 2 * k, "dur": 1}]
+    trace["perfaudit"]["probes"]["host_overhead"].update(
+        rounds=1, bare_s=0.0, instrumented_s=n * (python_us + op_us) / 1e6, python_bare_s=0.0,
+        python_instrumented_s=n * python_us / 1e6)
+    return trace
+
+
+def _with_busy_fetch(trace, calls=50, ops=25):
+    """Each step's fetch (300 µs) records `calls` Python calls and `ops` ops: a Dataset's __getitem__ per sample."""
+    steps = [e for e in trace["traceEvents"] if e["name"].startswith("enumerate(DataLoader)")]
+    for fetch in steps:
+        for k in range(calls):
+            trace["traceEvents"].append({"ph": "X", "cat": "python_function", "name": "train.py(12): __getitem__",
+                                         "pid": 1, "tid": 1, "ts": fetch["ts"] + 1 + 5 * k, "dur": 2})
+        for k in range(ops):
+            trace["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::select", "pid": 1, "tid": 1,
+                                         "ts": fetch["ts"] + 3 + 10 * k, "dur": 1})
+    return trace
+
+
+def test_what_recording_a_fetch_cost_comes_out_of_the_fetch_and_not_the_steps_python(tmp_path):
+    """A DataLoader fetch in the training process records a call per sample and its ops: in a small model's step
+    they are most of the calls. What recording them cost (here 50 × 1 µs + 25 × 2 µs) comes out of the fetch's
+    time, so the projected wait for data is the fetch's own; the Python between the ops keeps its time."""
+    plain = _projected(tmp_path, "plain", _calibrated(_trace()))
+    busy = _projected(tmp_path, "busy", _with_busy_fetch(_calibrated(_trace())))
+    assert plain["data_wait_ms"] == pytest.approx(0.3, abs=0.01)
+    assert busy["data_wait_ms"] == pytest.approx(0.2, abs=0.01)
+    assert busy["idle_ms"]["host"] == pytest.approx(plain["idle_ms"]["host"], abs=0.005)
+
+
+def test_perfaudits_own_hooks_between_ops_are_not_the_scripts_python(tmp_path):
+    """perfaudit's step hooks and probes run in the script's steps (150 µs of the 3.8 ms of Python before the relu
+    are a hook here): their time is perfaudit's, not the script's, and a GPU machine without perfaudit would not
+    spend it."""
+    def hooked(trace):
+        for step in [e for e in trace["traceEvents"] if e["name"].startswith("ProfilerStep#")]:
+            trace["traceEvents"].append({"ph": "X", "cat": "python_function", "pid": 1, "tid": 1,
+                                         "name": "perfaudit/collect/window/step_hooks.py(113): zero_grad",
+                                         "ts": step["ts"] + 1300, "dur": 150})
+        return trace
+    plain = _projected(tmp_path, "plain", _calibrated(_trace()))
+    hooks = _projected(tmp_path, "hooks", hooked(_calibrated(_trace())))
+    assert plain["step_ms"] - hooks["step_ms"] == pytest.approx(0.15, abs=0.005)
+
+
 def test_one_interrupted_step_among_alike_ones_projects_as_the_others(tmp_path):
     """A 5 ms stall between two ops in one step of four (a hypervisor's steal, a page reclaim: no run-queue
     wait shows it) is the machine, not the script: the projection is the uninterrupted steps'."""

@@ -13,6 +13,7 @@ from operator import attrgetter
 
 from ..trace.model import Event, Step, Trace
 from .kernels import Work
+from .overhead import OwnCost
 from .work import GROUP_OPS, SYNC_OPS, launches, work_of
 
 WAIT_RUNTIME = ("Synchronize", "cudaMemcpy", "hipMemcpy")   # a runtime call the host waits in
@@ -28,6 +29,7 @@ class Item:
     stream: str = "compute"   # compute, comm (a collective), copy
     blocking: bool = False    # a copy the host waits for (pageable memory, or not non_blocking)
     pageable: bool = False    # a host-to-device copy from pageable memory
+    own_us: float = 0.0       # a fetch: what perfaudit's recording cost in it (taken out of host_us last)
 
 
 @dataclass
@@ -129,9 +131,11 @@ class _Index:
 Freed = Callable[[float, float], float]
 
 
-def _gap_items(start: float, end: float, data: list[tuple[float, float]], freed: Freed | None = None) -> list[Item]:
-    """Python time between two ops, a DataLoader fetch in it split off as its own item; `freed(a, b)`: what
-    of a stretch the CPU spent freeing device blocks a GPU would keep (frees.py), left out."""
+def _gap_items(start: float, end: float, data: list[tuple[float, float]], freed: Freed | None = None,
+               own: OwnCost | None = None) -> list[Item]:
+    """Python time between two ops, a DataLoader fetch in it split off as its own item (with what recording
+    its Python calls and ops cost, `own`); `freed(a, b)`: what of a stretch the CPU spent freeing device
+    blocks a GPU would keep (frees.py), left out."""
     def host(a: float, b: float) -> Item:
         return Item("host", host_us=(b - a) - (freed(a, b) if freed is not None else 0.0))
     items, cursor = [], start
@@ -141,7 +145,7 @@ def _gap_items(start: float, end: float, data: list[tuple[float, float]], freed:
             continue
         if d0 > cursor:
             items.append(host(cursor, d0))
-        items.append(Item("data", host_us=d1 - d0))
+        items.append(Item("data", host_us=d1 - d0, own_us=own.between(d0, d1) if own is not None else 0.0))
         cursor = d1
     if end > cursor:
         items.append(host(cursor, end))
@@ -149,15 +153,17 @@ def _gap_items(start: float, end: float, data: list[tuple[float, float]], freed:
 
 
 def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
-         own_cost: Callable[[Step, int], float] | None = None,
+         own_cost: OwnCost | None = None,
          undisturbed: Callable[[Step], float] | None = None, freed: Freed | None = None) -> list[StepPlan]:
     """Each step as items: the gaps between root ops (Python, DataLoader fetches) and each root op as
     `expand` turns it into host time, kernels and syncs. Roots that overlap (two threads) count once.
-    `own_cost(step, root ops)`: what perfaudit added to the step's Python time (µs), taken out of it.
+    `own_cost`: what perfaudit's recording added to the host's time (µs), taken out of the Python gaps and
+    of each fetch, each its own (in a fetch the tracer records every call: in a small model's step over half
+    of the step's calls are the DataLoader's).
     `undisturbed(step)`: the step's duration less its wait for a CPU held by other processes (µs), taken
     out of the host's measured time (_take_out_waits), so a busy machine does not make the host look slow.
     `freed(a, b)`: the host's time between a and b spent freeing what a GPU would keep (frees.py)."""
-    plans, counts, index = [], [], _Index(trace)
+    plans, step_roots, index = [], [], _Index(trace)
     for step in steps:
         items, cursor = [], step.ts
         data = index.data_ranges(step)
@@ -165,7 +171,7 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
         for root in roots:
             op = root.op
             if op.ts > cursor:
-                items.extend(_gap_items(cursor, op.ts, data, freed))
+                items.extend(_gap_items(cursor, op.ts, data, freed, own_cost))
             expanded = expand(root)
             if op.ts < cursor:  # inside what was already counted (another thread): no host time of its own
                 overlap = min(cursor, op.end) - op.ts
@@ -174,15 +180,23 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
             items.extend(expanded)
             cursor = max(cursor, op.end)
         if step.end > cursor:
-            items.extend(_gap_items(cursor, step.end, data, freed))
+            items.extend(_gap_items(cursor, step.end, data, freed, own_cost))
         plans.append(StepPlan(step.number, step.dur, items))
-        counts.append(len(roots))
+        step_roots.append([r.op for r in roots])
     if undisturbed is not None:  # first: perfaudit's own cost is a share of the host's undisturbed time
         _take_out_waits(plans, [max(s.dur - undisturbed(s), 0.0) for s in steps])
     _clip_outliers(plans)
     if own_cost is not None:
-        for step, p, n in zip(steps, plans, counts):
-            _take_out(p.items, own_cost(step, n))
+        fetches = [[(max(a, s.ts), min(b, s.end)) for a, b in index.data_ranges(s)] for s in steps]
+        costs = [own_cost.in_gaps(s, ops, f) for s, ops, f in zip(steps, step_roots, fetches)]
+        # perfaudit's hooks and the device mode do the same each step: a step's timed own cost is at most their
+        # median over the steps (a frame the scheduler preempted holds the wait, already taken out)
+        usual = sorted(timed for _, timed in costs)[len(costs) // 2] if costs else 0.0
+        for p, (counted, timed) in zip(plans, costs):
+            _take_out(p.items, counted + min(timed, usual))
+            for item in p.items:
+                if item.kind == "data":
+                    item.host_us = max(item.host_us - item.own_us, 0.0)
     return plans
 
 

@@ -78,6 +78,9 @@ class Trace:
     memory: dict = field(default_factory=dict)  # "cuda:0" -> peak allocated/reserved bytes ([memory] events)
     # the CPU's allocations (+bytes) and frees (-bytes) of 1 MiB or more: (ts, bytes, address), in file order
     host_blocks: list[tuple[float, int, int]] = field(default_factory=list)
+    # an emulated CUDA run: the outermost frames of perfaudit's device mode around the script's torch calls,
+    # (start, end), by start; taken out of `python` (without_emulation_frames), kept for what they cost
+    emulation_frames: list[tuple[float, float]] = field(default_factory=list)
     _host_by_name: dict | None = field(default=None, init=False, repr=False, compare=False)
 
     def names(self) -> dict[str, list[Event]]:
@@ -177,10 +180,11 @@ def emulated_run(trace: Trace) -> bool:
     return isinstance(env, dict) and env.get("emulated_cuda") is True
 
 
-def without_emulation_frames(python: list[Event]) -> list[Event]:
+def without_emulation_frames(python: list[Event], outermost: list[tuple[float, float]] | None = None) -> list[Event]:
     """The Python events as the script made them: an emulated CUDA run (`--device emulate-cuda`) records
     the mode's frames (and torch's dispatch to it) around every torch call, and the torch call they make
-    (a builtin, so `bool(t)` would show as a `__bool__` call there). Events sorted by start, enclosing first."""
+    (a builtin, so `bool(t)` would show as a `__bool__` call there). Events sorted by start, enclosing first.
+    `outermost`: given a list, the spans of the mode's outermost frames are added to it."""
     kept: list[Event] = []
     open_by_thread: dict = {}
     for ev in python:
@@ -191,5 +195,7 @@ def without_emulation_frames(python: list[Event]) -> list[Event]:
         parent_own = bool(stack) and stack[-1][1]
         if not own and not (parent_own and ev.name.startswith("<built-in")):
             kept.append(ev)
+        elif own and outermost is not None and not any(is_own for _, is_own in stack):
+            outermost.append((ev.ts, ev.end))
         stack.append((ev, own))
     return kept

@@ -340,6 +340,6 @@ def _load(path: str, fast_path: bool, other_ops: tuple) -> Trace:
     for events in (trace.host, trace.device, trace.python):
         sort_by_start(events)
     if emulated_run(trace):
-        trace.python = without_emulation_frames(trace.python)
+        trace.python = without_emulation_frames(trace.python, trace.emulation_frames)
     segment_steps(trace)
     return trace
