@@ -21,6 +21,7 @@ from ..collect.run.options import RunOptions
 from ..collect.run.rundir import finish_run_dir, make_run_dir
 from ..errors import UsageError
 from ..verify import Rounds, Variant, run_ab
+from ..verify.ab import REGRESSION_ROUNDS
 from ..verify.comparison import SHARE_OF_REGRESSION, BisectResult, Commit, Comparison, Diff
 from ..verify.stops import StopRequested, raise_on_signals, signal_name
 from .audit import audit
@@ -193,6 +194,9 @@ def _judge(commit: Commit, v, threshold_pct: float) -> Comparison:
     low, high = 100.0 * s.low_ms / s.mean_a_ms, 100.0 * s.high_ms / s.mean_a_ms
     change = f"{100.0 * s.delta_ms / s.mean_a_ms:+.1f} % [{low:+.1f}, {high:+.1f}]"
     if low > threshold_pct:
+        if v.rounds < REGRESSION_ROUNDS:  # the rounds allowed ran out first (--max-rounds, --max-time)
+            return Comparison(commit, "skip", f"{change}: above +{threshold_pct:.3g} % in {v.rounds} round(s), and a "
+                              f"regression is called on {REGRESSION_ROUNDS} at least", s, v.rounds)
         busy_bar = _busy_bar(threshold_pct, v.busy_share)
         if low <= busy_bar:  # above the bar, but not by more than the load has shifted harmless commits
             return Comparison(commit, "skip", f"{change}: above +{threshold_pct:.3g} %, but the machine was too busy to "

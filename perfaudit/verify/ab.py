@@ -19,6 +19,11 @@ from .gpu_path import check_on_the_gpu_path, run_failure
 from .stats import MIN_STEPS, LossCheck, SpeedChange, loss_check, speed_change, undisturbed_steps
 from .stops import NoteSignals, signal_name
 
+# bisect calls a regression on this many counted rounds at least. Two rounds run A B B A: a neighbour's burst
+# of work over the middle two runs slows both B runs alike, and a CI run of a history without any regression
+# timed a harmless commit wholly above +25 % that way; a third round's B runs after two A runs.
+REGRESSION_ROUNDS = 3
+
 
 @dataclass
 class Rounds:
@@ -301,7 +306,9 @@ def _undecided(a: Runs, b: Runs, plan: Rounds) -> bool:
         return True
     if plan.threshold_pct is not None:  # settled once the interval is wholly on one side of the threshold
         line = s.mean_a_ms * plan.threshold_pct / 100.0
-        return not (s.low_ms > line or s.high_ms < line)
+        if s.low_ms > line:  # a regression is called on REGRESSION_ROUNDS rounds at least (see there)
+            return min(len(a.times), len(b.times)) < REGRESSION_ROUNDS
+        return not s.high_ms < line
     return s.verdict == "no measurable change" and not s.within_tolerance
 
 
