@@ -141,6 +141,21 @@ def sample_report(run_dir):
     return lambda name: _run_json("run", str(SAMPLES / name), run_dir)
 
 
+def survivors(pattern: str, run_dir: str) -> list[str]:
+    """The processes matching `pattern` (pgrep -f) that belong to the run in `run_dir`: a run's children and its
+    DataLoader workers carry its run folder in their environment; other tests run the same scripts beside it."""
+    found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    left = []
+    for pid in found.stdout.split():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # ended meanwhile
+            continue
+        if run_dir.encode() in environ:
+            left.append(pid)
+    return left
+
+
 @pytest.fixture(scope="session")
 def job_report(run_dir):
     """report(script path under the repo, nproc) -> the JSON report of `perfaudit run --nproc-per-node`

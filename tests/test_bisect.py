@@ -110,13 +110,17 @@ def test_sigterm_ends_bisect_with_what_it_timed_and_no_worktree_left(tmp_path):
     repo = tmp_path / "repo"
     history = make_history(repo, commits=4, culprit=2, seed=3, reads=10_000)
     out = tmp_path / "bisect.json"
+    own_tmp = tmp_path / "tmp"  # its worktrees here: the other bisect tests' run beside it (pytest-xdist)
+    own_tmp.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "bisect", "train.py", "--good", history["good"],
                              "--bad", history["bad"], "--rounds", "4", "--max-rounds", "8", "--warmup", "2",
                              "--steps", "200", "--min-time", "2", "--out-dir", str(tmp_path / "runs"), "-o", str(out)],
-                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(own_tmp)})
+    pattern = f"{own_tmp}/perfaudit-bisect-"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # a timed run is in flight once a worktree's script runs
-        found = subprocess.run(["pgrep", "-f", "perfaudit-bisect-.*train.py"], capture_output=True, text=True)
+        found = subprocess.run(["pgrep", "-f", f"{pattern}.*train.py"], capture_output=True, text=True)
         if found.stdout.strip() or proc.poll() is not None:
             break
         time.sleep(0.2)
@@ -133,5 +137,5 @@ def test_sigterm_ends_bisect_with_what_it_timed_and_no_worktree_left(tmp_path):
     assert all(c["verdict"] == "skip" and c["why"].startswith("stopped by SIGTERM") for c in result["comparisons"])
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
     assert len(worktrees.strip().splitlines()) == 1
-    left = subprocess.run(["pgrep", "-f", "perfaudit-bisect-"], capture_output=True, text=True).stdout.strip()
+    left = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.strip()
     assert not left, f"processes left running: {left}"

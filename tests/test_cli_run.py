@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from conftest import ROOT, SAMPLES, perfaudit
+from conftest import ROOT, SAMPLES, perfaudit, survivors
 
 SCRIPTS = ROOT / "tests" / "scripts"
 SCHEMA = json.loads((ROOT / "docs" / "report-schema.json").read_text())
@@ -121,16 +120,7 @@ def test_dataloader_workers_do_not_survive(sample_report):
     """No process of that run is left: its workers carry its run folder in their environment (other tests
     run copy_bad.py at the same time, in their own folders)."""
     run_dir = sample_report("copy_bad.py")["run"]["run_dir"]
-    found = subprocess.run(["pgrep", "-f", "sample_scripts/copy_bad.py"], capture_output=True, text=True)
-    survivors = []
-    for pid in found.stdout.split():
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:  # ended meanwhile
-            continue
-        if run_dir.encode() in environ:
-            survivors.append(pid)
-    assert not survivors
+    assert not survivors("sample_scripts/copy_bad.py", run_dir)
 
 
 @pytest.mark.parametrize("target,message", [
