@@ -397,6 +397,21 @@ def test_a_process_that_dies_while_the_profiler_stops_is_named_and_run_again(tmp
     assert any("run again" in n for n in run_notes(again, RunOptions(), None))
 
 
+@pytest.mark.timing
+def test_a_closure_trainers_steps_turn_over_outside_the_optimizers_range(realistic_reports):
+    """A closure trainer's only point between two steps was the optimizer's pre-hook, inside torch's
+    `Optimizer.step#…` range: the window's profiler started and stopped there, and a range begun under one
+    profiler that ends under another (or none) corrupts torch's memory (closure_trainer.py crashed so in CI).
+    Every step now turns over before the range opens."""
+    from perfaudit.trace.parser import load_trace
+    trace = load_trace(f"{realistic_reports['closure_trainer.py']['run_dir']}/trace.json.gz")
+    ranges = [e for e in trace.host if e.name.startswith("Optimizer.step#")]
+    steps = [e for e in trace.host if e.name.startswith("ProfilerStep#")]
+    assert len(steps) >= 3 and len(ranges) >= len(steps) - 1
+    cut = [s.name for s in steps if any(r.ts < edge < r.end for r in ranges for edge in (s.ts, s.end))]
+    assert not cut, cut
+
+
 # -- fix edits only code that ran --------------------------------------------------------------------------
 def test_fix_leaves_a_determinism_block_the_run_did_not_take(realistic_reports):
     made = realistic_reports["seeded_cnn.py"]  # the audit of the script as it is, shared with test_realistic

@@ -3,10 +3,11 @@ measured step only (sizing.py). Then the warm-up and that step are recorded with
 stopped and kept between two steps, another one without stacks records the later steps, and both are
 written into the one trace (export.py).
 
-The switch waits for a step boundary where none of the script's record_function ranges is open (the
-optimizer's own `Optimizer.step#…` range holds a boundary placed at its pre-hook): a range begun under one
-profiler and ended under the next corrupts torch's memory, and the export crashes (closure_trainer.py's
-LBFGS did). Where no boundary is free, the steps keep their stacks and the trace budget cuts them."""
+The switch waits for a step boundary where none of the script's record_function ranges is open (a range of the
+script's own around its whole step): a range begun under one profiler and ended under the next corrupts
+torch's memory, and the export crashes (closure_trainer.py's did, when its steps turned over inside the
+optimizer's `Optimizer.step#…` range: they now turn over before it opens, step_hooks.py). Where no boundary is
+free, the steps keep their stacks and the trace budget cuts them."""
 from __future__ import annotations
 
 from ..emulation.cuda_shim import gpu_present

@@ -4,6 +4,7 @@ flush point or a step boundary for the session; perfaudit's own error in one nev
 user's script (it is recorded, and the window closes with what it has)."""
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -102,6 +103,7 @@ class StepHooks:
             self._training_activity()
 
         on_undo(register_optimizer_step_pre_hook(self._hook(before_step)).remove)
+        self._flush_before_optimizer_ranges(torch)
         def after_step(opt, args, kwargs):
             self._count_optimizer_step(opt)
             self.detector.optimizer_stepped(_role(opt))
@@ -144,6 +146,29 @@ class StepHooks:
         on_undo(self._stop_inference_watch)
         if self.profiling and self.samples_startup:
             self.startup.start()
+
+    def _flush_before_optimizer_ranges(self, torch) -> None:
+        """A step boundary waiting at an optimizer step is placed before the step's `Optimizer.step#…` range
+        opens, not at its pre-hook inside it: a profiler stopped (the window's end, the sizing's) while a range
+        begun under it is open corrupts torch's memory when the range ends. A closure trainer (LBFGS, Lightning)
+        has no other point between its steps. torch wraps each optimizer class's step once, at its first
+        instance (profile_hook_step): perfaudit's flush goes outside that wrapper."""
+        wrap_step = torch.optim.Optimizer.profile_hook_step
+        active = [True]
+        flush = self._hook(self._training_activity)
+
+        def profile_hook_step(func):
+            hooked = wrap_step(func)
+
+            @functools.wraps(hooked)
+            def step(*args, **kwargs):
+                if active:
+                    flush()
+                return hooked(*args, **kwargs)
+            return step
+
+        patch(torch.optim.Optimizer, "profile_hook_step", staticmethod(profile_hook_step))
+        on_undo(active.clear)  # a class wrapped meanwhile keeps the wrapper: it does nothing from then on
 
     def _hook(self, fn):
         """A step hook as the user's script calls it: perfaudit's own error in it never reaches the
