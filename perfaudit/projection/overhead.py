@@ -74,15 +74,13 @@ def _count(events: list[Event], start: float, end: float) -> int:
     return bisect_left(events, end, key=_TS) - bisect_left(events, start, key=_TS)
 
 
-def _mode_us(trace: Trace, start: float, end: float) -> float:
-    """The emulated device mode's own time in [start, end): each of its outermost frames less the script's
-    calls and ops inside it (the torch call it serves)."""
+def _mode_selves(trace: Trace, start: float, end: float) -> list[tuple[float, float]]:
+    """(start, own time) of each outermost frame of the emulated device's mode that starts in [start, end): the
+    frame less the script's calls and ops inside it (the torch call it serves)."""
     spans = trace.emulation_frames
-    if not spans:
-        return 0.0
-    total = 0.0
+    out = []
     for a, b in spans[bisect_left(spans, (start,)):bisect_left(spans, (end,))]:
-        inside = [e for e in trace.python[bisect_left(trace.python, a, key=_TS):bisect_left(trace.python, b, key=_TS)]]
+        inside = trace.python[bisect_left(trace.python, a, key=_TS):bisect_left(trace.python, b, key=_TS)]
         inside += [e for e in trace.host[bisect_left(trace.host, a, key=_TS):bisect_left(trace.host, b, key=_TS)]
                    if e.kind == "op"]
         inside.sort(key=lambda e: (e.ts, -e.dur))
@@ -91,8 +89,12 @@ def _mode_us(trace: Trace, start: float, end: float) -> float:
             if ev.ts >= reach:
                 inner += min(ev.end, b) - ev.ts
                 reach = ev.end
-        total += max(b - a - inner, 0.0)
-    return total
+        out.append((a, max(b - a - inner, 0.0)))
+    return out
+
+
+def _mode_us(trace: Trace, start: float, end: float) -> float:
+    return sum(own for _, own in _mode_selves(trace, start, end))
 
 
 OWN_FRAMES = "perfaudit/collect/"   # perfaudit's hooks and probes, as the Python tracer names their files
@@ -109,18 +111,33 @@ class OwnCost:
         self.ops = [e for e in trace.host if e.kind == "op"]
         self.frames = _own_frames(trace, self.ops)
         self.frame_starts = [a for a, _ in self.frames]
+        self._mode_starts: list[float] = []
+        self._mode_sums = [0.0]
+
+    def prepare(self, start: float, end: float) -> None:
+        """The device mode's own time in each of its frames between `start` and `end` (the steps replayed),
+        summed once for the queries below."""
+        selves = _mode_selves(self.trace, start, end)
+        self._mode_starts = [a for a, _ in selves]
+        self._mode_sums = [0.0]
+        for _, own in selves:
+            self._mode_sums.append(self._mode_sums[-1] + own)
+
+    def _mode(self, start: float, end: float) -> float:
+        i, j = bisect_left(self._mode_starts, start), bisect_left(self._mode_starts, end)
+        return self._mode_sums[j] - self._mode_sums[i]
 
     def between(self, start: float, end: float) -> float:
         """In a stretch whose whole measured time is kept (a DataLoader fetch in the main process): every Python
         call and op recorded in it, and the device mode's own time there."""
         return (self.costs.python_us * _count(self.python, start, end) + self.costs.op_us * _count(self.ops, start, end)
-                + _mode_us(self.trace, start, end))
+                + self._mode(start, end))
 
     def in_gaps(self, step: Step, roots: list[Event], fetches: list[tuple[float, float]]) -> tuple[float, float]:
-        """In a step's time outside its root ops and its fetches: the Python calls the tracer recorded, the root
-        ops' entry and exit (what an op costs inside it, the projection replaces anyway); and apart, what was timed
-        rather than counted: the device mode's own time around the script's torch calls and perfaudit's own frames
-        there (a frame the scheduler preempted holds the wait too, which plan() takes out once)."""
+        """In a step's time outside its root ops and its fetches: what was counted (the Python calls the tracer
+        recorded, the root ops' entry and exit: what an op costs inside it, the projection replaces anyway), and
+        what was timed (the device mode's own time around the script's torch calls, prepare() first, and
+        perfaudit's own frames there: one the scheduler preempted holds the wait too, see plan())."""
         starts = [r.ts for r in roots]
 
         def placed(a: float, b: float) -> bool:  # not inside an op (modelled), not beside a fetch (the fetch's own)
@@ -130,7 +147,7 @@ class OwnCost:
                   self.frames[bisect_left(self.frame_starts, step.ts):bisect_left(self.frame_starts, step.end)]
                   if placed(a, b)]
         calls = _count(self.python, step.ts, step.end) - sum(_count(self.python, a, b) for a, b in fetches + frames)
-        mode = _mode_us(self.trace, step.ts, step.end) - sum(_mode_us(self.trace, a, b) for a, b in fetches)
+        mode = self._mode(step.ts, step.end) - sum(self._mode(a, b) for a, b in fetches + frames)  # timed once
         return (self.costs.python_us * max(calls, 0) + self.costs.op_us * len(roots),
                 max(mode, 0.0) + sum(b - a for a, b in frames))
 

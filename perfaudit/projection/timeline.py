@@ -164,6 +164,8 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
     out of the host's measured time (_take_out_waits), so a busy machine does not make the host look slow.
     `freed(a, b)`: the host's time between a and b spent freeing what a GPU would keep (frees.py)."""
     plans, step_roots, index = [], [], _Index(trace)
+    if own_cost is not None and steps:
+        own_cost.prepare(steps[0].ts, steps[-1].end)
     for step in steps:
         items, cursor = [], step.ts
         data = index.data_ranges(step)
@@ -189,11 +191,12 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
     if own_cost is not None:
         fetches = [[(max(a, s.ts), min(b, s.end)) for a, b in index.data_ranges(s)] for s in steps]
         costs = [own_cost.in_gaps(s, ops, f) for s, ops, f in zip(steps, step_roots, fetches)]
-        # perfaudit's hooks and the device mode do the same each step: a step's timed own cost is at most their
-        # median over the steps (a frame the scheduler preempted holds the wait, already taken out)
-        usual = sorted(timed for _, timed in costs)[len(costs) // 2] if costs else 0.0
-        for p, (counted, timed) in zip(plans, costs):
-            _take_out(p.items, counted + min(timed, usual))
+        # the mode and perfaudit's hooks do about the same each step: what a step's timed part has beyond their
+        # first quartile over the steps is, as far as the step waited for a CPU, that wait (taken out above)
+        usual = sorted(timed for _, timed in costs)[len(costs) // 4] if costs else 0.0
+        waits = [max(s.dur - undisturbed(s), 0.0) for s in steps] if undisturbed is not None else [0.0] * len(steps)
+        for p, (counted, timed), wait in zip(plans, costs, waits):
+            _take_out(p.items, counted + timed - min(max(timed - usual, 0.0), wait))
             for item in p.items:
                 if item.kind == "data":
                     item.host_us = max(item.host_us - item.own_us, 0.0)
