@@ -239,7 +239,9 @@ def test_each_fix_is_measured_on_its_own_and_anomaly_mode_off_is_faster(tmp_path
     assert all(f["rules"] == [name] and f["loss"]["verdict"] == "same" for name, f in fixes.items())
     debug = fixes["DEBUG001"]
     if at_limit and "DEBUG001" in stopped:
-        assert debug["speed"]["verdict"] == "no measurable change" and "busy machine" in " ".join(result["notes"])
+        # undecided in the noise, or with too few undisturbed steps for an interval at all
+        assert debug["speed"]["verdict"] in ("no measurable change", "too few steps")
+        assert "busy machine" in " ".join(result["notes"])
         return
     assert debug["passed"] and debug["speed"]["verdict"] == "faster" and debug["speed"]["interval_ms"][1] < 0
     # the model's FLOP rate at A's and B's step times (no MFU on a CPU), beside the audit's prediction

@@ -178,6 +178,30 @@ class Context:
         without = self.steps_without_stacks
         return without if len(without) < len(self.steps) else frozenset()
 
+    @cached_property
+    def site_steps(self) -> list[Step]:
+        """The steps a finding's lines come from (sites.py): the measured steps, less those without Python stacks
+        when others have them; when no measured step has stacks but a recorded step left out only for waiting
+        for a CPU does (the trace budget kept stacks for the first measured step, and a busy machine left it
+        out), those: what a step does, its lines and their counts, is not the load's."""
+        if self.unstacked_steps:
+            return [s for i, s in enumerate(self.steps) if i not in self.unstacked_steps]
+        if self.steps and len(self.steps_without_stacks) == len(self.steps):
+            starts = [e.ts for e in self.need_trace().python]
+            stacked = [s for s in self.load_independent_steps
+                       if bisect_left(starts, s.end) > bisect_left(starts, s.ts)]
+            if stacked:
+                return stacked
+        return self.steps
+
+    def site_step_of(self, ts: float) -> int | None:
+        """Index into self.site_steps of the step containing ts, or None."""
+        steps = self.site_steps
+        if steps is self.steps:
+            return self.step_of(ts)
+        i = bisect_right([s.ts for s in steps], ts) - 1
+        return i if i >= 0 and ts <= steps[i].end else None
+
     def step_of(self, ts: float) -> int | None:
         """Index into self.steps of the measured step containing ts, or None."""
         i = bisect_right(self._step_starts, ts) - 1

@@ -20,8 +20,8 @@ class Site:
     ms: float = 0.0           # time measured for them (host wait, copy or kernel time)
     steps_seen: set = field(default_factory=set)
     extra: dict = field(default_factory=dict)
-    # the measured steps its evidence was counted over when not all: those recorded with Python stacks, when
-    # the trace budget kept them for the first step only (Context.unstacked_steps)
+    # the steps its evidence was counted over when not the measured ones: those recorded with Python stacks,
+    # when the trace budget kept them for the first step only (Context.site_steps)
     over_steps: int | None = None
 
     def per_step(self, n_steps: int) -> dict:
@@ -54,8 +54,8 @@ class SiteCollector:
         if attributions is None:
             attributions = self.ctx.frames.attribute_all([item[0] for item in items]) if self.ctx.frames else {}
         for anchor, counted, ms, detail in items:
-            step = self.ctx.step_of(counted.ts)
-            if step is None or step in self.ctx.unstacked_steps:  # no line to give it: see Site.over_steps
+            step = self.ctx.site_step_of(counted.ts)
+            if step is None:  # not a measured step, or one without a line to give it: see Site.over_steps
                 continue
             att = attributions.get(id(anchor))
             if att is None:
@@ -82,7 +82,7 @@ class SiteCollector:
 def stacked_only(ctx: Context, sites: list[Site]) -> list[Site]:
     """Sites counted over the steps recorded with Python stacks alone say so (their figures per step are
     over those steps), when the trace has steps without."""
-    if ctx.unstacked_steps:
+    if ctx.site_steps is not ctx.steps:
         for site in sites:
-            site.over_steps = len(ctx.steps) - len(ctx.unstacked_steps)
+            site.over_steps = len(ctx.site_steps)
     return sites

@@ -176,8 +176,13 @@ def context_notes(ctx: Context) -> list[str]:
                      "rest without, to stay within the trace budget): a finding's figures at a file:line come from "
                      "those steps; the step times and totals from all of them")
     elif measured and len(ctx.steps_without_stacks) == measured:
-        notes.append("Python stacks were recorded only for steps that are not measured (the trace budget kept them "
-                     "for one step, and it was left out): findings have no file:line")
+        if ctx.site_steps is not ctx.steps:
+            notes.append(f"Python stacks were recorded only for {len(ctx.site_steps)} step(s) left out of the times "
+                         "for waiting on a busy CPU (the trace budget kept them for one step): a finding's lines and "
+                         "counts come from those, its times from the measured steps")
+        else:
+            notes.append("Python stacks were recorded only for steps that are not measured (the trace budget kept "
+                         "them for one step, and it was left out): findings have no file:line")
     return notes
 
 
