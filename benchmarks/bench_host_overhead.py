@@ -40,6 +40,8 @@ def profiled(script: str, device: str, out: str) -> tuple[float, float, float]:
     costs = event_costs(trace)
     own = OwnCost(trace, costs) if costs else None
     index = _Index(trace)
+    if own is not None:
+        own.prepare(steps[0].ts, steps[-1].end, index.data_starts)
     every, outer = [], []
     for s in steps:
         if own is None:

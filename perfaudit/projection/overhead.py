@@ -98,7 +98,6 @@ def _mode_us(trace: Trace, start: float, end: float) -> float:
 
 
 OWN_FRAMES = "perfaudit/collect/"   # perfaudit's hooks and probes, as the Python tracer names their files
-DATALOADER = "enumerate(DataLoader)#"
 
 
 class OwnCost:
@@ -108,15 +107,21 @@ class OwnCost:
 
     def __init__(self, trace: Trace, costs: EventCosts):
         self.costs, self.trace, self.python = costs, trace, trace.python
-        self.ops = [e for e in trace.host if e.kind == "op"]
-        self.frames = _own_frames(trace, self.ops)
-        self.frame_starts = [a for a, _ in self.frames]
+        self.ops: list[Event] = []
+        self.frames: list[tuple[float, float]] = []
+        self.frame_starts: list[float] = []
         self._mode_starts: list[float] = []
         self._mode_sums = [0.0]
 
-    def prepare(self, start: float, end: float) -> None:
-        """The device mode's own time in each of its frames between `start` and `end` (the steps replayed),
-        summed once for the queries below."""
+    def prepare(self, start: float, end: float, fetch_starts: list[float]) -> None:
+        """Before the queries below, over the steps replayed (`start` to `end`, the trace's DataLoader fetches
+        starting at `fetch_starts`): their ops, perfaudit's own frames, and the device mode's own time in each
+        of its frames, summed once."""
+        host = self.trace.host[bisect_left(self.trace.host, start, key=_TS):bisect_left(self.trace.host, end, key=_TS)]
+        self.ops = [e for e in host if e.kind == "op"]
+        python = self.python[bisect_left(self.python, start, key=_TS):bisect_left(self.python, end, key=_TS)]
+        self.frames = _own_frames(python, [e.ts for e in self.ops], fetch_starts)
+        self.frame_starts = [a for a, _ in self.frames]
         selves = _mode_selves(self.trace, start, end)
         self._mode_starts = [a for a, _ in selves]
         self._mode_sums = [0.0]
@@ -152,13 +157,11 @@ class OwnCost:
                 max(mode, 0.0) + sum(b - a for a, b in frames))
 
 
-def _own_frames(trace: Trace, op_events: list[Event]) -> list[tuple[float, float]]:
-    """perfaudit's outermost frames that hold none of the script's work: no op and no DataLoader fetch starts
-    inside them. Sorted by start."""
-    ops = [e.ts for e in op_events]
-    fetch_starts = [e.ts for e in trace.host if e.name.startswith(DATALOADER)]
+def _own_frames(python: list[Event], ops: list[float], fetch_starts: list[float]) -> list[tuple[float, float]]:
+    """perfaudit's outermost frames among `python` that hold none of the script's work: no op and no DataLoader
+    fetch starts inside them. Sorted by start."""
     frames: list[tuple[float, float]] = []
-    for ev in trace.python:  # sorted by start, the enclosing first
+    for ev in python:  # sorted by start, the enclosing first
         if not ev.name.startswith(OWN_FRAMES) or (frames and ev.ts < frames[-1][1]):
             continue
         if any(bisect_left(starts, ev.end) > bisect_left(starts, ev.ts) for starts in (ops, fetch_starts)):

@@ -165,7 +165,7 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
     `freed(a, b)`: the host's time between a and b spent freeing what a GPU would keep (frees.py)."""
     plans, step_roots, index = [], [], _Index(trace)
     if own_cost is not None and steps:
-        own_cost.prepare(steps[0].ts, steps[-1].end)
+        own_cost.prepare(steps[0].ts, steps[-1].end, index.data_starts)
     for step in steps:
         items, cursor = [], step.ts
         data = index.data_ranges(step)
