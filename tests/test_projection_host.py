@@ -155,6 +155,59 @@ def test_perfaudits_own_hooks_between_ops_are_not_the_scripts_python(tmp_path):
     assert plain["step_ms"] - hooks["step_ms"] == pytest.approx(0.15, abs=0.005)
 
 
+def _hooked(trace, hook_us=150):
+    """perfaudit's step hook in each step's Python between the addmm and the relu."""
+    for step in [e for e in trace["traceEvents"] if e["name"].startswith("ProfilerStep#")]:
+        trace["traceEvents"].append({"ph": "X", "cat": "python_function", "pid": 1, "tid": 1,
+                                     "name": "perfaudit/collect/window/step_hooks.py(113): zero_grad",
+                                     "ts": step["ts"] + 1300, "dur": hook_us})
+    return trace
+
+
+def _stalled(trace, step, into_us, lost_us, measured):
+    """The CPU taken away for `lost_us` at `into_us` into step `step` (what ran across that point lasts longer,
+    what came after starts later); `measured`: the window measured it as the step's wait for a CPU."""
+    at = next(e["ts"] for e in trace["traceEvents"] if e["name"] == f"ProfilerStep#{step}") + into_us
+    for e in trace["traceEvents"]:
+        if e["ts"] >= at:
+            e["ts"] += lost_us
+        elif e["ts"] + e.get("dur", 0) > at:
+            e["dur"] += lost_us
+    if measured:
+        steps = sum(1 for e in trace["traceEvents"] if e["name"].startswith("ProfilerStep#"))
+        trace["perfaudit"]["window"] = {"step_waited_ms": [lost_us / 1e3 if n == step else 0.0 for n in range(steps)]}
+    return trace
+
+
+@pytest.mark.parametrize("measured", [True, False], ids=["wait measured", "no wait shows"])
+def test_a_stall_inside_perfaudits_own_hook_is_taken_out_once(tmp_path, measured):
+    """The scheduler (or a page reclaim) takes the CPU away while perfaudit's own step hook runs, in one step of
+    five: that time is neither the script's nor perfaudit's usual cost. Whether the window measured it as a
+    wait for a CPU or nothing shows it, the step projects as the others, the stall taken out once."""
+    calm = _projected(tmp_path, "calm", _hooked(_calibrated(_trace(steps=5))))
+    stalled = _projected(tmp_path, "stalled",
+                         _stalled(_hooked(_calibrated(_trace(steps=5))), 2, 1375, 10_000, measured))
+    assert stalled["step_ms"] == pytest.approx(calm["step_ms"], rel=0.02)
+    assert stalled["idle_ms"]["host"] == pytest.approx(calm["idle_ms"]["host"], rel=0.03)
+
+
+def test_a_wait_in_a_rarer_steps_fetch_comes_out_of_that_fetch(tmp_path):
+    """An epoch's last step fetches twice (the iterator ends, a new one starts): its shape is its own. The CPU
+    taken away in its first fetch, as the window measured it, comes out of that fetch, not out of the step's
+    other parts in proportion: its projected wait for data is the calm run's."""
+    def epoch_end(trace):
+        step = next(e for e in trace["traceEvents"] if e["name"] == "ProfilerStep#3")
+        trace["traceEvents"].append({"ph": "X", "cat": "user_annotation", "pid": 1, "tid": 1, "dur": 300,
+                                     "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                                     "ts": step["ts"] + 950})
+        return trace
+    calm = _projected(tmp_path, "calm", epoch_end(_calibrated(_trace(steps=6))))
+    waited = _projected(tmp_path, "waited",
+                        _stalled(epoch_end(_calibrated(_trace(steps=6))), 3, 150, 8000, measured=True))
+    assert waited["step_ms"] == pytest.approx(calm["step_ms"], rel=0.02)
+    assert waited["data_wait_ms"] == pytest.approx(calm["data_wait_ms"], rel=0.05)
+
+
 def test_one_interrupted_step_among_alike_ones_projects_as_the_others(tmp_path):
     """A 5 ms stall between two ops in one step of four (a hypervisor's steal, a page reclaim: no run-queue
     wait shows it) is the machine, not the script: the projection is the uninterrupted steps'."""

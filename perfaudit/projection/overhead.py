@@ -138,6 +138,13 @@ class OwnCost:
         return (self.costs.python_us * _count(self.python, start, end) + self.costs.op_us * _count(self.ops, start, end)
                 + self._mode(start, end))
 
+    def timed(self, start: float, end: float) -> float:
+        """In a Python gap between two root ops (outside any fetch): the time of perfaudit's own frames starting
+        in it, and the device mode's own time outside them (prepare() first)."""
+        i, j = bisect_left(self.frame_starts, start), bisect_left(self.frame_starts, end)
+        frames = [(a, min(b, end)) for a, b in self.frames[i:j]]
+        return max(self._mode(start, end) - sum(self._mode(a, b) for a, b in frames), 0.0) + sum(b - a for a, b in frames)
+
     def in_gaps(self, step: Step, roots: list[Event], fetches: list[tuple[float, float]]) -> tuple[float, float]:
         """In a step's time outside its root ops and its fetches: what was counted (the Python calls the tracer
         recorded, the root ops' entry and exit: what an op costs inside it, the projection replaces anyway), and

@@ -14,29 +14,12 @@ from operator import attrgetter
 from ..trace.model import Event, Step, Trace
 from .kernels import Work
 from .overhead import OwnCost
+from .plans import Item, StepPlan, clip_outliers, take_out, take_out_own_rest, take_out_usual_own, take_out_waits
 from .work import GROUP_OPS, SYNC_OPS, launches, work_of
 
 WAIT_RUNTIME = ("Synchronize", "cudaMemcpy", "hipMemcpy")   # a runtime call the host waits in
 _TS = attrgetter("ts")
 DATALOADER = "enumerate(DataLoader)#"
-
-
-@dataclass(slots=True)
-class Item:
-    kind: str                 # host, launch, sync, data, copy
-    host_us: float = 0.0      # the host's own time (Python, dispatch, a fetch in the main process)
-    gpu_us: float = 0.0       # device time queued (launch, copy)
-    stream: str = "compute"   # compute, comm (a collective), copy
-    blocking: bool = False    # a copy the host waits for (pageable memory, or not non_blocking)
-    pageable: bool = False    # a host-to-device copy from pageable memory
-    own_us: float = 0.0       # a fetch: what perfaudit's recording cost in it (taken out of host_us last)
-
-
-@dataclass
-class StepPlan:
-    number: int
-    measured_us: float
-    items: list[Item] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -137,7 +120,8 @@ def _gap_items(start: float, end: float, data: list[tuple[float, float]], freed:
     its Python calls and ops cost, `own`); `freed(a, b)`: what of a stretch the CPU spent freeing device
     blocks a GPU would keep (frees.py), left out."""
     def host(a: float, b: float) -> Item:
-        return Item("host", host_us=(b - a) - (freed(a, b) if freed is not None else 0.0))
+        return Item("host", host_us=(b - a) - (freed(a, b) if freed is not None else 0.0),
+                    own_us=own.timed(a, b) if own is not None else 0.0)
     items, cursor = [], start
     for d0, d1 in data:
         d0, d1 = max(d0, start), min(d1, end)
@@ -161,7 +145,7 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
     of each fetch, each its own (in a fetch the tracer records every call: in a small model's step over half
     of the step's calls are the DataLoader's).
     `undisturbed(step)`: the step's duration less its wait for a CPU held by other processes (µs), taken
-    out of the host's measured time (_take_out_waits), so a busy machine does not make the host look slow.
+    out of the host's measured time (plans.take_out_waits), so a busy machine does not make the host look slow.
     `freed(a, b)`: the host's time between a and b spent freeing what a GPU would keep (frees.py)."""
     plans, step_roots, index = [], [], _Index(trace)
     if own_cost is not None and steps:
@@ -185,21 +169,16 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
             items.extend(_gap_items(cursor, step.end, data, freed, own_cost))
         plans.append(StepPlan(step.number, step.dur, items))
         step_roots.append([r.op for r in roots])
+    take_out_usual_own(plans)
+    before = {id(i): i.host_us for p in plans for i in p.items if i.kind == "host"}
     if undisturbed is not None:  # first: perfaudit's own cost is a share of the host's undisturbed time
-        _take_out_waits(plans, [max(s.dur - undisturbed(s), 0.0) for s in steps])
-    _clip_outliers(plans)
+        take_out_waits(plans, [max(s.dur - undisturbed(s), 0.0) for s in steps])
+    clip_outliers(plans)
     if own_cost is not None:
+        take_out_own_rest(plans, before)
         fetches = [[(max(a, s.ts), min(b, s.end)) for a, b in index.data_ranges(s)] for s in steps]
-        costs = [own_cost.in_gaps(s, ops, f) for s, ops, f in zip(steps, step_roots, fetches)]
-        # the mode and perfaudit's hooks do about the same each step: what a step's timed part has beyond their
-        # first quartile over the steps is, as far as the step waited for a CPU, that wait (taken out above)
-        usual = sorted(timed for _, timed in costs)[len(costs) // 4] if costs else 0.0
-        waits = [max(s.dur - undisturbed(s), 0.0) for s in steps] if undisturbed is not None else [0.0] * len(steps)
-        for p, (counted, timed), wait in zip(plans, costs, waits):
-            _take_out(p.items, counted + timed - min(max(timed - usual, 0.0), wait))
-            for item in p.items:
-                if item.kind == "data":
-                    item.host_us = max(item.host_us - item.own_us, 0.0)
+        for p, s, ops, f in zip(plans, steps, step_roots, fetches):
+            take_out(p.items, own_cost.in_gaps(s, ops, f)[0])   # the calls and ops the tracer recorded
     return plans
 
 
@@ -216,73 +195,6 @@ def _outside(roots: list[_Node], ranges: list[tuple[float, float]]) -> list[_Nod
             continue
         out.append(root)
     return out
-
-
-def _take_out(items: list[Item], us: float) -> None:
-    """perfaudit's own cost out of the Python time between ops, in proportion (never below none)."""
-    gaps = [i for i in items if i.kind == "host"]
-    total = sum(i.host_us for i in gaps)
-    if total <= 0 or us <= 0:
-        return
-    keep = max(1.0 - us / total, 0.0)
-    for item in gaps:
-        item.host_us *= keep
-
-
-MEASURED = ("host", "data")   # the host's own measured time: Python gaps, ops' CPU time, fetches in the main process
-
-
-def _take_out_waits(plans: list[StepPlan], waited: list[float]) -> None:
-    """Each step's wait for a CPU (µs) out of its measured host time. The scheduler takes the CPU away in
-    slices, each lengthening the part of the step it lands in: first out of what a part exceeds that part's
-    first quartile over the steps of the same shape (load only lengthens, and a low quartile holds when most
-    steps were hit in the same long part), the rest in proportion to the step (a slice lands in the ops'
-    own time as often as in the host's parts, by their length)."""
-    shapes: dict[tuple, list[StepPlan]] = {}
-    for p in plans:
-        shapes.setdefault(tuple(i.kind for i in p.items), []).append(p)
-    usual = {shape: [sorted(q.items[n].host_us for q in alike)[len(alike) // 4] for n in range(len(shape))]
-             for shape, alike in shapes.items() if len(alike) >= 3}
-    for p, wait in zip(plans, waited):
-        if wait <= 0 or p.measured_us <= 0:
-            continue
-        rest = p.measured_us
-        typical = usual.get(tuple(i.kind for i in p.items))
-        if typical:
-            for over, item in sorted(((i.host_us - q, i) for i, q in zip(p.items, typical) if i.kind in MEASURED),
-                                     key=lambda pair: -pair[0]):
-                cut = min(max(over, 0.0), wait)
-                item.host_us -= cut
-                wait -= cut
-                rest -= cut
-        keep = max(1.0 - wait / rest, 0.0) if rest > 0 else 1.0
-        for item in p.items:
-            if item.kind in MEASURED:
-                item.host_us *= keep
-
-
-OUTLIER = 3.0        # a part of a step this many times its median over the steps of the same shape …
-OUTLIER_US = 100.0   # … and this much longer is an interruption, not the script's work
-
-
-def _clip_outliers(plans: list[StepPlan]) -> None:
-    """Each measured part of a step (a Python gap, a fetch in the main process) at most OUTLIER times its median
-    over the steps of the same shape, plus OUTLIER_US: a 3 ms gap between two ops that take 0.1 ms apart in
-    every other step is the machine (a hypervisor's steal, a page reclaim), which no run-queue wait shows,
-    not the script. What every step does, or most, stays."""
-    shapes: dict[tuple, list[StepPlan]] = {}
-    for p in plans:
-        shapes.setdefault(tuple(i.kind for i in p.items), []).append(p)
-    for shape, alike in shapes.items():
-        if len(alike) < 3:
-            continue
-        for n, kind in enumerate(shape):
-            if kind not in MEASURED:
-                continue
-            times = sorted(q.items[n].host_us for q in alike)
-            bound = OUTLIER * times[len(times) // 2] + OUTLIER_US
-            for q in alike:
-                q.items[n].host_us = min(q.items[n].host_us, bound)
 
 
 # -- a CPU trace: each op's kernels from its shapes ---------------------------------------------------------------

@@ -1,0 +1,139 @@
+"""A step as the simulation replays it (`StepPlan`, a list of `Item`s), and what of the host's measured time in
+it was the script's: perfaudit's own frames and the emulated device's mode, the wait for a CPU that other
+processes held, and an interruption no wait shows, each taken out once (timeline.plan() calls them in order)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Item:
+    kind: str                 # host, launch, sync, data, copy
+    host_us: float = 0.0      # the host's own time (Python, dispatch, a fetch in the main process)
+    gpu_us: float = 0.0       # device time queued (launch, copy)
+    stream: str = "compute"   # compute, comm (a collective), copy
+    blocking: bool = False    # a copy the host waits for (pageable memory, or not non_blocking)
+    pageable: bool = False    # a host-to-device copy from pageable memory
+    own_us: float = 0.0       # what perfaudit's recording cost in it: a fetch's calls and ops; a Python gap's
+                              # own frames and device mode
+
+
+@dataclass
+class StepPlan:
+    number: int
+    measured_us: float
+    items: list[Item] = field(default_factory=list)
+
+
+MEASURED = ("host", "data")   # the host's own measured time: Python gaps, ops' CPU time, fetches in the main process
+OUTLIER = 3.0        # a part of a step this many times its median over the steps of the same shape …
+OUTLIER_US = 100.0   # … and this much longer is an interruption, not the script's work
+
+
+def _shape(p: StepPlan) -> tuple:
+    return tuple(i.kind for i in p.items)
+
+
+def _typical(plans: list[StepPlan], value: Callable[[Item], float], rank: float) -> list[list[float | None]]:
+    """Each plan's items' typical `value`: its `rank` quantile over the steps of the same shape, at least three
+    of them. A step of a rarer shape (an epoch's end, a logging step) takes the commonest shape's values where
+    its items line up with them, from its start and from its end; None for the rest."""
+    shapes: dict[tuple, list[StepPlan]] = {}
+    for p in plans:
+        shapes.setdefault(_shape(p), []).append(p)
+    common: dict[tuple, list[float | None]] = {
+        shape: [sorted(value(q.items[n]) for q in alike)[int(len(alike) * rank)] for n in range(len(shape))]
+        for shape, alike in shapes.items() if len(alike) >= 3}
+    ref = max(common, key=lambda shape: len(shapes[shape]), default=None)
+    return [common.get(_shape(p)) or _lined_up(_shape(p), ref, common[ref] if ref else []) for p in plans]
+
+
+def _lined_up(shape: tuple, ref: tuple | None, values: list[float | None]) -> list[float | None]:
+    out: list[float | None] = [None] * len(shape)
+    if ref is None:
+        return out
+    n = min(len(shape), len(ref))
+    head = next((i for i in range(n) if shape[i] != ref[i]), n)
+    tail = next((i for i in range(n - head) if shape[-1 - i] != ref[-1 - i]), n - head)
+    out[:head] = values[:head]
+    for i in range(1, tail + 1):
+        out[-i] = values[-i]
+    return out
+
+
+def take_out_usual_own(plans: list[StepPlan]) -> None:
+    """perfaudit's own frames and the device mode do the same each step: of each Python gap's own time, what is
+    usual for it (its first quartile over the steps, see _typical) comes out now; what is beyond (`own_us`
+    left) was an interruption, which the wait for a CPU or the outlier clip may take out first
+    (take_out_own_rest after them)."""
+    for p, usual in zip(plans, _typical(plans, lambda i: i.own_us, 0.25)):
+        for item, u in zip(p.items, usual):
+            if item.kind == "host":
+                part = item.own_us if u is None else min(u, item.own_us)
+                item.host_us, item.own_us = max(item.host_us - part, 0.0), item.own_us - part
+
+
+def take_out_waits(plans: list[StepPlan], waited: list[float]) -> None:
+    """Each step's wait for a CPU (µs) out of its measured host time. The scheduler takes the CPU away in
+    slices, each lengthening the part of the step it lands in: first out of what a part exceeds what is usual
+    for it (its first quartile over the steps, see _typical: load only lengthens, and a low quartile holds
+    when most steps were hit in the same long part), the rest in proportion to the step (a slice lands in the
+    ops' own time as often as in the host's parts, by their length)."""
+    for p, wait, usual in zip(plans, waited, _typical(plans, lambda i: i.host_us, 0.25)):
+        if wait <= 0 or p.measured_us <= 0:
+            continue
+        rest = p.measured_us
+        for over, item in sorted(((i.host_us - u, i) for i, u in zip(p.items, usual)
+                                  if i.kind in MEASURED and u is not None), key=lambda pair: -pair[0]):
+            cut = min(max(over, 0.0), wait)
+            item.host_us -= cut
+            wait -= cut
+            rest -= cut
+        keep = max(1.0 - wait / rest, 0.0) if rest > 0 else 1.0
+        for item in p.items:
+            if item.kind in MEASURED:
+                item.host_us *= keep
+
+
+def clip_outliers(plans: list[StepPlan]) -> None:
+    """Each measured part of a step (a Python gap, a fetch in the main process) at most OUTLIER times its median
+    over the steps of the same shape, plus OUTLIER_US: a 3 ms gap between two ops that take 0.1 ms apart in
+    every other step is the machine (a hypervisor's steal, a page reclaim), which no run-queue wait shows,
+    not the script. What every step does, or most, stays; a step of a rarer shape does its own work."""
+    shapes: dict[tuple, list[StepPlan]] = {}
+    for p in plans:
+        shapes.setdefault(_shape(p), []).append(p)
+    for shape, alike in shapes.items():
+        if len(alike) < 3:
+            continue
+        for n, kind in enumerate(shape):
+            if kind not in MEASURED:
+                continue
+            times = sorted(q.items[n].host_us for q in alike)
+            bound = OUTLIER * times[len(times) // 2] + OUTLIER_US
+            for q in alike:
+                q.items[n].host_us = min(q.items[n].host_us, bound)
+
+
+def take_out_own_rest(plans: list[StepPlan], before: dict[int, float]) -> None:
+    """What is left of perfaudit's own time in each item: a Python gap's interruption in its own frames, less
+    what was already cut from the gap since `before` (id(item) -> its time then); a fetch's recording cost."""
+    for p in plans:
+        for item in p.items:
+            if item.kind == "host":
+                cut = before.get(id(item), item.host_us) - item.host_us
+                item.host_us = max(item.host_us - max(item.own_us - cut, 0.0), 0.0)
+            elif item.kind == "data":
+                item.host_us = max(item.host_us - item.own_us, 0.0)
+
+
+def take_out(items: list[Item], us: float) -> None:
+    """perfaudit's own cost out of the Python time between ops, in proportion (never below none)."""
+    gaps = [i for i in items if i.kind == "host"]
+    total = sum(i.host_us for i in gaps)
+    if total <= 0 or us <= 0:
+        return
+    keep = max(1.0 - us / total, 0.0)
+    for item in gaps:
+        item.host_us *= keep
