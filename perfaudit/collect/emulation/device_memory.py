@@ -97,6 +97,8 @@ class _Tracker(TorchDispatchMode):
 class DeviceMemory:
     """One step's device memory on the emulated device; `snapshot()` is what the report reads."""
 
+    costly_snapshot = True  # its replay runs once the profiler stopped (Probes.snapshot)
+
     def __init__(self, placement, optimizers):
         self.placement = placement
         self.optimizers = optimizers  # () -> the optimizers the script built
@@ -104,6 +106,7 @@ class DeviceMemory:
         self.timeline: list = []     # (+1 | -1, record)
         self.baseline_records: list[dict] = []
         self.result: dict | None = None
+        self._ended: list | None = None  # the timeline as the tracked steps left it, until replayed
         self._baseline_keys: set = set()
         self._mode = None
         self._saved = None
@@ -115,7 +118,7 @@ class DeviceMemory:
 
     # -- the step --------------------------------------------------------------------------------
     def start(self) -> None:
-        if self._mode is not None or self.result is not None:
+        if self._mode is not None or self.result is not None or self._ended is not None:
             return
         try:
             self._count_baseline()
@@ -135,7 +138,8 @@ class DeviceMemory:
             self._mode.__exit__(None, None, None)
             self._saved.__exit__(None, None, None)
             self._mode = None
-            self.result = self._replay()
+            self._final_categories()  # what the step's allocations turned out to be, as it ended
+            self._ended = list(self.timeline)  # frees after the step are not its own
         except Exception as exc:  # noqa: BLE001
             record_internal_error("device memory", exc)
             self._mode = None
@@ -301,16 +305,16 @@ class DeviceMemory:
             record["category"] = category
 
     def _replay(self) -> dict:
-        self._final_categories()
         base = sum(r["bytes"] for r in self.baseline_records)
         now, peak, peak_at = base, base, -1
-        for i, (sign, record) in enumerate(self.timeline):
+        timeline = self._ended or []
+        for i, (sign, record) in enumerate(timeline):
             if record["device"]:
                 now += sign * record["bytes"]
                 if now >= peak:  # the last time it is reached: that iteration's gradients are still known
                     peak, peak_at = now, i
         live = {id(r): r for r in self.baseline_records}
-        for sign, record in self.timeline[:peak_at + 1]:
+        for sign, record in timeline[:peak_at + 1]:
             if sign > 0:
                 live[id(record)] = record
             else:
@@ -333,7 +337,7 @@ class DeviceMemory:
         return {"peak_allocated_bytes": peak, "peak_reserved_bytes": max(allocator.peak_reserved, peak),
                 "start_bytes": base,
                 "by_category": {k: v for k, v in sorted(by_category.items(), key=lambda kv: -kv[1]) if v},
-                "top_sites": top, "allocations": sum(1 for s, _ in self.timeline if s > 0),
+                "top_sites": top, "allocations": sum(1 for s, _ in timeline if s > 0),
                 "cublas_workspaces": len(self.cublas_passes), "cudnn": sorted(self.cudnn)}
 
     def _allocator(self) -> CachingAllocator:
@@ -342,7 +346,7 @@ class DeviceMemory:
         allocator, blocks = CachingAllocator(), {}
         for record in self.baseline_records:
             blocks[id(record)] = allocator.malloc(record["bytes"])
-        for sign, record in self.timeline:
+        for sign, record in self._ended or []:
             if not record["device"]:
                 continue
             if sign > 0:
@@ -352,4 +356,11 @@ class DeviceMemory:
         return allocator
 
     def snapshot(self) -> dict | None:
+        """The step replayed, once: asked for after the profiler stopped, so its calls are not recorded."""
+        if self.result is None and self._ended is not None:
+            try:
+                self.result = self._replay()
+            except Exception as exc:  # noqa: BLE001
+                record_internal_error("device memory", exc)
+            self._ended = None
         return self.result

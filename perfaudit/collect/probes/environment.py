@@ -2,6 +2,7 @@
 how busy the machine was (load average)."""
 from __future__ import annotations
 
+import functools
 import os
 import platform
 
@@ -44,6 +45,11 @@ def free_cores() -> int | None:
     return max(1, int(cpus - others + 0.5))
 
 
+@functools.cache
+def _platform() -> dict:
+    return {"python": platform.python_version(), "platform": platform.platform()}
+
+
 def environment() -> dict:
     import torch
 
@@ -51,8 +57,7 @@ def environment() -> dict:
     cuda = gpu_present()
     env = {
         "torch": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
+        **_platform(),
         "cpu_count": os.cpu_count(),
         "load_avg": load_average(),
         "cuda_available": cuda,

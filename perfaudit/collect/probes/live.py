@@ -288,11 +288,17 @@ class Probes(LoaderProbes):
             warnings.showwarning = self._sync_debug
             self._sync_debug = None
 
+    def before_profiling(self) -> None:
+        """What a snapshot would otherwise first do under the profiler (which records every call), done now."""
+        _user_modules()
+
     def sample_window_state(self) -> None:
         self.anomaly_in_window = self.anomaly_in_window or torch.is_anomaly_enabled()
 
     # -- export ----------------------------------------------------------------------------------
-    def snapshot(self) -> dict:
+    def snapshot(self, profiling: bool = False) -> dict:
+        """What the probes saw. `profiling`: the profiler still records every call made here; a probe whose
+        snapshot computes much (`costly_snapshot`: the device memory's replay) waits for its stop (None here)."""
         optimizers = []
         for info in self.optimizers.values():
             opt = info["_ref"]
@@ -342,7 +348,8 @@ class Probes(LoaderProbes):
             "sync_debug": [{"path": p, "line": l, "count": n} for (p, l), n in self.sync_debug.items()],
             "module_order": self.module_order[:200],
             "ddp": self.ddp.snapshot(),
-            **{name: _snapshot(probe) for name, probe in self.extra.items()},
+            **{name: None if profiling and getattr(probe, "costly_snapshot", False) else _snapshot(probe)
+               for name, probe in self.extra.items()},
             "executed_lines": [{"path": p, "line": l, "count": n} for (p, l), n in self.executed.items()],
             "environment": environment(),
         }
@@ -356,11 +363,16 @@ def _snapshot(probe):
         return None
 
 
+_SEEN_MODULES: set[str] = set()
+_USER_MODULES: set[str] = set()
+
+
 def _user_modules() -> list[str]:
-    """The user's own modules the script imported (a helper that picks the device, say), by path."""
-    out = []
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
+    """The user's own modules the script imported (a helper that picks the device, say), by path; each module
+    looked at once (a snapshot under the profiler records every call it makes)."""
+    for name in sys.modules.keys() - _SEEN_MODULES:
+        _SEEN_MODULES.add(name)
+        path = getattr(sys.modules.get(name), "__file__", None)
         if isinstance(path, str) and path.endswith(".py") and is_user_file(path):
-            out.append(path)
-    return sorted(set(out))[:200]
+            _USER_MODULES.add(path)
+    return sorted(_USER_MODULES)[:200]

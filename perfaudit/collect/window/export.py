@@ -16,9 +16,10 @@ from ...files import free_bytes, remove_if_there
 
 def write_json(path: str, data: dict) -> None:
     tmp = path + ".tmp"
+    text = json.dumps(data, default=str)  # C's encoder (json.dump's runs in Python: 17k traced calls a write)
     try:
         with open(tmp, "w") as f:
-            json.dump(data, f, default=str)
+            f.write(text)
         os.replace(tmp, path)
     except OSError:  # a full disk, say: no partial file left to fill it further
         remove_if_there(tmp)

@@ -136,6 +136,7 @@ class Session(StepHooks):
         except Exception as exc:
             record_internal_error("framework detection", exc)
         self._say("profiling", device="cuda" if gpu_present() else "cpu")
+        self.probes.before_profiling()
         self.prof = self.profilers.new(self.profilers.wants_stacks())
         self.marks.window_started()
         self.profilers.start(self.prof)
@@ -274,8 +275,9 @@ class Session(StepHooks):
     def _stop_and_write(self, result: dict) -> None:
         self.marks.settle(self.warmup, self.wanted_steps)
         self.trace_path = None
-        # result.json first: a trace lost in export still leaves the outcome (and the probes) on disk
-        self._write_result(result, None, with_probes=True)
+        # result.json first: a trace lost in export (or in the profiler's stop) still leaves the outcome and the
+        # probes on disk; but for what takes much to work out, which the profiler would record
+        self._write_result(result, None, with_probes=True, profiling=self.prof is not None)
         if self.prof is None:
             return
         self._say("exporting")
@@ -328,7 +330,8 @@ class Session(StepHooks):
                 "optimizer_steps": self.optimizer_counts, "threads": self.threads, "framework": self.framework,
                 **self.marks.summary()}
 
-    def _write_result(self, result: dict, trace_path: str | None, with_probes: bool = False) -> None:
+    def _write_result(self, result: dict, trace_path: str | None, with_probes: bool = False,
+                      profiling: bool = False) -> None:
         out = {**result, "trace": trace_path, "steps_recorded": self.step_index,
                "warmup": self.warmup, "step_source": self.detector.source,
                "profiling_started": self.prof is not None, "budget_hit": self.budget_hit,
@@ -337,7 +340,7 @@ class Session(StepHooks):
         if self.export_error:
             out["export_error"] = self.export_error
         if with_probes:
-            out["probes"] = self.probes.snapshot()
+            out["probes"] = self.probes.snapshot(profiling)
         try:
             write_json(self._path("result.json"), out)
         except OSError as exc:  # a full disk, say: the earlier result.json stands; the run stops and says why
