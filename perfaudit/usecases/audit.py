@@ -139,6 +139,13 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
     if trimmed.get("stacks") == "off":
         notes.append("even one step with Python stacks would exceed the trace budget, so the window was recorded "
                      "WITHOUT stacks: findings have no file:line; --max-trace-mb MB or --keep-stacks records them")
+    refused = trimmed.get("stacks_refused")
+    if isinstance(refused, list) and refused:
+        names = ", ".join(f"`{name}`" for name in refused if isinstance(name, str))
+        notes.append(f"the window was recorded WITHOUT Python stacks: the trace budget recorded the warm-up without "
+                     f"them, and the script's own profiler range {names} stayed open at every step boundary, where "
+                     "they were to come on (a profiler stopped inside a range crashes torch): findings have no "
+                     "file:line from the trace; a larger --max-trace-mb keeps them on from the start")
     if trimmed.get("cut_at_step") is not None:
         notes.append(f"the window was closed after step {trimmed['cut_at_step']}: its steps wrote more trace than "
                      f"the sized step promised, and the trace budget ({options.trace_budget_mb:g} MB) would have "

@@ -1,13 +1,13 @@
-"""The window's profiler sessions: one, or two when the trace budget keeps Python stacks for the first
-measured step only (sizing.py). Then the warm-up and that step are recorded with stacks, the profiler is
-stopped and kept between two steps, another one without stacks records the later steps, and both are
-written into the one trace (export.py).
+"""The window's profiler sessions: one, or more when Python stacks change between steps (sizing.py): the
+warm-up recorded without them where its probes' Python would pass the trace budget, and the measured steps
+after the first without them where the budget keeps stacks for that step only. Then a profiler is stopped and
+kept between two steps, the next one started, and all are written into the one trace (export.py).
 
-The switch waits for a step boundary where none of the script's record_function ranges is open (a range of the
+A switch waits for a step boundary where none of the script's record_function ranges is open (a range of the
 script's own around its whole step): a range begun under one profiler and ended under the next corrupts
 torch's memory, and the export crashes (closure_trainer.py's did, when its steps turned over inside the
 optimizer's `Optimizer.step#…` range: they now turn over before it opens, step_hooks.py). Where no boundary is
-free, the steps keep their stacks and the trace budget cuts them."""
+free, the steps keep the stacks they have (the trace budget cuts them), or go on without."""
 from __future__ import annotations
 
 from ..emulation.cuda_shim import gpu_present
@@ -19,28 +19,35 @@ RETRIES = 1    # a step with stacks recorded again in place of one left out (a b
 
 
 class WindowProfilers:
-    def __init__(self, config: dict, probes, marks, torch):
-        self.config, self.probes, self.marks = config, probes, marks
+    def __init__(self, config: dict, probes, torch):
+        self.config, self.probes = config, probes
         self.torch = torch
-        self.open_ranges: set[int] = set()  # the record_function ranges open now (ids), once the split is planned
+        self.open_ranges: dict[int, str] = {}  # the record_function ranges open now (id: name), once watched
+        self.refused: list[str] = []  # the ranges open where stacks were to come on and could not
         self.stacked_steps: int | None = None  # measured steps with stacks, when the others go without
+        self.warmup_stacks = True              # the warm-up recorded with stacks (else a session of its own)
         self.kept: list = []                   # the stopped profilers of the parts before the current one
         self.with_stack: list[bool] = []       # each part's, the current one's last
         self.stacked = self.stacked_kept = 0   # measured steps recorded with stacks; those not left out
         self._stopped: set[int] = set()
         self.calibrated = False
 
-    def plan(self, stacked_steps: int | None) -> None:
-        """The sizing's verdict: stacks on every step (None), or on the first `stacked_steps` measured ones only;
-        then the script's ranges are watched from here (only then: a watch on every run's ranges changed how
-        often torch's own crash at a profiler's stop inside a range showed, 5 in 38 runs of closure_trainer.py
-        against 0 in 28). A range opened before this is not seen."""
-        self.stacked_steps = stacked_steps
-        if stacked_steps is not None:
+    def plan(self, stacked_steps: int | None, warmup_stacks: bool = True) -> None:
+        """The sizing's verdict: stacks on every measured step (None), or on the first `stacked_steps` measured
+        ones only; on the warm-up too, or not (`warmup_stacks`). Where stacks change between steps the script's
+        ranges are watched from here (only then: a watch on every run's ranges changed how often torch's own
+        crash at a profiler's stop inside a range showed, 5 in 38 runs of closure_trainer.py against 0 in 28).
+        A range opened before this is not seen."""
+        self.stacked_steps, self.warmup_stacks = stacked_steps, warmup_stacks
+        if stacked_steps is not None or not warmup_stacks:
             self._watch_ranges(self.torch)
 
-    def wants_stacks(self) -> bool:
+    def wants_stacks(self, step_index: int, warmup: int) -> bool:
+        """Whether step `step_index` is to be recorded with stacks: never once a measured step went without them
+        (at most one switch on, one off)."""
         if not self.config["with_stack"]:
+            return False
+        if step_index < warmup and not self.warmup_stacks and not any(self.with_stack):
             return False
         return self.stacked_steps is None or (self.stacked_kept < self.stacked_steps
                                               and self.stacked < self.stacked_steps + RETRIES)
@@ -62,10 +69,12 @@ class WindowProfilers:
         if self.with_stack[-1] and step_index - 1 >= warmup and self.stacked_steps is not None:
             self.stacked += 1
             self.stacked_kept += not left_out
-            if left_out:  # the trace budget counts the step recorded again with stacks
-                self.marks.stacks_mb += self.marks.stacks_mb / self.stacked
-        wanted = self.wants_stacks()  # once off, never on again: one switch at most
-        if wanted == self.with_stack[-1] or self.open_ranges:
+        wanted = self.wants_stacks(step_index, warmup)
+        if wanted == self.with_stack[-1]:
+            return prof
+        if self.open_ranges:
+            if wanted and not any(self.with_stack):
+                self.refused = sorted(set(self.open_ranges.values()))[:3]
             return prof
         self.stop(prof)
         later = self.new(wanted)
@@ -74,8 +83,9 @@ class WindowProfilers:
         return later
 
     def start(self, prof) -> None:
-        """Starts `prof`; the first with the host-overhead calibration around its start."""
-        if self.calibrated:
+        """Starts `prof`; the first with stacks (the first, where none has them) with the host-overhead
+        calibration around its start: it prices what the measured steps' recording costs."""
+        if self.calibrated or (self.config["with_stack"] and not self.with_stack[-1]):
             prof.start()
             return
         self.calibrated = True
@@ -87,11 +97,11 @@ class WindowProfilers:
 
         def entered(r):
             result = enter(r)
-            ranges.add(id(r))
+            ranges[id(r)] = str(getattr(r, "name", "?"))
             return result
 
         def left(r, *exc):
-            ranges.discard(id(r))
+            ranges.pop(id(r), None)
             return leave(r, *exc)
         patch(rf, "__enter__", entered)
         patch(rf, "__exit__", left)

@@ -24,6 +24,7 @@ import time
 from ..internal import guarded
 from ..wrap import wrap
 from .clock import disturbed, own_cpu_s, run_queue_wait_s, usable_cpus, waited_for_others
+from .sizing import Fit
 
 REASONS = {"busy": "it waited {ms:.1f} ms of its {wall:.1f} ms for a CPU held by other processes (busy machine)",
            "eval": "the model was switched to eval mode in it (an evaluation pass?)",
@@ -44,9 +45,9 @@ class StepMarks:
         self.training_loaders: set = set()    # read in the sized step
         self.excluded: dict[int, str] = {}
         self.extra_steps = 0
-        self.mb_per_step: float | None = None
-        self.stacks_mb = 0.0  # what the one step with stacks adds, when the others have none (sizing.Fit)
+        self.sized: Fit | None = None  # the trace a step writes, with and without stacks, and the warm-up's (sizing.Fit)
         self._cpu: list[float] = []           # CPU seconds of each closed window step
+        self._stacked: list[bool] = []        # each closed window step recorded with Python stacks
         self._cpu_at_open = None
         self._wall_at_open = None
         self._wait_at_open = None
@@ -112,10 +113,11 @@ class StepMarks:
         self._own_at_open = own_cpu_s()
         self._wall_at_open, self._wait_at_open = time.perf_counter(), run_queue_wait_s()
 
-    def step_closed(self, index: int, measured: bool) -> bool:
+    def step_closed(self, index: int, measured: bool, stacked: bool = False) -> bool:
         """True when the measured step that just closed is left out and the window should record one more."""
         if self._cpu_at_open is not None:
             self._cpu.append(time.process_time() - self._cpu_at_open)
+            self._stacked.append(stacked)
         busy = self._busy()
         flags = sorted(self.flags, key=list(REASONS).index)  # the most telling reason first
         if not measured or not (flags or busy):
@@ -173,11 +175,19 @@ class StepMarks:
         self.excluded[index] = REASONS["cut"]
 
     def over_trace_budget(self, budget_mb: float | None) -> bool:
-        """Whether the steps recorded so far, and one more like the last, project past the trace budget."""
-        if not budget_mb or not self.mb_per_step or not self._cpu or self._cpu[0] <= 0:
+        """Whether the steps recorded so far, and one more like the last, project past the trace budget: the
+        warm-up as sized, each measured step as the sized step with or without its stacks, scaled by its CPU time
+        against the first measured step recorded alike (a step that does more writes more)."""
+        fit = self.sized
+        measured = list(zip(self._cpu, self._stacked))[self.session.warmup:]
+        if not budget_mb or fit is None or not (fit.events_mb or fit.stacks_mb) or not measured:
             return False
-        ratios = [c / self._cpu[0] for c in self._cpu]
-        return self.mb_per_step * (sum(ratios) + ratios[-1]) + self.stacks_mb > budget_mb
+        first: dict[bool, float] = {}
+        sizes = []
+        for cpu, stacked in measured:
+            ref = first.setdefault(stacked, cpu)
+            sizes.append((fit.events_mb + (fit.stacks_mb if stacked else 0.0)) * (cpu / ref if ref > 0 else 1.0))
+        return fit.warmup_mb + sum(sizes) + sizes[-1] > budget_mb
 
     def busy_time_left(self) -> bool:
         """Whether the window may still go on for disturbed steps: at most twice the time the steps asked

@@ -72,7 +72,7 @@ class Session(StepHooks):
         self.marks = StepMarks(self)  # what makes a step unlike a training step (an evaluation pass …)
         self.detector = StepDetector(self._step_boundary, self._restart)
         self.prof = None
-        self.profilers = WindowProfilers(config, self.probes, self.marks, torch)
+        self.profilers = WindowProfilers(config, self.probes, torch)
         self.export_error: str | None = None
         self.write_error: OSError | None = None  # the run folder could not be written (the child exits saying so)
         self.step_rf = None
@@ -137,7 +137,7 @@ class Session(StepHooks):
             record_internal_error("framework detection", exc)
         self._say("profiling", device="cuda" if gpu_present() else "cpu")
         self.probes.before_profiling()
-        self.prof = self.profilers.new(self.profilers.wants_stacks())
+        self.prof = self.profilers.new(self.profilers.wants_stacks(self.step_index, self.warmup))
         self.marks.window_started()
         self.profilers.start(self.prof)
         self.clock.start()
@@ -169,8 +169,8 @@ class Session(StepHooks):
         self.warmup, self.steps, self.config["with_stack"] = fit.warmup, fit.steps, fit.with_stack
         self.wanted_steps = fit.steps
         self.trimmed.update(fit.trimmed)
-        self.profilers.plan(fit.stacked_steps)
-        self.marks.mb_per_step, self.marks.stacks_mb = fit.mb_per_step, fit.stacks_mb
+        self.profilers.plan(fit.stacked_steps, fit.warmup_stacks)
+        self.marks.sized = fit
         self._say("sized", mb_per_step=fit.mb_per_step, warmup=self.warmup, steps=self.steps)
 
     def _restart(self, why: str) -> None:
@@ -211,7 +211,7 @@ class Session(StepHooks):
         if self.step_index == self._module_trace_step:
             self.probes.stop_module_trace()
             self.flops.stop_capture()
-        if self.marks.step_closed(self.step_index, self.step_index >= self.warmup):
+        if self.marks.step_closed(self.step_index, self.step_index >= self.warmup, self.profilers.with_stack[-1]):
             self.steps += 1  # not a training step: one more in its place, bounded
         self.step_index += 1
         if compiled and self.step_index <= self.warmup:  # still compiling: warm up on, within a bound
@@ -264,6 +264,8 @@ class Session(StepHooks):
         if self.window_closed:
             return
         self.window_closed = True
+        if self.profilers.refused and not any(self.profilers.with_stack):
+            self.trimmed["stacks_refused"] = self.profilers.refused
         self.probes.stop_module_trace()
         self.probes.stop_sync_debug()
         if self.step_rf is not None and result.get("outcome") != Outcome.WINDOW_COMPLETE and self.rank is None:
