@@ -219,9 +219,10 @@ def test_the_budget_keeps_three_steps_with_stacks_on_the_first_before_it_drops_s
     fit = fit_budget(events=2500, calls=6000, budget_mb=200, warmup=2, steps=5, with_stack=True)
     assert fit.stacked_steps is None and fit.warmup_stacks and (fit.warmup, fit.steps) == (2, 5)
     assert "steps" not in fit.trimmed
-    # 10 MB of stacks: one measured step with them and two without still make 3 measured steps
+    # 10 MB of stacks: one measured step with them and three without, after one warm-up step (the probes' own
+    # ops make a warm-up step 1.6 MB)
     fit = fit_budget(events=2500, calls=20000, budget_mb=20, warmup=2, steps=5, with_stack=True)
-    assert fit.with_stack and fit.stacked_steps == 1 and (fit.warmup, fit.steps) == (2, 3)
+    assert fit.with_stack and fit.stacked_steps == 1 and (fit.warmup, fit.steps) == (1, 4)
     # 13 MB: the one measured step with stacks leaves room for a warm-up step without them (the probes' hooks
     # run there, never in a measured step)
     fit = fit_budget(events=2500, calls=26000, budget_mb=20, warmup=2, steps=5, with_stack=True)

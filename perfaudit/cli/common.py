@@ -231,6 +231,8 @@ def progress(status_line, script: str):
             state["waiting"] = False
             n, w = event["step"], event["warmup"]
             state["text"] = f"{script}: warm-up {n}/{w}" if n <= w else f"{script}: recording step {n - w}/{event['steps']}"
+        elif phase == "timing_plain":
+            state["text"] = f"{script}: timing {event.get('steps')} more steps without the profiler"
         elif phase == "exporting":
             state["text"] = f"{script}: writing the trace"
         elif phase == "done":

@@ -35,26 +35,61 @@ def _wait_ms(ctx: Context, step_ms: float) -> float:
     return median(shares) * step_ms if shares else typical_phases(ctx)["data"]
 
 
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def plain_timing(ctx: Context) -> tuple[float, float, int] | None:
+    """(fetch ms, step ms, steps): a step and its DataLoader fetches as timed after the window with nothing
+    recording (collect/window/plain.py), the medians over the steps a busy machine left alone (else over all),
+    each step less its wait for a CPU, the fetch in proportion; None without such steps (a trace recorded
+    elsewhere or by an older perfaudit: the window's record is read as hostile input)."""
+    window = ctx.trace.probes.get("window") if ctx.trace is not None else None
+    steps = window.get("plain_steps") if isinstance(window, dict) else None
+    rows = []
+    for step in steps if isinstance(steps, list) else []:
+        if not isinstance(step, dict):
+            continue
+        wall, fetch, waited = (_number(step.get(k)) for k in ("wall_ms", "fetch_ms", "waited_ms"))
+        if wall is None or fetch is None or wall <= 0 or fetch > wall:
+            continue
+        keep = 1.0 - min(waited or 0.0, 0.9 * wall) / wall
+        rows.append((fetch * keep, wall * keep, step.get("disturbed") is True))
+    quiet = [r for r in rows if not r[2]] or rows
+    if not quiet:
+        return None
+    return median(r[0] for r in quiet), median(r[1] for r in quiet), len(quiet)
+
+
 PIPELINE_BOUND = 0.8  # the pipeline delivers a batch no faster than this share of the step's compute
 
 
 @fact("data.loader", "The DataLoader wait per step (ms, the mean over the measured steps: two workers "
                      "that deliver together make every other step wait) and its share of the mean step "
-                     "(the share every finding states), the "
+                     "(the share every finding states); loading in the training process, both as timed "
+                     "after the window without the profiler where the run did (basis says which), the "
                      "loader's settings, a worker count recommended from the measured load time and "
                      "the CPU count, and with workers their own time per batch (worker_ms_per_batch), the "
                      "pipeline's (pipeline_ms_per_batch: that over the workers) and whether it is slower "
                      "than the step needs (pipeline_bound).")
 def data_loader(ctx: Context) -> dict:
     step_ms = ctx.step_ms
-    wait = _wait_ms(ctx, step_ms)
     iterators = {name for name in ctx.need_trace().names() if name.startswith("enumerate(DataLoader)#")}
     loader = _loader(ctx)
     if not iterators and loader is None:
         raise Missing("no DataLoader activity in the trace")
-    compute = max(step_ms - wait, 1e-3)
     cpus = (ctx.probes.get("environment") or {}).get("cpu_count")  # unknown for a foreign trace
     workers = loader.get("num_workers") if loader else None
+    # in the training process a fetch is Python and ops, which recording slows several-fold: timed without it
+    plain = plain_timing(ctx) if workers == 0 else None
+    if plain is not None and plain[0] > 0:
+        wait, step_ms = plain[0], plain[1]
+        basis = f"timed over {plain[2]} step(s) run after the window without the profiler"
+    else:
+        wait, basis = _wait_ms(ctx, step_ms), "as recorded in the measured steps"
+    compute = max(step_ms - wait, 1e-3)
     if workers is not None:
         uses_workers = workers > 0
     else:  # a foreign trace: the iterator's class says whether workers load the batches
@@ -76,6 +111,7 @@ def data_loader(ctx: Context) -> dict:
     io_bound = worker_ms is not None and worker_cpu is not None and worker_cpu < 0.5 * worker_ms
     return {
         "wait_ms": wait, "compute_ms": compute, "share_pct": 100.0 * wait / step_ms if step_ms else 0.0,
+        "basis": basis,
         "num_workers": workers, "workers": uses_workers, "cpu_count": cpus, "needed_workers": needed,
         "recommended_workers": recommended, "cpu_bound": bool(cpus) and needed > max(cpus or 0, 2),
         # with workers: would more of them help? not past the CPU count

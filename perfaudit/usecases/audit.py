@@ -73,6 +73,9 @@ def report_for_run(result: RunResult, script: str, options: RunOptions, rules: l
     counted = result.outcome.get("flops_counted")
     if trace is not None and counted and isinstance(trace.probes.get("probes"), dict):
         trace.probes["probes"]["flops"] = counted  # counted after the trace was written
+    plain = result.outcome.get("plain_steps")
+    if trace is not None and plain and isinstance(trace.probes.get("window"), dict):
+        trace.probes["window"]["plain_steps"] = plain  # timed after the trace was written (facts/data.py reads it)
     ctx = Context(trace, probes, roots, target=options.target)
     with collection_paused():
         findings, skipped = evaluate_rules(ctx, [r for r in rules if r.scope == "trace"])
@@ -179,6 +182,10 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
     if outcome.get("died_counting"):
         notes.append(f"the audited process died ({outcome['died_counting']}) inside torch while counting the model's "
                      "FLOPs after the window; the window was saved, and the FLOPs come from the recorded op shapes")
+    if outcome.get("died_after_window"):
+        notes.append(f"the audited process died ({outcome['died_after_window']}) in the steps it ran on after its "
+                     "window to time them without the profiler; the window was saved (its DataLoader wait is the "
+                     "one the profiled steps recorded)")
     if outcome.get("died_exporting"):
         notes.append(f"the audited process died ({outcome['died_exporting']}) while torch stopped its profiler: "
                      "the recorded window was lost (a crash inside torch; script.log has its stack)")

@@ -53,6 +53,7 @@ class Probes(LoaderProbes):
         self.on_batch = lambda loader_id: None
         self.on_iter = lambda loader_id: None
         self.before_batch = lambda: None
+        self.fetch_s = 0.0                # wall seconds spent in DataLoader fetches, all told (plain.py reads it)
         self.worker_dir: str | None = None  # where DataLoader workers leave their batch times
         self.placement = None             # the emulated CUDA device (emulate.py), when there is one
         self.device_memory = None         # its memory over one warm-up step (device_memory.py)

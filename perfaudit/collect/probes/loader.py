@@ -6,6 +6,7 @@ user built the original."""
 from __future__ import annotations
 
 import sys
+import time
 import weakref
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -63,6 +64,7 @@ class LoaderProbes:
     if TYPE_CHECKING:
         from ..emulation.placement import Placement
         loaders: dict[int, dict]
+        fetch_s: float
         placement: Placement | None  # the emulated CUDA device, when the run emulates one
 
     def _install_loader_probes(self) -> None:
@@ -91,14 +93,18 @@ class LoaderProbes:
         def __next__(self_it):
             probes.before_batch()
             placement = probes.placement
-            if placement is None:
-                batch = original_next(self_it)
-            else:  # a Dataset's __getitem__ runs in here: what it moves to the device, it moves per sample
-                begun = placement.fetch_begins(getattr(self_it, "_perfaudit_loader", None))
-                try:
+            began = time.perf_counter()
+            try:
+                if placement is None:
                     batch = original_next(self_it)
-                finally:
-                    placement.fetch_ends(begun)
+                else:  # a Dataset's __getitem__ runs in here: what it moves to the device, it moves per sample
+                    begun = placement.fetch_begins(getattr(self_it, "_perfaudit_loader", None))
+                    try:
+                        batch = original_next(self_it)
+                    finally:
+                        placement.fetch_ends(begun)
+            finally:
+                probes.fetch_s += time.perf_counter() - began
             try:
                 if placement is not None:
                     placement.loader_batch(batch)

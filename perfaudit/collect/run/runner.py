@@ -245,7 +245,10 @@ def _collect(script: str, run_dir: str, log_path: str, returncode: int, stop_sig
         except ValueError:
             result = {}
     outcome = {k: v for k, v in result.items() if k not in ("probes", "trace", "timing")} or progress_record(run_dir)
-    if timed_out:
+    after_window = phase_reached(run_dir, "timing_plain") and not phase_reached(run_dir, "done")
+    if timed_out and after_window:  # the window was saved; a step timed after it ran past --timeout
+        outcome["died_after_window"] = f"stopped at --timeout {options.timeout or 0:g} s"
+    elif timed_out:
         outcome.update(outcome=Outcome.TIMEOUT, timeout_s=options.timeout)
     elif stop_signal is not None:
         outcome.update(outcome=Outcome.INTERRUPTED, by=signal.Signals(stop_signal).name)
@@ -259,6 +262,9 @@ def _collect(script: str, run_dir: str, log_path: str, returncode: int, stop_sig
     elif returncode and phase_reached(run_dir, "counting_flops") and not phase_reached(run_dir, "done"):
         # the window was saved; the process died in the FLOP count after it (the report counts from shapes)
         outcome["died_counting"] = signal.Signals(-returncode).name if returncode < 0 else f"exit code {returncode}"
+    elif returncode and after_window:
+        # the window was saved; the process died in the steps timed after it (the report keeps the recorded wait)
+        outcome["died_after_window"] = signal.Signals(-returncode).name if returncode < 0 else f"exit code {returncode}"
     elif returncode and phase_reached(run_dir, "exporting") and not phase_reached(run_dir, "done"):
         # the window was recorded, then the process died writing it: the report must say so
         outcome["died_exporting"] = signal.Signals(-returncode).name if returncode < 0 else f"exit code {returncode}"

@@ -62,13 +62,16 @@ class WindowProfilers:
         self.with_stack.append(with_stack)
         return prof
 
-    def next_part(self, prof, step_index: int, warmup: int, left_out: bool):
-        """Between two steps: the profiler for the next step, `prof` itself unless stacks change there (then
-        `prof` is stopped and kept, and the next one started). `left_out`: the step that ended is not measured
-        (a busy machine's): one with stacks is then recorded again, a few times at most."""
+    def step_recorded(self, step_index: int, warmup: int, left_out: bool) -> None:
+        """The step before `step_index` ended; `left_out`: it is not measured (a busy machine's): one with stacks
+        is then recorded again, a few times at most."""
         if self.with_stack[-1] and step_index - 1 >= warmup and self.stacked_steps is not None:
             self.stacked += 1
             self.stacked_kept += not left_out
+
+    def next_part(self, prof, step_index: int, warmup: int):
+        """Between two steps (step_recorded first): the profiler for the next step, `prof` itself unless stacks
+        change there (then `prof` is stopped and kept, and the next one started)."""
         wanted = self.wants_stacks(step_index, warmup)
         if wanted == self.with_stack[-1]:
             return prof

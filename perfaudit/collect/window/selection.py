@@ -24,7 +24,7 @@ import time
 from ..internal import guarded
 from ..wrap import wrap
 from .clock import disturbed, own_cpu_s, run_queue_wait_s, usable_cpus, waited_for_others
-from .sizing import Fit
+from .sizing import MARGIN, Fit
 
 REASONS = {"busy": "it waited {ms:.1f} ms of its {wall:.1f} ms for a CPU held by other processes (busy machine)",
            "eval": "the model was switched to eval mode in it (an evaluation pass?)",
@@ -174,20 +174,29 @@ class StepMarks:
     def cut_short(self, index: int) -> None:
         self.excluded[index] = REASONS["cut"]
 
-    def over_trace_budget(self, budget_mb: float | None) -> bool:
-        """Whether the steps recorded so far, and one more like the last, project past the trace budget: the
-        warm-up as sized, each measured step as the sized step with or without its stacks, scaled by its CPU time
-        against the first measured step recorded alike (a step that does more writes more)."""
+    def over_trace_budget(self, budget_mb: float | None, next_stacked: bool) -> bool:
+        """Whether the steps recorded so far and the next (with stacks or not) project past the trace budget, less
+        the sizing's margin: the warm-up as sized, each measured step as the sized step with or without its
+        stacks, scaled by its CPU time against the first measured step recorded alike (a step that does more
+        writes more), the next as the last recorded alike."""
         fit = self.sized
         measured = list(zip(self._cpu, self._stacked))[self.session.warmup:]
         if not budget_mb or fit is None or not (fit.events_mb or fit.stacks_mb) or not measured:
             return False
         first: dict[bool, float] = {}
-        sizes = []
+        ratio: dict[bool, float] = {}
+        total = fit.warmup_mb
         for cpu, stacked in measured:
             ref = first.setdefault(stacked, cpu)
-            sizes.append((fit.events_mb + (fit.stacks_mb if stacked else 0.0)) * (cpu / ref if ref > 0 else 1.0))
-        return fit.warmup_mb + sum(sizes) + sizes[-1] > budget_mb
+            ratio[stacked] = cpu / ref if ref > 0 else 1.0
+            total += (fit.events_mb + (fit.stacks_mb if stacked else 0.0)) * ratio[stacked]
+        total += (fit.events_mb + (fit.stacks_mb if next_stacked else 0.0)) * ratio.get(next_stacked, 1.0)
+        return total > MARGIN * budget_mb
+
+    def typical_wall_s(self) -> float:
+        """The median wall time of the window's steps (0 where it was not measured)."""
+        walls = sorted(self._walls)
+        return walls[len(walls) // 2] if walls else 0.0
 
     def busy_time_left(self) -> bool:
         """Whether the window may still go on for disturbed steps: at most twice the time the steps asked

@@ -7,13 +7,10 @@ was recorded to the run folder: `trace.json.gz` (the Kineto trace with the probe
 `perfaudit` key) and `result.json` (the outcome). perfaudit.child composes it and runs the script."""
 from __future__ import annotations
 
-import gc
 import json
 import os
-import sys
 import time
 
-from ...files import CANNOT_WRITE
 from ...outcome import Outcome
 from ..emulation.cuda_shim import gpu_present
 from ..internal import internal_errors, record_internal_error
@@ -23,10 +20,12 @@ from ..probes.flops import FlopProbe
 from ..probes.live import Probes
 from ..probes.startup import StartupProbe
 from .clock import OwnClock
-from .export import export_trace, write_json
+from .export import write_json
 from .frameworks import detect as detect_framework
 from .parts import WindowProfilers
+from .plain import PLAIN_MAX_STEP_S, PLAIN_STEPS, PlainSteps
 from .rank import launched_rank
+from .records import WindowRecords
 from .selection import StepMarks
 from .sizing import Sizer, fit_budget, host_blocks
 from .step_hooks import Interrupted, Spawned, StepHooks, WindowDone
@@ -49,7 +48,7 @@ def running_session():
     return next((s for s in _INSTALLED if not s.finished), None)
 
 
-class Session(StepHooks):
+class Session(WindowRecords, StepHooks):
     profiling = True  # TimingSession (verify) measures plain step times instead
 
     def __init__(self, config: dict, script: str):
@@ -100,7 +99,10 @@ class Session(StepHooks):
         self.probes.worker_dir = self._path("workers")
         self._progress = open(self._path("progress.jsonl"), "a", buffering=1)
         self.threads = choose_threads(torch, config, self.rank is None and self.profiling and self.fits_threads)
+        # steps timed with nothing recording, after the window (not for a rank: its steps pair with the others')
+        self.plain = PlainSteps(PLAIN_STEPS if self.times_plain_steps and self.rank is None else 0)
 
+    times_plain_steps = True  # steps after the window timed without the profiler (plain.py; not in-process)
     fits_threads = True  # on a busy machine, fit the intra-op threads to the free cores (not in-process)
     counts_flops = True  # FlopCounterMode over one step after the window (the script ends then; not in-process)
 
@@ -192,7 +194,7 @@ class Session(StepHooks):
         """A step ended. Its boundary is placed at the next flush point (next batch, zero_grad,
         backward or optimizer step), so that work after optimizer.step() stays in its step and
         the Optimizer.step range is not cut."""
-        if not self.window_closed:
+        if not self.window_closed or self.plain.timing:
             self.pending = True
 
     def flush(self, raise_done: bool = True) -> None:
@@ -201,6 +203,12 @@ class Session(StepHooks):
         self.pending = False
         compiled = self.compile.compiled_since_last_check()  # tagged with the step that ended
         self.steps_ended += 1
+        if self.window_closed:  # a plain step after the window ended
+            if not self.plain.next(self.probes.fetch_s):
+                self._write_plain()
+                if raise_done and not self.full:
+                    raise WindowDone()
+            return
         if self.prof is None:
             if raise_done:
                 self._size_next_step(compiled)
@@ -226,19 +234,25 @@ class Session(StepHooks):
         done = self.step_index >= self.warmup + self.steps  # a window that ends here was not cut short
         over_budget = (not done and self.budget_s is not None and self.budget_s > 0 and self.step_index > self.warmup
                        and self.clock.elapsed() > self.budget_s)
-        over_size = not done and self.marks.over_trace_budget(self.trace_budget)
+        self.profilers.step_recorded(self.step_index, self.warmup, self.step_index - 1 in self.marks.excluded)
+        over_size = not done and self.marks.over_trace_budget(self.trace_budget,
+                                                              self.profilers.wants_stacks(self.step_index, self.warmup))
         if over_budget:
             self.budget_hit = True
         if over_size and self.step_index < self.warmup + self.wanted_steps:  # not only the extra steps cut
             self.trimmed["cut_at_step"] = self.step_index
         if done or over_budget or over_size:
             self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
+            if raise_done and self.trace_path and self.marks.typical_wall_s() <= PLAIN_MAX_STEP_S:
+                self._say("timing_plain", steps=self.plain.wanted)
+                self.plain.start(self.probes.fetch_s)
+                if self.plain.timing:
+                    return
             if not self.full and raise_done:
                 raise WindowDone()
             return
         with self.signals_held():  # stacks on or off from the next step (parts.py)
-            self.prof = self.profilers.next_part(self.prof, self.step_index, self.warmup,
-                                                 self.step_index - 1 in self.marks.excluded)
+            self.prof = self.profilers.next_part(self.prof, self.step_index, self.warmup)
         self._open_step()
 
     def _size_next_step(self, compiled: bool) -> None:
@@ -274,84 +288,6 @@ class Session(StepHooks):
         with self.signals_held():  # the profiler's stop, result.json, the trace's export
             self._stop_and_write(result)
 
-    def _stop_and_write(self, result: dict) -> None:
-        self.marks.settle(self.warmup, self.wanted_steps)
-        self.trace_path = None
-        # result.json first: a trace lost in export (or in the profiler's stop) still leaves the outcome and the
-        # probes on disk; but for what takes much to work out, which the profiler would record
-        self._write_result(result, None, with_probes=True, profiling=self.prof is not None)
-        if self.prof is None:
-            return
-        self._say("exporting")
-        self.profilers.stop(self.prof)
-        try:
-            self.trace_path = export_trace(self.prof, self._path("trace.json"), self._meta(result),
-                                           self.profilers.earlier_parts(), self.profilers.with_stack[-1])
-        except Exception as exc:  # nothing recorded, or the exporter failed (a full disk, say)
-            self.export_error = f"{type(exc).__name__}: {exc}"[:300]
-            if isinstance(exc, OSError) and exc.errno in CANNOT_WRITE:
-                self.write_error = self.write_error or exc
-            self._say("export_failed", error=str(exc))
-        self._write_result(result, self.trace_path, with_probes=self.trace_path is None)
-
-    def _count_flops(self) -> None:
-        """The model's FLOPs, counted once the script has ended and the window is saved (no torch context
-        of the script is open any more, and a crash in torch here loses nothing): added to result.json,
-        from which the report takes them."""
-        self._say("counting_flops")
-        # no cycle collection from here to the process's exit: collecting the stopped window's leftovers (a
-        # RecordFunction of the step the window closed in, held by WindowDone's traceback) crashes torch
-        gc.disable()
-        self.flops.count()
-        path = self._path("result.json")
-        with open(path) as f:
-            recorded = json.load(f)
-        recorded["flops_counted"] = self.flops.snapshot()
-        write_json(path, recorded)
-
-    def _meta(self, result: dict) -> dict:
-        return {
-            "version": 1,
-            "rank": self.rank,
-            "world_size": int(os.environ["WORLD_SIZE"]) if self.rank is not None and "WORLD_SIZE" in os.environ else None,
-            "script": os.path.abspath(self.script),
-            "argv": sys.argv[1:],
-            "cwd": os.getcwd(),
-            "source_roots": [os.path.dirname(os.path.abspath(self.script)), os.getcwd()],
-            "path_aliases": self.config.get("path_aliases") or {},
-            "window": self._window(),
-            "outcome": result,
-            "probes": self.probes.snapshot(),
-        }
-
-    def _window(self) -> dict:
-        return {"warmup": self.warmup, "steps": self.steps, "recorded": self.step_index,
-                "step_source": self.detector.source, "restarts": self.restarts,
-                "budget_s": self.budget_s, "budget_hit": self.budget_hit, "trimmed": self.trimmed,
-                "compile_warmup": self.compile_warmup, "clock": self.clock.summary(),
-                "optimizer_steps": self.optimizer_counts, "threads": self.threads, "framework": self.framework,
-                **self.marks.summary()}
-
-    def _write_result(self, result: dict, trace_path: str | None, with_probes: bool = False,
-                      profiling: bool = False) -> None:
-        out = {**result, "trace": trace_path, "steps_recorded": self.step_index,
-               "warmup": self.warmup, "step_source": self.detector.source,
-               "profiling_started": self.prof is not None, "budget_hit": self.budget_hit,
-               "trimmed": self.trimmed, "window": self._window(),
-               "optimizers_built": self.detector.optimizers_built, "internal_errors": internal_errors()}
-        if self.export_error:
-            out["export_error"] = self.export_error
-        if with_probes:
-            out["probes"] = self.probes.snapshot(profiling)
-        try:
-            write_json(self._path("result.json"), out)
-        except OSError as exc:  # a full disk, say: the earlier result.json stands; the run stops and says why
-            self.write_error = self.write_error or exc
-
-    def result_extra(self, result: dict) -> dict:
-        """More for result.json once the script has ended (the timing session's exercise run)."""
-        return {}
-
     def finish(self, result: dict) -> None:
         """Called once whatever happened: close the window if still open, then record the outcome."""
         if self.finished or os.getpid() != self.pid:
@@ -364,6 +300,9 @@ class Session(StepHooks):
             self.flush(raise_done=False)
         except Exception as exc:
             record_internal_error("step detection", exc)
+        in_plain = self.plain.timing
+        if in_plain:  # the script ended (or stopped) during the plain steps: those timed are kept
+            self._write_plain()
         if not self.window_closed:
             self._close_window(result)
         else:
@@ -371,7 +310,9 @@ class Session(StepHooks):
             try:
                 with open(path) as f:
                     previous = json.load(f)
-                if result["outcome"] not in (Outcome.COMPLETED, Outcome.WINDOW_COMPLETE):
+                # the script's own end in the steps only perfaudit ran it on for is not a failure of the run
+                ended = Outcome.of(result) in (Outcome.RAISED, Outcome.EXITED, Outcome.OS_EXIT) and in_plain
+                if result["outcome"] not in (Outcome.COMPLETED, Outcome.WINDOW_COMPLETE) and not ended:
                     previous["after_window"] = result
                 previous["internal_errors"] = internal_errors()
                 previous.update(self.result_extra(result))

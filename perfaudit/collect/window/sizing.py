@@ -29,6 +29,7 @@ MIN_STEPS = 3  # measured steps a figure should rest on (fewer: each finding say
 # dispatch mode sees every op (device memory, FLOPs), module hooks every layer; 2 to 4.4 measured (an emulated
 # CNN trainer, a Python-heavy one)
 PROBE_CALLS_PER_EVENT = 5
+PROBE_EVENTS = 0.5  # and their own ops: 40-50 % more events in those steps (python_heavy.py's warm-up)
 PROBED_STEPS = 2
 
 
@@ -60,21 +61,22 @@ def fit_budget(events: int, calls: int, budget_mb: float | None, warmup: int, st
     events_mb = events * BYTES_PER_EVENT / 1e6
     per_step = events_mb + (stacks_mb if with_stack else 0.0)
 
-    def probes_mb(w: int) -> float:  # the probes' Python in `w` warm-up steps with stacks
-        return min(w, PROBED_STEPS) * PROBE_CALLS_PER_EVENT * events * BYTES_PER_PYTHON_CALL / 1e6
+    def probes_mb(w: int, stacks: bool = True) -> float:  # what the probes add to `w` warm-up steps
+        calls = PROBE_CALLS_PER_EVENT * events * BYTES_PER_PYTHON_CALL if stacks else 0.0
+        return min(w, PROBED_STEPS) * (calls + PROBE_EVENTS * events * BYTES_PER_EVENT) / 1e6
     if not budget_mb or not (events or calls):
         fit = Fit(warmup, steps, with_stack, per_step)
     elif not with_stack or warmup == 0 or warmup * per_step + probes_mb(warmup) + steps * per_step <= MARGIN * budget_mb:
         fit = _fit(MARGIN * budget_mb, warmup, steps, with_stack, per_step, events_mb, keep_stacks)
     else:
-        fit = _fit(MARGIN * budget_mb, warmup, steps, with_stack, per_step, events_mb, keep_stacks, warmup_mb=events_mb)
+        fit = _fit(MARGIN * budget_mb, warmup, steps, with_stack, per_step, events_mb, keep_stacks,
+                   warmup_mb=events_mb + probes_mb(1, stacks=False))
         if fit.with_stack and fit.warmup > 0:
             fit.warmup_stacks = False
             fit.trimmed["warmup_stacks"] = "off"
     fit.events_mb, fit.stacks_mb = events_mb, (stacks_mb if fit.with_stack else 0.0)
-    fit.warmup_mb = fit.warmup * events_mb
-    if fit.warmup_stacks and fit.with_stack:
-        fit.warmup_mb += fit.warmup * stacks_mb + probes_mb(fit.warmup)
+    stacked = fit.warmup_stacks and fit.with_stack
+    fit.warmup_mb = fit.warmup * (events_mb + (stacks_mb if stacked else 0.0)) + probes_mb(fit.warmup, stacked)
     return fit
 
 

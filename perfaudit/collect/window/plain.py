@@ -1,0 +1,51 @@
+"""The script's steps timed after the window, with no profiler recording them: what a step and its DataLoader
+fetches take without perfaudit's recording, whose cost per Python call and per op inflates whatever runs in the
+training process (a Dataset's `__getitem__` and collate, the Python between ops). Written to result.json once
+timed (the trace is written before them); the report reads them from there (facts/data.py)."""
+from __future__ import annotations
+
+import time
+
+from .clock import disturbed, own_cpu_s, run_queue_wait_s, usable_cpus, waited_for_others
+
+PLAIN_STEPS = 3   # timed after the window; the median of those a busy machine left alone is the figure
+PLAIN_MAX_STEP_S = 2.0  # none after a window of longer steps (the run would go on that long for them)
+
+
+class PlainSteps:
+    """Opened at the window's end, then told of each step boundary (`next`) until `wanted` steps were timed."""
+
+    def __init__(self, wanted: int):
+        self.wanted = wanted
+        self.steps: list[dict] = []
+        self.timing = False
+        self._open: tuple | None = None
+        self._cpus = usable_cpus()
+
+    def start(self, fetch_s: float) -> None:
+        self.timing = self.wanted > 0
+        if self.timing:
+            self._mark(fetch_s)
+
+    def next(self, fetch_s: float) -> bool:
+        """At a step boundary: the step since the last one timed; False once enough steps were."""
+        if not self.timing or self._open is None:
+            return False
+        t0, fetch0, wait0, cpu0 = self._open
+        wall = time.perf_counter() - t0
+        wait = run_queue_wait_s()
+        waited = max(wait - wait0, 0.0) if wait is not None and wait0 is not None else 0.0
+        waited = waited_for_others(waited, wall, own_cpu_s() - cpu0, self._cpus)
+        self.steps.append({"wall_ms": round(wall * 1e3, 4), "fetch_ms": round((fetch_s - fetch0) * 1e3, 4),
+                           "waited_ms": round(waited * 1e3, 4), "disturbed": disturbed(waited, wall)})
+        if len(self.steps) >= self.wanted:
+            self.timing, self._open = False, None
+            return False
+        self._mark(fetch_s)
+        return True
+
+    def _mark(self, fetch_s: float) -> None:
+        self._open = (time.perf_counter(), fetch_s, run_queue_wait_s(), own_cpu_s())
+
+    def summary(self) -> list[dict]:
+        return list(self.steps)

@@ -1,0 +1,117 @@
+"""Steps timed after the window with nothing recording them (collect/window/plain.py): what a DataLoader fetch in
+the training process takes without the profiler, whose per-call cost inflated DATA001's wait 2-5x on
+Python-heavy Datasets. On the realistic scripts' runs (shared with test_realistic.py) and on their traces,
+rewritten as a run (or a hostile file) would leave them."""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import ROOT, run_trace_json
+from perfaudit.api import analyze
+
+SCRIPT = "dataset_transforms.py"   # torchvision-style transforms in __getitem__, num_workers=0
+
+
+def test_a_run_times_steps_after_its_window_and_states_the_wait_it_timed(realistic_reports):
+    """The run goes on for three steps after its window, timed with the profiler stopped; the report's DATA001
+    wait is theirs (the median over those a busy machine left alone, less their waits) and says so."""
+    run = realistic_reports[SCRIPT]
+    result = json.loads((Path(run["run_dir"]) / "result.json").read_text())
+    plain = result["plain_steps"]
+    assert len(plain) == 3 and all(s["wall_ms"] > 0 and 0 < s["fetch_ms"] <= s["wall_ms"] for s in plain), plain
+    finding = next(f for f in run["run"]["findings"] if f["rule"] == "DATA001" and f.get("locations"))
+    assert "run after the window without the profiler" in finding["message"], finding["message"]
+    stated = float(re.search(r"waits ([\d.]+) ms", finding["message"]).group(1))
+    quiet = [s for s in plain if not s["disturbed"]] or plain
+    fetches = [s["fetch_ms"] * (1 - min(s["waited_ms"], 0.9 * s["wall_ms"]) / s["wall_ms"]) for s in quiet]
+    assert stated == pytest.approx(statistics.median(fetches), abs=0.01)
+
+
+def _with_plain(run_dir: str, out: Path, plain) -> Path:
+    data = run_trace_json(Path(run_dir) / "trace.json.gz")
+    data["perfaudit"]["window"]["plain_steps"] = plain
+    out.write_bytes(gzip.compress(json.dumps(data).encode()))
+    return out
+
+
+def _data001(report):
+    return next((f for f in report.findings if f.rule == "DATA001" and f.message.startswith("The step waits")), None)
+
+
+def test_the_plain_steps_a_busy_machine_left_alone_make_the_wait(realistic_reports, tmp_path):
+    """Three plain steps: 4 ms of fetch in a 10 ms step twice, and one that waited 30 of its 40 ms for a CPU
+    held by other processes (left out). The wait is 4 ms, 40 % of the step; where every step waited, each is
+    taken less its wait (the fetch in proportion)."""
+    run_dir = realistic_reports[SCRIPT]["run_dir"]
+    quiet = {"wall_ms": 10.0, "fetch_ms": 4.0, "waited_ms": 0.0, "disturbed": False}
+    busy = {"wall_ms": 40.0, "fetch_ms": 16.0, "waited_ms": 30.0, "disturbed": True}
+    report = analyze([str(_with_plain(run_dir, tmp_path / "a.json.gz", [quiet, busy, quiet]))])
+    finding = _data001(report)
+    assert finding is not None and "waits 4.00 ms" in finding.message and "(40% of the step" in finding.message
+    assert "timed over 2 step(s)" in finding.message
+    report = analyze([str(_with_plain(run_dir, tmp_path / "b.json.gz", [busy, busy]))])
+    assert "waits 4.00 ms" in _data001(report).message  # 16 ms x 10/40
+
+
+def test_a_trace_without_plain_steps_states_the_recorded_wait(realistic_reports, tmp_path):
+    """A trace recorded elsewhere (or `analyze` on the run's own trace: the plain steps are in result.json) has
+    none: the wait is the measured steps', and the finding says so."""
+    run_dir = realistic_reports[SCRIPT]["run_dir"]
+    report = analyze([str(_with_plain(run_dir, tmp_path / "none.json.gz", None))])
+    finding = _data001(report)
+    assert finding is not None and "as recorded in the measured steps" in finding.message
+
+
+_value = st.one_of(st.none(), st.booleans(), st.text(max_size=3), st.integers(-(1 << 62), 1 << 62),
+                   st.floats(allow_nan=True, allow_infinity=True))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(st.one_of(_value, st.lists(st.one_of(_value, st.fixed_dictionaries(
+    {"wall_ms": _value, "fetch_ms": _value, "waited_ms": _value, "disturbed": _value})), max_size=4)))
+def test_hostile_plain_steps_give_a_finite_wait_or_the_recorded_one(realistic_reports, tmp_path, plain):
+    """The window's record in a trace is the user's file: whatever its plain steps hold, the analysis finishes
+    and DATA001's wait, where it fires, is a finite, non-negative figure."""
+    report = analyze([str(_with_plain(realistic_reports[SCRIPT]["run_dir"], tmp_path / "h.json.gz", plain))])
+    finding = _data001(report)
+    if finding is not None:
+        wait = float(re.search(r"waits ([\d.]+) ms", finding.message).group(1))
+        assert math.isfinite(wait) and wait >= 0
+
+
+def test_ctrl_c_while_the_plain_steps_run_keeps_the_trace_and_the_report(tmp_path):
+    """The run goes on after its window for the plain steps: a Ctrl-C then stops it as any Ctrl-C does, with the
+    trace (written before them) and the report, and the steps timed so far."""
+    script = tmp_path / "slow_loader.py"
+    script.write_text((ROOT / "sample_scripts" / "data_bad.py").read_text().replace("time.sleep(0.001)",
+                                                                                     "time.sleep(0.02)"))
+    run, out = tmp_path / "run", tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "run", str(script), "--device", "cpu",
+                             "--warmup", "1", "--steps", "3", "--out-dir", str(run), "-f", f"json={out}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    progress = run / "progress.jsonl"
+    deadline = time.time() + 180
+    while time.time() < deadline and not (progress.exists() and '"timing_plain"' in progress.read_text()):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and (run / "trace.json.gz").exists()
+    report = json.loads(out.read_text())
+    assert report["run"]["steps"] == 3 and any(f["rule"] == "DATA001" for f in report["findings"])
+    assert len(json.loads((run / "result.json").read_text())["plain_steps"]) < 3
