@@ -44,8 +44,9 @@ def _number(value) -> float | None:
 def plain_timing(ctx: Context) -> tuple[float, float, int] | None:
     """(fetch ms, step ms, steps): a step and its DataLoader fetches as timed after the window with nothing
     recording (collect/window/plain.py), the medians over the steps a busy machine left alone (else over all),
-    each step less its wait for a CPU, the fetch in proportion; None without such steps (a trace recorded
-    elsewhere or by an older perfaudit: the window's record is read as hostile input)."""
+    each less its own wait for a CPU held by other processes (a fetch's measured apart; where it was not, the
+    step's in proportion); None without such steps (a trace recorded elsewhere or by an older perfaudit: the
+    window's record is read as hostile input)."""
     window = ctx.trace.probes.get("window") if ctx.trace is not None else None
     steps = window.get("plain_steps") if isinstance(window, dict) else None
     rows = []
@@ -56,7 +57,9 @@ def plain_timing(ctx: Context) -> tuple[float, float, int] | None:
         if wall is None or fetch is None or wall <= 0 or fetch > wall:
             continue
         keep = 1.0 - min(waited or 0.0, 0.9 * wall) / wall
-        rows.append((fetch * keep, wall * keep, step.get("disturbed") is True))
+        fetch_waited = _number(step.get("fetch_waited_ms"))
+        fetch = fetch - min(fetch_waited, 0.9 * fetch) if fetch_waited is not None else fetch * keep
+        rows.append((fetch, wall * keep, step.get("disturbed") is True))
     quiet = [r for r in rows if not r[2]] or rows
     if not quiet:
         return None

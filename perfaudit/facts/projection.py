@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..projection import devices
 from ..projection.model import Inputs, Projector
+from .data import plain_timing
 from .emulated import emulated
 from .gpu.device_steps import traits
 from .registry import Context, Missing, fact
@@ -50,6 +51,9 @@ def inputs_of(ctx: Context) -> Inputs:
         loader = None
     if loader and loader.get("num_workers"):
         inputs.workers, inputs.worker_ms_per_batch = loader["num_workers"], loader.get("worker_ms_per_batch")
+    elif loader and loader.get("num_workers") == 0 and not trace.has_gpu:
+        plain = plain_timing(ctx)
+        inputs.plain_fetch_ms = plain[0] if plain is not None else None
     if not trace.has_gpu and emulated(ctx):
         # the probe's shape is checked when the trace is read (probe_schema.py): rows of dicts, or no probe
         rows = (ctx.probes.get("cuda_emulation") or {}).get("autocast") or []

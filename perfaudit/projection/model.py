@@ -12,6 +12,7 @@ from .devices import Device
 from .frees import freed_in
 from .kernels import MATH_KINDS, Work, calibration, kernel_us, retargeted_us
 from .overhead import in_python_time
+from .plans import fetch_at_most
 from .simulate import Pipeline, Projection, scaled, simulate, sync_idle_capped
 from .timeline import Item, StepPlan, from_kernels, from_shapes, plan, window
 from .work import work_of
@@ -28,6 +29,8 @@ class Inputs:
     bf16_as: str = "bf16"          # "fp16": an emulated run's float16 autocast, run as bfloat16 on the CPU
     workers: int = 0               # the DataLoader's workers, and each one's time per batch (ms)
     worker_ms_per_batch: float | None = None
+    plain_fetch_ms: float | None = None  # loading in the training process: a step's fetches, timed without
+                                         # the profiler (facts/data.py plain_timing)
     batch_bytes: int = 0           # a CPU run: the batch copied to the device each step
     pinned: bool = False
     blocking: bool = True
@@ -131,6 +134,8 @@ class Projector:
                      self.freed)
         if self.inputs.workers and not self.inputs.worker_ms_per_batch:
             _hand_off_only(plans)
+        if self.inputs.plain_fetch_ms is not None:
+            fetch_at_most(plans, self.inputs.plain_fetch_ms * 1e3)
         if self.inputs.batch_bytes:
             plans = _with_copies(plans, lambda: _copy_item(self.inputs, target))
         return plans

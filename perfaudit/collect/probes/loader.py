@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 import time
 import weakref
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,8 @@ class LoaderProbes:
         from ..emulation.placement import Placement
         loaders: dict[int, dict]
         fetch_s: float
+        fetch_wait_s: float
+        wait_clock: Callable[[], float | None] | None
         placement: Placement | None  # the emulated CUDA device, when the run emulates one
 
     def _install_loader_probes(self) -> None:
@@ -93,7 +96,8 @@ class LoaderProbes:
         def __next__(self_it):
             probes.before_batch()
             placement = probes.placement
-            began = time.perf_counter()
+            clock = probes.wait_clock
+            began, waited = time.perf_counter(), clock() if clock is not None else None
             try:
                 if placement is None:
                     batch = original_next(self_it)
@@ -105,6 +109,9 @@ class LoaderProbes:
                         placement.fetch_ends(begun)
             finally:
                 probes.fetch_s += time.perf_counter() - began
+                now = clock() if waited is not None else None
+                if now is not None:
+                    probes.fetch_wait_s += max(now - waited, 0.0)
             try:
                 if placement is not None:
                     placement.loader_batch(batch)

@@ -15,37 +15,44 @@ PLAIN_MAX_STEP_S = 2.0  # none after a window of longer steps (the run would go 
 class PlainSteps:
     """Opened at the window's end, then told of each step boundary (`next`) until `wanted` steps were timed."""
 
-    def __init__(self, wanted: int):
-        self.wanted = wanted
+    def __init__(self, probes, wanted: int):
+        self.probes, self.wanted = probes, wanted  # probes: the DataLoader fetches' clock (loader.py)
         self.steps: list[dict] = []
         self.timing = False
         self._open: tuple | None = None
         self._cpus = usable_cpus()
 
-    def start(self, fetch_s: float) -> None:
+    def start(self) -> None:
         self.timing = self.wanted > 0
         if self.timing:
-            self._mark(fetch_s)
+            self.probes.wait_clock = run_queue_wait_s  # each fetch's own wait for a CPU, from now
+            self._mark()
 
-    def next(self, fetch_s: float) -> bool:
+    def next(self) -> bool:
         """At a step boundary: the step since the last one timed; False once enough steps were."""
         if not self.timing or self._open is None:
             return False
-        t0, fetch0, wait0, cpu0 = self._open
+        t0, fetch0, fetch_wait0, wait0, cpu0 = self._open
         wall = time.perf_counter() - t0
         wait = run_queue_wait_s()
         waited = max(wait - wait0, 0.0) if wait is not None and wait0 is not None else 0.0
-        waited = waited_for_others(waited, wall, own_cpu_s() - cpu0, self._cpus)
-        self.steps.append({"wall_ms": round(wall * 1e3, 4), "fetch_ms": round((fetch_s - fetch0) * 1e3, 4),
-                           "waited_ms": round(waited * 1e3, 4), "disturbed": disturbed(waited, wall)})
+        others = waited_for_others(waited, wall, own_cpu_s() - cpu0, self._cpus)
+        fetch_waited = max(self.probes.fetch_wait_s - fetch_wait0, 0.0) if others > 0 else 0.0
+        self.steps.append({"wall_ms": round(wall * 1e3, 4), "fetch_ms": round((self.probes.fetch_s - fetch0) * 1e3, 4),
+                           "waited_ms": round(others * 1e3, 4), "fetch_waited_ms": round(fetch_waited * 1e3, 4),
+                           "disturbed": disturbed(others, wall)})
         if len(self.steps) >= self.wanted:
-            self.timing, self._open = False, None
+            self.stop()
             return False
-        self._mark(fetch_s)
+        self._mark()
         return True
 
-    def _mark(self, fetch_s: float) -> None:
-        self._open = (time.perf_counter(), fetch_s, run_queue_wait_s(), own_cpu_s())
+    def stop(self) -> None:
+        self.timing, self._open, self.probes.wait_clock = False, None, None
+
+    def _mark(self) -> None:
+        self._open = (time.perf_counter(), self.probes.fetch_s, self.probes.fetch_wait_s, run_queue_wait_s(),
+                      own_cpu_s())
 
     def summary(self) -> list[dict]:
         return list(self.steps)

@@ -61,7 +61,7 @@ class WindowRecords:
     def _write_plain(self) -> None:
         """The steps timed after the window without the profiler (plain.py), added to result.json, from which
         the report takes them (the trace was written before them: a step that never ends loses nothing)."""
-        self.plain.timing = False
+        self.plain.stop()
         path = self._path("result.json")
         try:
             with open(path) as f:

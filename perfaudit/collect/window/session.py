@@ -100,7 +100,7 @@ class Session(WindowRecords, StepHooks):
         self._progress = open(self._path("progress.jsonl"), "a", buffering=1)
         self.threads = choose_threads(torch, config, self.rank is None and self.profiling and self.fits_threads)
         # steps timed with nothing recording, after the window (not for a rank: its steps pair with the others')
-        self.plain = PlainSteps(PLAIN_STEPS if self.times_plain_steps and self.rank is None else 0)
+        self.plain = PlainSteps(self.probes, PLAIN_STEPS if self.times_plain_steps and self.rank is None else 0)
 
     times_plain_steps = True  # steps after the window timed without the profiler (plain.py; not in-process)
     fits_threads = True  # on a busy machine, fit the intra-op threads to the free cores (not in-process)
@@ -204,7 +204,7 @@ class Session(WindowRecords, StepHooks):
         compiled = self.compile.compiled_since_last_check()  # tagged with the step that ended
         self.steps_ended += 1
         if self.window_closed:  # a plain step after the window ended
-            if not self.plain.next(self.probes.fetch_s):
+            if not self.plain.next():
                 self._write_plain()
                 if raise_done and not self.full:
                     raise WindowDone()
@@ -245,7 +245,7 @@ class Session(WindowRecords, StepHooks):
             self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
             if raise_done and self.trace_path and self.marks.typical_wall_s() <= PLAIN_MAX_STEP_S:
                 self._say("timing_plain", steps=self.plain.wanted)
-                self.plain.start(self.probes.fetch_s)
+                self.plain.start()
                 if self.plain.timing:
                     return
             if not self.full and raise_done:
