@@ -50,6 +50,7 @@ class InProcessSession(Session):
     fits_threads = False
     samples_startup = False
     counts_flops = False  # the user's model goes on training: no extra step through it
+    times_plain_steps = False  # nor three more steps after the window
 
     def __init__(self, options: RunOptions, script: str, source: str | None):
         """`source`: the framework whose hooks mark the steps ("lightning", "transformers"); None: the
