@@ -1,7 +1,8 @@
 """The audited process's session: where steps end, and the bounded profiler window over them.
 
 The session installs the probes and the step hooks, sizes one step, records `warmup + steps` steps under
-torch.profiler and then ends the script (WindowDone), unless asked to let it run on. Whatever happens
+torch.profiler, writes them, times a few more with nothing recording (plain.py) and then ends the script
+(WindowDone), unless asked to let it run on. Whatever happens
 to the script (it finishes, raises, calls sys.exit or os._exit, is interrupted), `finish()` writes what
 was recorded to the run folder: `trace.json.gz` (the Kineto trace with the probes embedded under the
 `perfaudit` key) and `result.json` (the outcome). perfaudit.child composes it and runs the script."""
