@@ -35,13 +35,18 @@ def _shape(p: StepPlan) -> tuple:
     return tuple(i.kind for i in p.items)
 
 
+def _by_shape(plans: list[StepPlan]) -> dict[tuple, list[StepPlan]]:
+    shapes: dict[tuple, list[StepPlan]] = {}
+    for p in plans:
+        shapes.setdefault(_shape(p), []).append(p)
+    return shapes
+
+
 def _typical(plans: list[StepPlan], value: Callable[[Item], float], rank: float) -> list[list[float | None]]:
     """Each plan's items' typical `value`: its `rank` quantile over the steps of the same shape, at least three
     of them. A step of a rarer shape (an epoch's end, a logging step) takes the commonest shape's values where
     its items line up with them, from its start and from its end; None for the rest."""
-    shapes: dict[tuple, list[StepPlan]] = {}
-    for p in plans:
-        shapes.setdefault(_shape(p), []).append(p)
+    shapes = _by_shape(plans)
     common: dict[tuple, list[float | None]] = {
         shape: [sorted(value(q.items[n]) for q in alike)[int(len(alike) * rank)] for n in range(len(shape))]
         for shape, alike in shapes.items() if len(alike) >= 3}
@@ -101,9 +106,7 @@ def clip_outliers(plans: list[StepPlan]) -> None:
     over the steps of the same shape, plus OUTLIER_US: a 3 ms gap between two ops that take 0.1 ms apart in
     every other step is the machine (a hypervisor's steal, a page reclaim), which no run-queue wait shows,
     not the script. What every step does, or most, stays; a step of a rarer shape does its own work."""
-    shapes: dict[tuple, list[StepPlan]] = {}
-    for p in plans:
-        shapes.setdefault(_shape(p), []).append(p)
+    shapes = _by_shape(plans)
     for shape, alike in shapes.items():
         if len(alike) < 3:
             continue

@@ -62,12 +62,8 @@ class WindowRecords:
         """The steps timed after the window without the profiler (plain.py), added to result.json, from which
         the report takes them (the trace was written before them: a step that never ends loses nothing)."""
         self.plain.stop()
-        path = self._path("result.json")
         try:
-            with open(path) as f:
-                recorded = json.load(f)
-            recorded["plain_steps"] = self.plain.summary()
-            write_json(path, recorded)
+            self._add_to_result("plain_steps", self.plain.summary())
         except (OSError, ValueError) as exc:  # a full disk, say: the report goes without them
             self.write_error = self.write_error or (exc if isinstance(exc, OSError) else None)
 
@@ -100,10 +96,14 @@ class WindowRecords:
         # RecordFunction of the step the window closed in, held by WindowDone's traceback) crashes torch
         gc.disable()
         self.flops.count()
+        self._add_to_result("flops_counted", self.flops.snapshot())
+
+    def _add_to_result(self, key: str, value) -> None:
+        """result.json with one more entry, worked out after it was written (the report takes it from there)."""
         path = self._path("result.json")
         with open(path) as f:
             recorded = json.load(f)
-        recorded["flops_counted"] = self.flops.snapshot()
+        recorded[key] = value
         write_json(path, recorded)
 
     def _meta(self, result: dict) -> dict:
