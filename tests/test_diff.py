@@ -5,6 +5,7 @@ moved their line."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jsonschema
 
@@ -71,3 +72,56 @@ def test_a_finding_moved_by_an_edit_is_the_same_finding():
                        ("SYNC001", "train.py:34"): "same"}
     gone = match_findings(after, before[:1])
     assert sorted(c.status for c in gone) == ["gone", "gone", "same"]
+
+
+def _with_plain_steps(run: str, dest, wall_ms: float, waited_ms: tuple = (0.0,) * 5):
+    """A copy of a run folder whose steps timed without the profiler took `wall_ms` each (a settling step first)."""
+    import shutil
+    shutil.copytree(run, dest)
+    record = json.loads((dest / "result.json").read_text())
+    record["plain_steps"] = [{"wall_ms": 3 * wall_ms, "fetch_ms": 0.0, "waited_ms": 0.0, "settling": True}] + [
+        {"wall_ms": wall_ms, "fetch_ms": 0.0, "waited_ms": w, "disturbed": w > 0.1 * wall_ms} for w in waited_ms]
+    (dest / "result.json").write_text(json.dumps(record))
+    return str(dest)
+
+
+def test_diff_states_the_steps_timed_without_the_profiler_and_why_they_disagree(sample_report, run_dir, tmp_path):
+    """Both runs timed steps after their windows without the profiler: the headline is theirs (what verify times),
+    the recorded steps' comparison follows, and where the two say opposite things a line says why. The unprofiled
+    steps are set to go the other way from the recorded ones; a step a busy machine disturbed is left out as
+    verify leaves it out (B's step that waited 1.9 of its ms for a CPU held by others)."""
+    sample_report("sync_good.py")
+    sample_report("sync_bad.py")
+    recorded = [json.loads((Path(run_dir) / name / "report.json").read_text())["run"]["step_ms"]
+                for name in ("sync_good", "sync_bad")]
+    (wall_a, wall_b), verdict = ((3.0, 2.0), "faster") if recorded[0] <= recorded[1] else ((2.0, 3.0), "slower")
+    a = _with_plain_steps(f"{run_dir}/sync_good", tmp_path / "a", wall_a)
+    b = _with_plain_steps(f"{run_dir}/sync_bad", tmp_path / "b", wall_b, (0.0, 0.0, 0.0, 0.0, 1.9))
+    out = tmp_path / "diff.json"
+    proc = perfaudit("diff", a, b, "-o", str(out), "-f", "console")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    jsonschema.validate(result, SCHEMA)
+    unprofiled = result["unprofiled_step"]
+    assert (unprofiled["a_ms"], unprofiled["b_ms"], unprofiled["steps"]) == (wall_a, wall_b, [5, 4])
+    assert unprofiled["verdict"] == verdict != result["step"]["verdict"]
+    assert "perfaudit verify" in result["disagreement"]
+    text = " ".join(proc.stdout.split())
+    assert text.index(f"step time without the profiler {wall_a:.2f} → {wall_b:.2f} ms") < text.index(
+        "as recorded under the profiler:")
+    assert f"the steps timed without the profiler say {verdict}" in text
+
+
+def test_diff_of_traces_alone_compares_the_recorded_steps(sample_report, run_dir, tmp_path):
+    """A trace copied out of its run folder has no steps timed without the profiler (they are in the folder's
+    result.json): the recorded steps make the headline."""
+    import shutil
+    sample_report("sync_good.py")
+    sample_report("sync_bad.py")
+    out = tmp_path / "diff.json"
+    shutil.copy(f"{run_dir}/sync_bad/trace.json.gz", tmp_path / "copy.json.gz")
+    proc = perfaudit("diff", f"{run_dir}/sync_good/trace.json.gz", str(tmp_path / "copy.json.gz"), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["unprofiled_step"] is None and result["disagreement"] is None
+    assert "without the profiler" not in proc.stdout

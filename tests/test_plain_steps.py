@@ -26,12 +26,14 @@ SCRIPT = "dataset_transforms.py"   # torchvision-style transforms in __getitem__
 
 
 def test_a_run_times_steps_after_its_window_and_states_the_wait_it_timed(realistic_reports):
-    """The run goes on for three steps after its window, timed with the profiler stopped; the report's DATA001
-    wait is theirs (the median over those a busy machine left alone, less their waits) and says so."""
+    """The run goes on for a settling step and five steps after its window (steps of a few ms), timed with the
+    profiler stopped; the report's DATA001 wait is the five's (the median over those a busy machine left alone,
+    less their waits) and says so."""
     run = realistic_reports[SCRIPT]
     result = json.loads((Path(run["run_dir"]) / "result.json").read_text())
-    plain = result["plain_steps"]
-    assert len(plain) == 3 and all(s["wall_ms"] > 0 and 0 < s["fetch_ms"] <= s["wall_ms"] for s in plain), plain
+    settling, *plain = result["plain_steps"]
+    assert settling["settling"] is True and not any(s.get("settling") for s in plain)
+    assert len(plain) == 5 and all(s["wall_ms"] > 0 and 0 < s["fetch_ms"] <= s["wall_ms"] for s in plain), plain
     finding = next(f for f in run["run"]["findings"] if f["rule"] == "DATA001" and f.get("locations"))
     assert "run after the window without the profiler" in finding["message"], finding["message"]
     stated = float(re.search(r"waits ([\d.]+) ms", finding["message"]).group(1))
@@ -66,7 +68,8 @@ def test_the_plain_steps_a_busy_machine_left_alone_make_the_wait(realistic_repor
     run_dir = realistic_reports[SCRIPT]["run_dir"]
     quiet = {"wall_ms": 10.0, "fetch_ms": 4.0, "waited_ms": 0.0, "disturbed": False}
     busy = {"wall_ms": 40.0, "fetch_ms": 16.0, "waited_ms": 30.0, "disturbed": True}
-    report = analyze([str(_with_plain(run_dir, tmp_path / "a.json.gz", [quiet, busy, quiet]))])
+    settling = {**quiet, "fetch_ms": 9.0, "settling": True}  # the first after the export: never counted
+    report = analyze([str(_with_plain(run_dir, tmp_path / "a.json.gz", [settling, quiet, busy, quiet]))])
     finding = _data001(report)
     assert finding is not None and "waits 4.00 ms" in finding.message and "(40% of the step" in finding.message
     assert "timed over 2 step(s)" in finding.message
@@ -145,4 +148,37 @@ def test_ctrl_c_while_the_plain_steps_run_keeps_the_trace_and_the_report(tmp_pat
     assert "Traceback" not in stderr and (run / "trace.json.gz").exists()
     report = json.loads(out.read_text())
     assert report["run"]["steps"] == 3 and any(f["rule"] == "DATA001" for f in report["findings"])
-    assert len(json.loads((run / "result.json").read_text())["plain_steps"]) < 3
+    assert len(json.loads((run / "result.json").read_text())["plain_steps"]) < 6  # a settling step and 5
+
+
+def test_analyze_on_a_run_folder_states_what_its_run_reported(realistic_reports, tmp_path):
+    """`analyze` on a run's folder (or its trace there) reads what the run added to result.json after writing the
+    trace: the same DATA001 wait as the run's own report, from the steps timed without the profiler; the trace
+    copied out of its folder states the recorded wait, saying so."""
+    import shutil
+    run = realistic_reports[SCRIPT]
+    stated = _data001(analyze([run["run_dir"]])).message
+    reported = next(f["message"] for f in run["run"]["findings"] if f["rule"] == "DATA001" and f.get("locations"))
+    wait = re.compile(r"waits [\d.]+ ms for the DataLoader \(\d+% of the step, [^)]*\)")
+    assert wait.search(stated).group(0) == wait.search(reported).group(0)
+    assert "run after the window without the profiler" in stated
+    alone = shutil.copy(Path(run["run_dir"]) / "trace.json.gz", tmp_path / "trace.json.gz")
+    assert "as recorded in the measured steps" in _data001(analyze([str(alone)])).message
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(record=st.one_of(st.binary(max_size=300), st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["trace", "plain_steps", "flops_counted", "outcome", "x"]), inner, max_size=5),
+    max_leaves=20).map(lambda v: json.dumps(v).encode())))
+def test_a_hostile_result_json_beside_a_trace_is_left_out_or_read(realistic_reports, tmp_path_factory, record):
+    """result.json beside a trace is the user's file: whatever it holds, `analyze` finishes and any wait it
+    states is a finite figure."""
+    folder = tmp_path_factory.mktemp("hostile")
+    trace = Path(realistic_reports[SCRIPT]["run_dir"]) / "trace.json.gz"
+    (folder / "trace.json.gz").write_bytes(trace.read_bytes())
+    (folder / "result.json").write_bytes(record)
+    finding = _data001(analyze([str(folder / "trace.json.gz")]))
+    if finding is not None:
+        assert math.isfinite(float(re.search(r"waits ([\d.]+) ms", finding.message).group(1)))

@@ -41,17 +41,17 @@ def _number(value) -> float | None:
     return float(value)
 
 
-def plain_timing(ctx: Context) -> tuple[float, float, int] | None:
-    """(fetch ms, step ms, steps): a step and its DataLoader fetches as timed after the window with nothing
-    recording (collect/window/plain.py), the medians over the steps a busy machine left alone (else over all),
-    each less its own wait for a CPU held by other processes (a fetch's measured apart; where it was not, the
-    step's in proportion); None without such steps (a trace recorded elsewhere or by an older perfaudit: the
-    window's record is read as hostile input)."""
+def _plain_rows(ctx: Context) -> list[tuple[float, float]]:
+    """(fetch ms, step ms) of the steps timed after the window with nothing recording (collect/window/plain.py),
+    past the settling ones and, where a busy machine left some alone, those only; each less its own wait for a
+    CPU held by other processes (a fetch's measured apart; where it was not, the step's in proportion). [] without
+    such steps (a trace recorded elsewhere or by an older perfaudit: the window's record is read as hostile
+    input)."""
     window = ctx.trace.probes.get("window") if ctx.trace is not None else None
     steps = window.get("plain_steps") if isinstance(window, dict) else None
     rows = []
     for step in steps if isinstance(steps, list) else []:
-        if not isinstance(step, dict):
+        if not isinstance(step, dict) or step.get("settling") is True:
             continue
         wall, fetch, waited = (_number(step.get(k)) for k in ("wall_ms", "fetch_ms", "waited_ms"))
         if wall is None or fetch is None or wall <= 0 or fetch > wall:
@@ -60,10 +60,33 @@ def plain_timing(ctx: Context) -> tuple[float, float, int] | None:
         fetch_waited = _number(step.get("fetch_waited_ms"))
         fetch = fetch - min(fetch_waited, 0.9 * fetch) if fetch_waited is not None else fetch * keep
         rows.append((fetch, wall * keep, step.get("disturbed") is True))
-    quiet = [r for r in rows if not r[2]] or rows
-    if not quiet:
+    return [r[:2] for r in ([r for r in rows if not r[2]] or rows)]
+
+
+def plain_timing(ctx: Context) -> tuple[float, float, int] | None:
+    """(fetch ms, step ms, steps): the medians over the steps timed without the profiler (_plain_rows), or None."""
+    rows = _plain_rows(ctx)
+    if not rows:
         return None
-    return median(r[0] for r in quiet), median(r[1] for r in quiet), len(quiet)
+    return median(r[0] for r in rows), median(r[1] for r in rows), len(rows)
+
+
+@fact("step.unprofiled", "The steps timed after the window with nothing recording them, past the settling ones: "
+                         "each one's wall time and its wait for a CPU held by other processes (ms), the step as the "
+                         "script runs without perfaudit, which `verify` times too and `diff` compares.")
+def unprofiled_steps(ctx: Context) -> list[dict]:
+    window = ctx.trace.probes.get("window") if ctx.trace is not None else None
+    steps = window.get("plain_steps") if isinstance(window, dict) else None
+    out = []
+    for step in steps if isinstance(steps, list) else []:
+        if not isinstance(step, dict) or step.get("settling") is True:
+            continue
+        wall, waited = _number(step.get("wall_ms")), _number(step.get("waited_ms"))
+        if wall is not None and wall > 0:
+            out.append({"wall_ms": wall, "waited_ms": min(waited or 0.0, wall)})
+    if not out:
+        raise Missing("no steps were timed without the profiler (a trace alone, steps over 2 s, or a rank)")
+    return out
 
 
 PIPELINE_BOUND = 0.8  # the pipeline delivers a batch no faster than this share of the step's compute

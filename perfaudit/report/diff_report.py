@@ -27,17 +27,40 @@ def _signed(v: float) -> str:
     return f"{v:+.2f}"
 
 
-def headline(d: Diff) -> str:
-    """One line: the step time of each side, the change with its interval and the verdict."""
-    s = d.speed
+def _speed_line(s, label: str) -> str:
     if math.isnan(s.mean_a_ms) or math.isnan(s.mean_b_ms):
-        return "step time: not measured on one side (no measured steps)"
+        return f"{label}: not measured on one side (no measured steps)"
     pct = 100.0 * s.delta_ms / s.mean_a_ms if s.mean_a_ms else 0.0
     interval = ("no interval (fewer than 3 steps a side)" if math.isnan(s.low_ms)
                 else f"95% interval [{s.low_ms:+.2f}, {s.high_ms:+.2f}] ms")
     verdict = {"faster": "B is faster", "slower": "B is slower"}.get(s.verdict, s.verdict)
-    return (f"step time {s.mean_a_ms:.2f} → {s.mean_b_ms:.2f} ms ({s.delta_ms:+.2f} ms, {pct:+.1f}%), {interval}, "
+    return (f"{label} {s.mean_a_ms:.2f} → {s.mean_b_ms:.2f} ms ({s.delta_ms:+.2f} ms, {pct:+.1f}%), {interval}, "
             f"{s.n_a} + {s.n_b} steps: {verdict}")
+
+
+def headline(d: Diff) -> str:
+    """One line: the step time of each side, the change with its interval and the verdict; from the steps timed
+    without the profiler where both runs have them (what `verify` times), else from the recorded steps."""
+    if d.unprofiled is not None:
+        return _speed_line(d.unprofiled, "step time without the profiler")
+    return _speed_line(d.speed, "step time")
+
+
+def recorded_line(d: Diff) -> str | None:
+    """The recorded (profiled) steps' comparison, where the headline is the unprofiled one."""
+    return _speed_line(d.speed, "as recorded under the profiler:") if d.unprofiled is not None else None
+
+
+def disagreement(d: Diff) -> str | None:
+    """Why the profiled and the unprofiled steps disagree on the change, where they do."""
+    u, s = d.unprofiled, d.speed
+    if u is None or u.verdict == s.verdict or not {u.verdict, s.verdict} & {"faster", "slower"}:
+        return None
+    return (f"The recorded steps say {s.verdict}, the steps timed without the profiler say {u.verdict}: the "
+            "profiler costs time per Python call and op, so work in the training process (a Dataset's "
+            "__getitem__, collate, the Python between ops) weighs several times its own cost in the recorded "
+            "steps, and moving or removing it looks better there than it is. The unprofiled figure is what the "
+            "script takes, and what `perfaudit verify` times.")
 
 
 def grew_text(d: Diff) -> str | None:
@@ -48,6 +71,9 @@ def grew_text(d: Diff) -> str | None:
 def render_console(d: Diff, console: Console) -> None:
     console.print(f"[bold]perfaudit diff[/] A={escape(d.a)}  B={escape(d.b)}", highlight=False)
     console.print(headline(d), highlight=False)
+    for line in (recorded_line(d), disagreement(d)):
+        if line:
+            console.print(line, highlight=False)
     if grew_text(d):
         console.print(grew_text(d), highlight=False)
     for title, rows in (("host time per step (ms)", d.host), ("GPU time per step (ms)", d.gpu)):
@@ -77,16 +103,21 @@ def render_console(d: Diff, console: Console) -> None:
             console.print(f"  {escape(str(e['key']))}: {escape(str(e['a']))} → {escape(str(e['b']))}", highlight=False)
 
 
-def to_dict(d: Diff) -> dict:
-    s = d.speed
+def _step_dict(s) -> dict:
     nan = (lambda v: None if v is None or math.isnan(v) else v)
+    return {"a_ms": nan(s.mean_a_ms), "b_ms": nan(s.mean_b_ms), "delta_ms": nan(s.delta_ms),
+            "change_pct": nan(100.0 * s.delta_ms / s.mean_a_ms) if s.mean_a_ms else None,
+            "interval_ms": None if math.isnan(s.low_ms) else [s.low_ms, s.high_ms], "confidence": 0.95,
+            "steps": [s.n_a, s.n_b], "verdict": s.verdict}
+
+
+def to_dict(d: Diff) -> dict:
     return {
         "tool": {"name": "perfaudit", "version": __version__},
         "a": d.a, "b": d.b,
-        "step": {"a_ms": nan(s.mean_a_ms), "b_ms": nan(s.mean_b_ms), "delta_ms": nan(s.delta_ms),
-                 "change_pct": nan(100.0 * s.delta_ms / s.mean_a_ms) if s.mean_a_ms else None,
-                 "interval_ms": None if math.isnan(s.low_ms) else [s.low_ms, s.high_ms], "confidence": 0.95,
-                 "steps": [s.n_a, s.n_b], "verdict": s.verdict},
+        "step": _step_dict(d.speed),
+        "unprofiled_step": _step_dict(d.unprofiled) if d.unprofiled is not None else None,
+        "disagreement": disagreement(d),
         "host_ms": d.host, "gpu_ms": d.gpu, "grew": d.grew,
         "findings": [{"rule": f.rule, "title": f.title, "severity": f.severity, "status": f.status,
                       "location": f.where, "code": f.code, "a_ms_per_step": f.ms_a, "b_ms_per_step": f.ms_b,
@@ -104,6 +135,8 @@ def render_markdown(d: Diff) -> str:
     def cell(text) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
     lines = ["### perfaudit diff", "", f"A: `{cell(d.a)}`  ", f"B: `{cell(d.b)}`", "", f"**{cell(headline(d))}**"]
+    lines += ["", cell(line)] if (line := recorded_line(d)) else []
+    lines += ["", cell(line)] if (line := disagreement(d)) else []
     if grew_text(d):
         lines += ["", cell(grew_text(d))]
     for title, rows in (("Host time per step", d.host), ("GPU time per step", d.gpu)):
@@ -135,6 +168,7 @@ def render_html(d: Diff) -> str:
         return out + "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
     parts = [f"<h1>perfaudit diff</h1><p>A: <code>{e(d.a)}</code><br>B: <code>{e(d.b)}</code></p>",
              f"<p><b>{e(headline(d))}</b></p>"]
+    parts += [f"<p>{e(line)}</p>" for line in (recorded_line(d), disagreement(d)) if line]
     grew = grew_text(d)
     if grew:
         parts.append(f"<p>{e(grew)}</p>")

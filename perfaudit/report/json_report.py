@@ -51,6 +51,7 @@ def to_dict(report: Report) -> dict:
             "steps": first.steps if first else 0,
             "step_source": first.step_source if first else None,
             "step_ms": first.step_ms if first else None,
+            "unprofiled_steps": first.unprofiled if first else [],
             "breakdown_ms": first.breakdown if first else None,
             "gpu_breakdown_ms": first.gpu_breakdown if first else None,
             "compile": first.compile if first else None,

@@ -22,6 +22,7 @@ from ..policy.gate import GateOptions
 from ..trace import Trace, load_trace
 from ..trace.gc_pause import collection_paused
 from ..trace.model import emulated_run
+from ..trace.run_record import add_late_entries, record_beside
 
 _TRACE_PATTERNS = ("*.json", "*.json.gz")
 
@@ -138,9 +139,14 @@ def _summary_of(trace: Trace, ctx: Context, env: dict, device: str) -> TraceSumm
         projection = ctx.get("projection")
     except Missing:
         projection = None
+    try:
+        unprofiled = ctx.get("step.unprofiled")
+    except Missing:
+        unprofiled = []
     return TraceSummary(trace.path, device, trace.rank, len(trace.measured_steps), trace.step_source,
                         step_ms, breakdown, trace.has_stacks, env, gpu, per_step, gpu_steps, compiled, excluded,
-                        busy_measured, threads, training, mfu, memory=memory, projection=projection)
+                        busy_measured, threads, training, mfu, memory=memory, projection=projection,
+                        unprofiled=unprofiled)
 
 
 def evaluate_rules(ctx: Context, rules: list[Rule]) -> tuple[list[Finding], list[Skipped]]:
@@ -224,6 +230,7 @@ def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job
             trace = load_trace(path, op_shapes=True)  # a CPU run of a CUDA path: projected from op shapes
     except TraceError as exc:
         return TraceResult(path, error=exc)
+    add_late_entries(trace, record_beside(path))  # a run folder's trace: what its run added after writing it
     roots = source_roots + (os.path.dirname(os.path.abspath(path)), os.getcwd())
     ctx = Context(trace, None, roots, target=target)
     with collection_paused():  # the facts walk the trace's events: no cycle collection over them meanwhile

@@ -28,6 +28,7 @@ from ..static.cuda_path import has_cuda_path
 from ..static.gpu_switch import gpu_switch
 from ..trace import load_trace
 from ..trace.gc_pause import collection_paused
+from ..trace.run_record import add_late_entries
 from .analysis import combine, context_notes, evaluate_rules, reading_notes, summarize
 from .jobs import job_results
 
@@ -70,12 +71,8 @@ def report_for_run(result: RunResult, script: str, options: RunOptions, rules: l
             notes.append(f"the recorded trace could not be read: {exc}")
     roots = (os.path.dirname(result.script), os.getcwd())
     probes = None if trace is not None else result.probes
-    counted = result.outcome.get("flops_counted")
-    if trace is not None and counted and isinstance(trace.probes.get("probes"), dict):
-        trace.probes["probes"]["flops"] = counted  # counted after the trace was written
-    plain = result.outcome.get("plain_steps")
-    if trace is not None and plain and isinstance(trace.probes.get("window"), dict):
-        trace.probes["window"]["plain_steps"] = plain  # timed after the trace was written (facts/data.py reads it)
+    if trace is not None:
+        add_late_entries(trace, result.outcome)  # the FLOPs and plain steps, worked out after the trace was written
     ctx = Context(trace, probes, roots, target=options.target)
     with collection_paused():
         findings, skipped = evaluate_rules(ctx, [r for r in rules if r.scope == "trace"])

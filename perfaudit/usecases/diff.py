@@ -12,7 +12,7 @@ from ..findings import Finding, Report, TraceSummary
 from ..report.json_report import read_report
 from ..untrusted import Unreadable
 from ..verify.comparison import Diff, FindingChange
-from ..verify.stats import speed_change
+from ..verify.stats import speed_change, undisturbed_steps
 from .analysis import analyze
 
 HOST_PHASES = ("data", "forward", "backward", "optimizer", "other")
@@ -32,6 +32,9 @@ def diff(a: str, b: str, rules: list[Rule] | None = None, source_roots: tuple[st
     report_a, report_b = read_side(a, rules, source_roots), read_side(b, rules, source_roots)
     steps_a, steps_b = step_times(report_a), step_times(report_b)
     out = Diff(a, b, report_a, report_b, speed_change([steps_a], [steps_b], min_steps=MIN_STEPS))
+    plain_a, plain_b = unprofiled_times(report_a), unprofiled_times(report_b)
+    if len(plain_a) >= MIN_STEPS and len(plain_b) >= MIN_STEPS:
+        out.unprofiled = speed_change([plain_a], [plain_b], min_steps=MIN_STEPS)
     ta, tb = report_a.traces[0], report_b.traces[0]
     out.host = _parts(_mean_over(report_a, "breakdown"), _mean_over(report_b, "breakdown"),
                       [(p, p) for p in HOST_PHASES])
@@ -65,6 +68,19 @@ def read_side(path: str, rules: list[Rule], source_roots: tuple[str, ...]) -> Re
 def step_times(report: Report) -> list[float]:
     """Every measured step's duration (s) over the traces of one side (the ranks of a job pooled)."""
     return [row["total"] / 1000.0 for t in report.traces for row in t.per_step if row.get("total")]
+
+
+def unprofiled_times(report: Report) -> list[float]:
+    """The steps each run timed after its window without the profiler (s), less those a busy machine disturbed,
+    as `verify` leaves them out: what `verify` times. The recorded steps carry the profiler's cost per Python call
+    and op, which weighs on work in the training process (a Dataset's `__getitem__`, collate) several times more
+    than on work it moves elsewhere."""
+    out = []
+    for t in report.traces:
+        walls = [s["wall_ms"] / 1000.0 for s in t.unprofiled]
+        kept, _ = undisturbed_steps(walls, [s["waited_ms"] / 1000.0 for s in t.unprofiled])
+        out += kept
+    return out
 
 
 def _mean_over(report: Report, attr: str) -> dict:

@@ -38,6 +38,7 @@ class Diff:
     ops_kind: str | None = None
     ops: list[dict] = field(default_factory=list)     # {name, a_ms, b_ms, delta_ms}
     environment: list[dict] = field(default_factory=list)  # {key, a, b}
+    unprofiled: SpeedChange | None = None  # the steps timed without the profiler, where both sides have 3 or more
 
     @property
     def changed_findings(self) -> list[FindingChange]:

@@ -8,12 +8,18 @@ import time
 
 from .clock import disturbed, own_cpu_s, run_queue_wait_s, usable_cpus, waited_for_others
 
-PLAIN_STEPS = 3   # timed after the window; the median of those a busy machine left alone is the figure
+PLAIN_STEPS = 5   # timed after the window (`diff` needs 3 a side a busy machine left alone, as `verify` counts them)
+FEWEST_PLAIN_STEPS = 3  # where steps are long, down to this many: the plain steps take PLAIN_TIME_S at most beyond
+PLAIN_TIME_S = 2.5
 PLAIN_MAX_STEP_S = 2.0  # none after a window of longer steps (the run would go on that long for them)
+# steps run first and kept apart: the first step after the trace's export ran its fetch 1.0-2.1x slower than the
+# steps after it (dataset_transforms.py, 5 runs: 2.5-5.2 ms against 2.0-2.7), on what the export left behind
+SETTLING_STEPS = 1
 
 
 class PlainSteps:
-    """Opened at the window's end, then told of each step boundary (`next`) until `wanted` steps were timed."""
+    """Opened at the window's end, then told of each step boundary (`next`) until `wanted` steps were timed after
+    the settling ones (kept, marked `settling`)."""
 
     def __init__(self, probes, wanted: int):
         self.probes, self.wanted = probes, wanted  # probes: the DataLoader fetches' clock (loader.py)
@@ -22,7 +28,15 @@ class PlainSteps:
         self._open: tuple | None = None
         self._cpus = usable_cpus()
 
-    def start(self) -> None:
+    @property
+    def runs(self) -> int:
+        """The steps the script goes on for: the settling ones and those timed."""
+        return self.wanted + SETTLING_STEPS if self.wanted > 0 else 0
+
+    def start(self, step_s: float) -> None:
+        """`step_s`: the window's typical step (s), which sets how many steps are timed."""
+        if self.wanted > FEWEST_PLAIN_STEPS and step_s > 0:
+            self.wanted = max(min(self.wanted, int(PLAIN_TIME_S / step_s)), FEWEST_PLAIN_STEPS)
         self.timing = self.wanted > 0
         if self.timing:
             self.probes.wait_clock = run_queue_wait_s  # each fetch's own wait for a CPU, from now
@@ -41,7 +55,9 @@ class PlainSteps:
         self.steps.append({"wall_ms": round(wall * 1e3, 4), "fetch_ms": round((self.probes.fetch_s - fetch0) * 1e3, 4),
                            "waited_ms": round(others * 1e3, 4), "fetch_waited_ms": round(fetch_waited * 1e3, 4),
                            "disturbed": disturbed(others, wall)})
-        if len(self.steps) >= self.wanted:
+        if len(self.steps) <= SETTLING_STEPS:
+            self.steps[-1]["settling"] = True
+        if len(self.steps) >= self.runs:
             self.stop()
             return False
         self._mark()

@@ -244,9 +244,10 @@ class Session(WindowRecords, StepHooks):
             self.trimmed["cut_at_step"] = self.step_index
         if done or over_budget or over_size:
             self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
-            if raise_done and self.plain.wanted and self.trace_path and self.marks.typical_wall_s() <= PLAIN_MAX_STEP_S:
-                self._say("timing_plain", steps=self.plain.wanted)
-                self.plain.start()
+            step_s = self.marks.typical_wall_s()
+            if raise_done and self.plain.wanted and self.trace_path and step_s <= PLAIN_MAX_STEP_S:
+                self.plain.start(step_s)
+                self._say("timing_plain", steps=self.plain.runs)
                 if self.plain.timing:
                     return
             if not self.full and raise_done:
