@@ -71,6 +71,15 @@ def needs_program(*names: str, why: str) -> str:
     pytest.skip(message)
 
 
+def on_a_small_disk(command: str, folder, size: str) -> subprocess.CompletedProcess:
+    """`command` with a `size` tmpfs mounted at `folder`, in a namespace of the test's own (`unshare`, no
+    privilege needed): a real full file system."""
+    unshare = needs_program("unshare", why="mounts a small tmpfs for a full disk")
+    return subprocess.run([unshare, "--user", "--map-root-user", "--mount", "sh", "-c",
+                           f"mount -t tmpfs -o size={size} tmpfs {folder} && exec {command}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
 def needs_shared(path: Path) -> Path:
     """A file the tests carry (tests/data/gpu_traces): missing, the clone is broken, not the machine."""
     assert path.exists(), f"{path} is missing from the repository"

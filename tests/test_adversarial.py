@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, TRACES, needs_program, needs_shared, perfaudit, sarif_schemas
+from conftest import ROOT, TRACES, needs_program, needs_shared, on_a_small_disk, perfaudit, sarif_schemas
 from perfaudit.collect.run.rundir import MARK, prune_runs
 from perfaudit.errors import TraceError, UsageError
 from perfaudit.fix.plan import FileFix, FixPlan
@@ -423,15 +423,6 @@ def test_diff_never_writes_over_what_it_reads(tmp_path):
     assert proc.returncode == 0 and json.loads((run / "diff.json").read_text()), proc.stderr
 
 
-def _on_a_small_disk(command: str, folder, size: str) -> subprocess.CompletedProcess:
-    """`command` with a `size` tmpfs mounted at `folder`, in a namespace of the test's own (`unshare`, no
-    privilege needed): a real full file system."""
-    unshare = needs_program("unshare", why="mounts a small tmpfs for a full disk")
-    return subprocess.run([unshare, "--user", "--map-root-user", "--mount", "sh", "-c",
-                           f"mount -t tmpfs -o size={size} tmpfs {folder} && exec {command}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-
-
 def test_a_run_folder_on_a_full_disk_stops_at_once_and_says_so(tmp_path):
     """`run --out-dir` on a file system that fills up during the run (the script's own checkpoint took the
     room): the profiler's write fails (Kineto says nothing), result.json cannot be rewritten. The script is
@@ -459,7 +450,7 @@ def test_a_run_folder_on_a_full_disk_stops_at_once_and_says_so(tmp_path):
             opt.step()
     """))
     began = time.monotonic()
-    proc = _on_a_small_disk(f"{sys.executable} -m perfaudit run {script} --warmup 1 --steps 3 --out-dir {full}/run",
+    proc = on_a_small_disk(f"{sys.executable} -m perfaudit run {script} --warmup 1 --steps 3 --out-dir {full}/run",
                             full, "20m")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert time.monotonic() - began < 120, "the script trained on after its window could not be saved"
@@ -468,7 +459,7 @@ def test_a_run_folder_on_a_full_disk_stops_at_once_and_says_so(tmp_path):
     assert "Traceback" not in proc.stderr + proc.stdout
     assert starts.read_text() == "start\n"  # run once: a full disk is not a crash to retry
     for launch in ((), ("--nproc-per-node", "2")):
-        proc = _on_a_small_disk(f"{sys.executable} -m perfaudit run {script} {' '.join(launch)} --out-dir {full}/run",
+        proc = on_a_small_disk(f"{sys.executable} -m perfaudit run {script} {' '.join(launch)} --out-dir {full}/run",
                                 full, "64k")
         assert proc.returncode == 2 and "KB free on its disk" in proc.stderr, proc.stdout + proc.stderr
     assert starts.read_text() == "start\n"  # refused before the script started

@@ -12,6 +12,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, run_trace_json
+from conftest import ROOT, on_a_small_disk, run_trace_json
 from perfaudit.api import analyze
 
 SCRIPT = "dataset_transforms.py"   # torchvision-style transforms in __getitem__, num_workers=0
@@ -182,3 +183,45 @@ def test_a_hostile_result_json_beside_a_trace_is_left_out_or_read(realistic_repo
     finding = _data001(analyze([str(folder / "trace.json.gz")]))
     if finding is not None:
         assert math.isfinite(float(re.search(r"waits ([\d.]+) ms", finding.message).group(1)))
+
+
+def test_a_disk_that_fills_during_the_plain_steps_keeps_the_window_and_says_so(tmp_path):
+    """The script fills the run folder's disk once its trace is written (a checkpoint): the plain steps cannot be
+    added to result.json. The report of the window still comes (DATA001's wait as recorded, saying so), then one
+    line naming the full disk, exit 2, no traceback."""
+    full = tmp_path / "full"
+    full.mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import os
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        RUN = os.environ["RUN_FOLDER"]
+        loader = DataLoader(TensorDataset(torch.randn(4096, 32), torch.randn(4096, 1)), batch_size=32)
+        model = nn.Sequential(*[nn.Linear(32, 32) for _ in range(4)], nn.Linear(32, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        filled = False
+        for epoch in range(100):
+            for x, y in loader:
+                if not filled and os.path.exists(os.path.join(RUN, "trace.json.gz")):  # the window was written
+                    filled = True
+                    try:  # a checkpoint as large as the disk allows
+                        with open(os.path.join(RUN, "..", "ckpt.bin"), "wb") as f:
+                            while True:
+                                f.write(bytes(1 << 20))
+                    except OSError:
+                        pass
+                opt.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+    """))
+    proc = on_a_small_disk(f"env RUN_FOLDER={full}/run {sys.executable} -m perfaudit run {script} --device cpu "
+                           f"--warmup 1 --steps 3 --out-dir {full}/run", full, "20m")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "DATA001" in out and "as recorded in the measured steps" in out
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("perfaudit: error: cannot write the run folder") and "no space left" in last, proc.stderr
