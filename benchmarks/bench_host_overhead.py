@@ -7,8 +7,10 @@ For each script, alternately: `perfaudit run` (the profiled window, stacks on) a
 (verify's timing child, same window). Prints the profiled step, the step less perfaudit's cost (the
 calibration's µs per recorded Python call and per recorded op, the device mode's and perfaudit's own frames'
 timed cost: over every event of each step, or over what the projection subtracts from the host's time: the
-Python calls and outermost ops between ops and every event of a fetch), and the plain step. On `--device cpu`
-the three are comparable (the same CPU compute in each); the goal: within 10 %.
+Python calls and outermost ops between ops and every event of a fetch), the plain step (verify's timing child)
+and the same run's steps timed after its window without the profiler (`same run`: on the emulated path these
+still carry the device mode's own cost). On `--device cpu` they are comparable (the same CPU compute in each);
+the goal: within 10 %.
 """
 from __future__ import annotations
 
@@ -31,10 +33,11 @@ SCRIPTS = ["tests/realistic/cnn_classifier.py", "tests/realistic/char_transforme
            "tests/realistic/cuda_path_trainer.py"]
 
 
-def profiled(script: str, device: str, out: str) -> tuple[float, float, float]:
+def profiled(script: str, device: str, out: str) -> tuple[float, float, float, float]:
     result = run_script(str(ROOT / script), [], RunOptions(warmup=2, steps=5, out_dir=out, device=device,
                                                            cwd=str((ROOT / script).parent)))
     trace = load_trace(result.trace_path)
+    unprofiled = [s["wall_ms"] for s in result.outcome.get("plain_steps") or [] if not s.get("settling")]
     steps = trace.measured_steps
     measured = statistics.median(s.dur for s in steps) / 1e3
     costs = event_costs(trace)
@@ -54,7 +57,7 @@ def profiled(script: str, device: str, out: str) -> tuple[float, float, float]:
         every.append(own.between(s.ts, s.end) + timed)
     less_all = statistics.median(s.dur - o for s, o in zip(steps, every)) / 1e3
     less_outer = statistics.median(s.dur - o for s, o in zip(steps, outer)) / 1e3
-    return measured, less_all, less_outer
+    return measured, less_all, less_outer, statistics.median(unprofiled) if unprofiled else float("nan")
 
 
 def plain(script: str, device: str, out: str) -> float:
@@ -71,8 +74,8 @@ def main() -> None:
     opts = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs, --device {opts.device}, "
           f"{opts.rounds} round(s) alternating; medians, ms per step")
-    print(f"{'script':<28}{'profiled':>9}{'less all':>10}{'less outer':>11}{'plain':>8}{'all/plain':>10}"
-          f"{'outer/plain':>12}")
+    print(f"{'script':<28}{'profiled':>9}{'less all':>10}{'less outer':>11}{'plain':>8}{'same run':>9}"
+          f"{'all/plain':>10}{'outer/plain':>12}{'outer/same':>11}")
     for script in opts.scripts:
         rows, plains = [], []
         with tempfile.TemporaryDirectory() as tmp:
@@ -83,9 +86,10 @@ def main() -> None:
                         rows.append(profiled(script, opts.device, f"{tmp}/p{r}"))
                     else:
                         plains.append(plain(script, opts.device, f"{tmp}/t{r}"))
-        m, a, o = (statistics.median(x[i] for x in rows) for i in range(3))
+        m, a, o, u = (statistics.median(x[i] for x in rows) for i in range(4))
         p = statistics.median(plains)
-        print(f"{Path(script).name:<28}{m:>9.2f}{a:>10.2f}{o:>11.2f}{p:>8.2f}{a / p:>10.2f}{o / p:>12.2f}")
+        print(f"{Path(script).name:<28}{m:>9.2f}{a:>10.2f}{o:>11.2f}{p:>8.2f}{u:>9.2f}{a / p:>10.2f}{o / p:>12.2f}"
+              f"{o / u:>11.2f}")
     sys.stdout.flush()
 
 

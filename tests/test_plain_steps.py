@@ -167,7 +167,7 @@ def test_analyze_on_a_run_folder_states_what_its_run_reported(realistic_reports,
     assert "as recorded in the measured steps" in _data001(analyze([str(alone)])).message
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(record=st.one_of(st.binary(max_size=300), st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(

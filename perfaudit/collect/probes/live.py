@@ -55,7 +55,7 @@ class Probes(LoaderProbes):
         self.before_batch = lambda: None
         self.fetch_s = 0.0                # wall seconds spent in DataLoader fetches, all told (plain.py reads it)
         self.fetch_wait_s = 0.0           # ... of which waiting for a CPU, while `wait_clock` is set
-        self.wait_clock = None            # () -> this process's run-queue wait (s), while plain steps are timed
+        self.wait_clock = None            # () -> the fetching thread's run-queue wait (s), while plain steps are timed
         self.worker_dir: str | None = None  # where DataLoader workers leave their batch times
         self.placement = None             # the emulated CUDA device (emulate.py), when there is one
         self.device_memory = None         # its memory over one warm-up step (device_memory.py)

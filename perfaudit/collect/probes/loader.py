@@ -97,7 +97,8 @@ class LoaderProbes:
             probes.before_batch()
             placement = probes.placement
             clock = probes.wait_clock
-            began, waited = time.perf_counter(), clock() if clock is not None else None
+            waited = clock() if clock is not None else None  # read before the fetch's clock starts: not in it
+            began = time.perf_counter()
             try:
                 if placement is None:
                     batch = original_next(self_it)

@@ -30,6 +30,17 @@ def run_queue_wait_s() -> float | None:
     return total / 1e9
 
 
+def thread_wait_s() -> float | None:
+    """Seconds the calling thread has waited for a CPU so far, or None where the OS does not say: one file read
+    (15 µs here, against 67 µs for run_queue_wait_s over a process's four threads), cheap enough to wrap each
+    DataLoader fetch of the training thread."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def own_cpu_s() -> float:
     """CPU seconds run so far by this process (every thread) and its child processes (DataLoader workers,
     anything the script started): the script's own use of the machine. A child that ended is no longer

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from .clock import disturbed, own_cpu_s, run_queue_wait_s, usable_cpus, waited_for_others
+from .clock import disturbed, own_cpu_s, run_queue_wait_s, thread_wait_s, usable_cpus, waited_for_others
 
 PLAIN_STEPS = 5   # timed after the window (`diff` needs 3 a side a busy machine left alone, as `verify` counts them)
 FEWEST_PLAIN_STEPS = 3  # where steps are long, down to this many: the plain steps take PLAIN_TIME_S at most beyond
@@ -39,7 +39,7 @@ class PlainSteps:
             self.wanted = max(min(self.wanted, int(PLAIN_TIME_S / step_s)), FEWEST_PLAIN_STEPS)
         self.timing = self.wanted > 0
         if self.timing:
-            self.probes.wait_clock = run_queue_wait_s  # each fetch's own wait for a CPU, from now
+            self.probes.wait_clock = thread_wait_s  # each fetch's own wait for a CPU (it runs on the training thread)
             self._mark()
 
     def next(self) -> bool:
