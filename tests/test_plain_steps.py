@@ -163,8 +163,18 @@ def test_analyze_on_a_run_folder_states_what_its_run_reported(realistic_reports,
     wait = re.compile(r"waits [\d.]+ ms for the DataLoader \(\d+% of the step, [^)]*\)")
     assert wait.search(stated).group(0) == wait.search(reported).group(0)
     assert "run after the window without the profiler" in stated
+    # the header gives the step without the profiler beside the recorded mean (the median of the steps timed)
+    from perfaudit.report.markdown import render
+    report = analyze([run["run_dir"]])
+    from perfaudit.verify.stats import undisturbed_steps
+    steps = report.traces[0].unprofiled
+    kept, _ = undisturbed_steps([s["wall_ms"] for s in steps], [s["waited_ms"] for s in steps])
+    assert len(steps) == 5 and f"{statistics.median(kept):.2f} ms timed without the profiler ({len(kept)} step(s)" in (
+        render(report))
     alone = shutil.copy(Path(run["run_dir"]) / "trace.json.gz", tmp_path / "trace.json.gz")
-    assert "as recorded in the measured steps" in _data001(analyze([str(alone)])).message
+    report = analyze([str(alone)])
+    assert "as recorded in the measured steps" in _data001(report).message
+    assert "without the profiler" not in render(report)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

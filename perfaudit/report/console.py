@@ -30,6 +30,19 @@ def device_note(device: str) -> str:
     return ""
 
 
+def unprofiled_note(t) -> str | None:
+    """The step as timed after the window without the profiler (the median of the steps a busy machine left
+    alone, as `verify` and `diff` count them), where the run timed such steps: what the script takes without
+    perfaudit, beside the recorded mean, which carries the profiler's cost per Python call and op."""
+    from ..verify.stats import undisturbed_steps
+    if not t.unprofiled:
+        return None
+    kept, _ = undisturbed_steps([s["wall_ms"] for s in t.unprofiled], [s["waited_ms"] for s in t.unprofiled])
+    kept.sort()
+    middle = kept[len(kept) // 2] if len(kept) % 2 else (kept[len(kept) // 2 - 1] + kept[len(kept) // 2]) / 2
+    return f"{middle:.2f} ms timed without the profiler ({len(kept)} step(s) after the window)"
+
+
 def shown(path: str) -> str:
     """A path as ruff and pytest print it: relative to the working directory when inside it, and a
     newline or other control character in it written as an escape (`tr\\nain.py`), so that it never
@@ -58,7 +71,8 @@ def _header(report: Report) -> Panel:
         step = f"{t.step_ms:.2f} ms mean" if t.step_ms is not None else "n/a"
         others = [e for e in t.excluded if "waited" not in str(e.get("why")) and not e.get("kept")]
         left = f"; {len(others)} left out ({others[0]['why']})" if others else ""
-        grid.add_row("steps", f"{t.steps} measured ({t.step_source}), {step}{left}")
+        plain = unprofiled_note(t)
+        grid.add_row("steps", f"{t.steps} measured ({t.step_source}), {step}{'; ' + plain if plain else ''}{left}")
         if t.training is False:
             grid.add_row("workload", "inference: no backward and no optimizer step in the trace (training advice "
                                      "left out)")

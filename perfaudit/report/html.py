@@ -11,7 +11,7 @@ from jinja2 import Environment
 from .. import __version__
 from ..engine.loader import Rule
 from ..findings import Finding, Report, TraceSummary
-from .console import compile_text, describe_outcome, device_note, mfu_text, verified_text
+from .console import compile_text, describe_outcome, device_note, mfu_text, unprofiled_note, verified_text
 from .json_report import mfu_dict
 
 HOST_PHASES = (("data", "data", "#e4a03c"), ("forward", "forward", "#4c78a8"), ("backward", "backward", "#72b7b2"),
@@ -125,7 +125,8 @@ def _trace_view(t: TraceSummary, findings: list[Finding]) -> dict:
     return {"t": t, "host": _stacked(t.per_step, HOST_PHASES, "total"),
             "gpu": _stacked(t.gpu_per_step, GPU_PHASES, "step"),
             "compile": compile_text(t.compile) if t.compile else None,
-            "flops": mfu_text(t.mfu) if t.mfu else None, "ledger": _waterfall(t.mfu, findings)}
+            "flops": mfu_text(t.mfu) if t.mfu else None, "ledger": _waterfall(t.mfu, findings),
+            "unprofiled": unprofiled_note(t)}
 
 
 def render(report: Report, rules: list[Rule]) -> str:

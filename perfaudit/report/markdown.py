@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..findings import Report
-from .console import describe_outcome
+from .console import describe_outcome, unprofiled_note
 
 
 def _cell(text: str) -> str:
@@ -15,7 +15,8 @@ def render(report: Report) -> str:
         lines.append(f"Script `{report.script}`")
     for t in report.traces[:8]:
         step = f"{t.step_ms:.2f} ms" if t.step_ms is not None else "n/a"
-        lines.append(f"- `{t.path}`: {t.device}, {t.steps} measured steps, mean step {step}")
+        plain = unprofiled_note(t)
+        lines.append(f"- `{t.path}`: {t.device}, {t.steps} measured steps, mean step {step}{'; ' + plain if plain else ''}")
     outcome = describe_outcome(report.outcome)
     if outcome:
         lines.append(f"\n**{outcome}**")
