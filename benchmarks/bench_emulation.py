@@ -5,7 +5,8 @@ same scripts, same window, run alternately in one session.
     python benchmarks/bench_emulation.py --rounds 1   # quicker
 
 Prints, per script, the wall time of the whole run (start-up, window, report), the mean measured step
-(the profiled window's step, stacks on) and the trace size of both, and their ratios (emulated / plain);
+(the profiled window's step, stacks on), the step timed after the window without the profiler (the
+interception's cost on its own) and the trace size of both, and their ratios (emulated / plain);
 and the interception's own share of the emulated step, read from its trace: the self time of the emulated
 device's Python (perfaudit/collect/emulation/) and of the bookkeeping builtins and added copies it calls,
 not the ops it serves. A step ratio above it is the script's CUDA branch doing other work than its CPU
@@ -44,7 +45,9 @@ def one_run(script: str, device: str, out: Path) -> dict:
     data = json.loads(report.read_text()) if report.exists() else {}
     run = data.get("run") or {}
     trace = out / "run" / "trace.json.gz"
+    unprofiled = [s["wall_ms"] for s in run.get("unprofiled_steps") or []]
     return {"wall_s": wall, "step_ms": run.get("step_ms"), "device": run.get("device"), "rc": proc.returncode,
+            "plain_ms": statistics.median(unprofiled) if unprofiled else None,
             "trace_kb": trace.stat().st_size / 1024 if trace.exists() else None,
             "own_ms": interception_ms(trace) if device == "emulate-cuda" and trace.exists() else None}
 
@@ -98,8 +101,8 @@ def main() -> None:
     opts = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {opts.rounds} round(s), alternating")
     print(f"{'script':<26} {'wall plain':>10} {'emulated':>9} {'ratio':>6}   {'step plain':>10} {'emulated':>9} "
-          f"{'ratio':>6}   {'trace ratio':>11}   {'interception':>12}")
-    walls, steps, owns = [], [], []
+          f"{'ratio':>6}   {'unprofiled ratio':>16}   {'trace ratio':>11}   {'interception':>12}")
+    walls, steps, owns, unprofiled = [], [], [], []
     for script in opts.scripts:
         runs = {"cpu": [], "emulate-cuda": []}
         with tempfile.TemporaryDirectory() as tmp:
@@ -118,9 +121,13 @@ def main() -> None:
         own = statistics.median(x["own_ms"] or 0.0 for x in emu)
         owns.append(own / med(emu, "step_ms"))
         steps.append(med(emu, "step_ms") / med(plain, "step_ms"))
+        timed = all(x["plain_ms"] for x in plain + emu)
+        if timed:
+            unprofiled.append(med(emu, "plain_ms") / med(plain, "plain_ms"))
         print(f"{Path(script).name:<26} {med(plain, 'wall_s'):>9.2f}s {med(emu, 'wall_s'):>8.2f}s {wall_ratio:>6.2f}   "
               f"{med(plain, 'step_ms'):>8.2f}ms {med(emu, 'step_ms'):>7.2f}ms "
               f"{med(emu, 'step_ms') / med(plain, 'step_ms'):>6.2f}   "
+              f"{unprofiled[-1] if timed else float('nan'):>16.2f}   "
               f"{med(emu, 'trace_kb') / med(plain, 'trace_kb'):>11.2f}   "
               f"{100 * own / med(emu, 'step_ms'):>10.0f} %")
     if walls:
@@ -128,6 +135,10 @@ def main() -> None:
               f"(goal: at most 1.3)")
         print(f"measured step, emulated / plain: median {statistics.median(steps):.2f}, worst {max(steps):.2f} "
               f"(goal: at most 1.3 on each script)")
+        if unprofiled:
+            print(f"unprofiled step (timed after the window), emulated / plain: median "
+                  f"{statistics.median(unprofiled):.2f}, worst {max(unprofiled):.2f} (the interception without the "
+                  "profiler, and the CUDA branch's own work)")
         print(f"the interception's own share of the emulated step: median {100 * statistics.median(owns):.0f} %, "
               f"worst {100 * max(owns):.0f} % (the rest of a ratio above 1 is the CUDA branch's own work)")
 

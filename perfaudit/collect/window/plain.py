@@ -48,9 +48,9 @@ class PlainSteps:
             return False
         t0, fetch0, fetch_wait0, wait0, cpu0 = self._open
         wall = time.perf_counter() - t0
-        wait = run_queue_wait_s()
+        wait, cpu = run_queue_wait_s(), own_cpu_s()
         waited = max(wait - wait0, 0.0) if wait is not None and wait0 is not None else 0.0
-        others = waited_for_others(waited, wall, own_cpu_s() - cpu0, self._cpus)
+        others = waited_for_others(waited, wall, cpu - cpu0, self._cpus)
         fetch_waited = max(self.probes.fetch_wait_s - fetch_wait0, 0.0) if others > 0 else 0.0
         self.steps.append({"wall_ms": round(wall * 1e3, 4), "fetch_ms": round((self.probes.fetch_s - fetch0) * 1e3, 4),
                            "waited_ms": round(others * 1e3, 4), "fetch_waited_ms": round(fetch_waited * 1e3, 4),
@@ -60,15 +60,16 @@ class PlainSteps:
         if len(self.steps) >= self.runs:
             self.stop()
             return False
-        self._mark()
+        self._mark(wait, cpu)  # this step's end is the next one's start: the clocks are read once between them
         return True
 
     def stop(self) -> None:
         self.timing, self._open, self.probes.wait_clock = False, None, None
 
-    def _mark(self) -> None:
-        self._open = (time.perf_counter(), self.probes.fetch_s, self.probes.fetch_wait_s, run_queue_wait_s(),
-                      own_cpu_s())
+    def _mark(self, wait: float | None = None, cpu: float | None = None) -> None:
+        if cpu is None:
+            wait, cpu = run_queue_wait_s(), own_cpu_s()  # read before the step's clock starts: not in its wall
+        self._open = (time.perf_counter(), self.probes.fetch_s, self.probes.fetch_wait_s, wait, cpu)
 
     def summary(self) -> list[dict]:
         return list(self.steps)
