@@ -59,8 +59,8 @@ def disagreement(d: Diff) -> str | None:
     return (f"The recorded steps say {s.verdict}, the steps timed without the profiler say {u.verdict}: the "
             "profiler costs time per Python call and op, so work in the training process (a Dataset's "
             "__getitem__, collate, the Python between ops) weighs several times its own cost in the recorded "
-            "steps, and moving or removing it looks better there than it is. The unprofiled figure is what the "
-            "script takes, and what `perfaudit verify` times.")
+            "steps, so a change to it (moved to DataLoader workers, removed, added) looks bigger there than it is. "
+            "The unprofiled figure is what the script takes, and what `perfaudit verify` times.")
 
 
 def grew_text(d: Diff) -> str | None:
