@@ -41,18 +41,21 @@ def _number(value) -> float | None:
     return float(value)
 
 
-def _plain_rows(ctx: Context) -> list[tuple[float, float]]:
-    """(fetch ms, step ms) of the steps timed after the window with nothing recording (collect/window/plain.py),
-    past the settling ones and, where a busy machine left some alone, those only; each less its own wait for a
-    CPU held by other processes (a fetch's measured apart; where it was not, the step's in proportion). [] without
-    such steps (a trace recorded elsewhere or by an older perfaudit: the window's record is read as hostile
-    input)."""
+def _timed_steps(ctx: Context) -> list[dict]:
+    """The steps timed after the window with nothing recording them (collect/window/plain.py), past the settling
+    ones; [] for a trace without them (recorded elsewhere or by an older perfaudit: the window's record is read
+    as hostile input, each figure checked where it is used)."""
     window = ctx.trace.probes.get("window") if ctx.trace is not None else None
     steps = window.get("plain_steps") if isinstance(window, dict) else None
+    return [s for s in steps if isinstance(s, dict) and s.get("settling") is not True] if isinstance(steps, list) else []
+
+
+def _plain_rows(ctx: Context) -> list[tuple[float, float]]:
+    """(fetch ms, step ms) of the timed steps (_timed_steps), where a busy machine left some alone those only, each
+    less its own wait for a CPU held by other processes (a fetch's measured apart; where it was not, the step's in
+    proportion)."""
     rows = []
-    for step in steps if isinstance(steps, list) else []:
-        if not isinstance(step, dict) or step.get("settling") is True:
-            continue
+    for step in _timed_steps(ctx):
         wall, fetch, waited = (_number(step.get(k)) for k in ("wall_ms", "fetch_ms", "waited_ms"))
         if wall is None or fetch is None or wall <= 0 or fetch > wall:
             continue
@@ -75,12 +78,8 @@ def plain_timing(ctx: Context) -> tuple[float, float, int] | None:
                          "each one's wall time and its wait for a CPU held by other processes (ms), the step as the "
                          "script runs without perfaudit, which `verify` times too and `diff` compares.")
 def unprofiled_steps(ctx: Context) -> list[dict]:
-    window = ctx.trace.probes.get("window") if ctx.trace is not None else None
-    steps = window.get("plain_steps") if isinstance(window, dict) else None
     out = []
-    for step in steps if isinstance(steps, list) else []:
-        if not isinstance(step, dict) or step.get("settling") is True:
-            continue
+    for step in _timed_steps(ctx):
         wall, waited = _number(step.get("wall_ms")), _number(step.get("waited_ms"))
         if wall is not None and wall > 0:
             out.append({"wall_ms": wall, "waited_ms": min(waited or 0.0, wall)})
