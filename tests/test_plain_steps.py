@@ -166,10 +166,10 @@ def test_analyze_on_a_run_folder_states_what_its_run_reported(realistic_reports,
     # the header gives the step without the profiler beside the recorded mean (the median of the steps timed)
     from perfaudit.report.markdown import render
     report = analyze([run["run_dir"]])
-    from perfaudit.verify.stats import undisturbed_steps
+    from perfaudit.verify.stats import undisturbed_unprofiled_s
     steps = report.traces[0].unprofiled
-    kept, _ = undisturbed_steps([s["wall_ms"] for s in steps], [s["waited_ms"] for s in steps])
-    assert len(steps) == 5 and f"{statistics.median(kept):.2f} ms timed without the profiler ({len(kept)} step(s)" in (
+    kept = undisturbed_unprofiled_s(steps)
+    assert len(steps) == 5 and f"{1000 * statistics.median(kept):.2f} ms timed without the profiler ({len(kept)} step(s)" in (
         render(report))
     alone = shutil.copy(Path(run["run_dir"]) / "trace.json.gz", tmp_path / "trace.json.gz")
     report = analyze([str(alone)])

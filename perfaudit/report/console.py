@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -34,13 +35,11 @@ def unprofiled_note(t) -> str | None:
     """The step as timed after the window without the profiler (the median of the steps a busy machine left
     alone, as `verify` and `diff` count them), where the run timed such steps: what the script takes without
     perfaudit, beside the recorded mean, which carries the profiler's cost per Python call and op."""
-    from ..verify.stats import undisturbed_steps
-    if not t.unprofiled:
+    from ..verify.stats import undisturbed_unprofiled_s
+    kept = undisturbed_unprofiled_s(t.unprofiled)
+    if not kept:
         return None
-    kept, _ = undisturbed_steps([s["wall_ms"] for s in t.unprofiled], [s["waited_ms"] for s in t.unprofiled])
-    kept.sort()
-    middle = kept[len(kept) // 2] if len(kept) % 2 else (kept[len(kept) // 2 - 1] + kept[len(kept) // 2]) / 2
-    return f"{middle:.2f} ms timed without the profiler ({len(kept)} step(s) after the window)"
+    return f"{1000.0 * statistics.median(kept):.2f} ms timed without the profiler ({len(kept)} step(s) after the window)"
 
 
 def shown(path: str) -> str:

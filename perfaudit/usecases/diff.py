@@ -12,7 +12,7 @@ from ..findings import Finding, Report, TraceSummary
 from ..report.json_report import read_report
 from ..untrusted import Unreadable
 from ..verify.comparison import Diff, FindingChange
-from ..verify.stats import speed_change, undisturbed_steps
+from ..verify.stats import speed_change, undisturbed_unprofiled_s
 from .analysis import analyze
 
 HOST_PHASES = ("data", "forward", "backward", "optimizer", "other")
@@ -75,12 +75,7 @@ def unprofiled_times(report: Report) -> list[float]:
     as `verify` leaves them out: what `verify` times. The recorded steps carry the profiler's cost per Python call
     and op, which weighs on work in the training process (a Dataset's `__getitem__`, collate) several times more
     than on work it moves elsewhere."""
-    out = []
-    for t in report.traces:
-        walls = [s["wall_ms"] / 1000.0 for s in t.unprofiled]
-        kept, _ = undisturbed_steps(walls, [s["waited_ms"] / 1000.0 for s in t.unprofiled])
-        out += kept
-    return out
+    return [s for t in report.traces for s in undisturbed_unprofiled_s(t.unprofiled)]
 
 
 def _mean_over(report: Report, attr: str) -> dict:

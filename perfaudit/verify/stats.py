@@ -77,6 +77,14 @@ def undisturbed_steps(times: list[float], waited: list[float] | None) -> tuple[l
     return [t for i, t in enumerate(times) if i not in disturbed], len(disturbed)
 
 
+def undisturbed_unprofiled_s(rows: list[dict]) -> list[float]:
+    """A run's steps timed after its window without the profiler (rows of wall_ms and waited_ms, as the report's
+    summary holds them), in seconds, less those a busy machine disturbed: what `diff` compares and the report's
+    steps row gives, counted as verify counts its own steps."""
+    kept, _ = undisturbed_steps([r["wall_ms"] / 1000.0 for r in rows], [r["waited_ms"] / 1000.0 for r in rows])
+    return kept
+
+
 def _rounds_ms(values) -> list[list[float]]:
     """Step times in ms, per round (a flat list is one round)."""
     rounds = values if values and isinstance(values[0], list) else [values]
