@@ -235,6 +235,35 @@ def test_the_budget_keeps_three_steps_with_stacks_on_the_first_before_it_drops_s
     assert fit.with_stack and fit.steps == 1
 
 
+def test_a_busy_step_with_stacks_is_recorded_again_only_where_the_planned_steps_still_fit():
+    """python_heavy.py's sizing under 20 MB: one warm-up step, three measured, stacks on the first only. When a
+    busy machine disturbs that first step, recording it again with stacks would leave room for one more step
+    only (a CI run measured 2): the retry is skipped and the three steps keep their place; with room for both,
+    the step with stacks is recorded again."""
+    from types import SimpleNamespace
+
+    from perfaudit.collect.window.parts import WindowProfilers
+    from perfaudit.collect.window.selection import StepMarks
+    def window(budget_mb: float):
+        fit = fit_budget(events=5837, calls=5190, budget_mb=20, warmup=2, steps=5, with_stack=True)
+        assert (fit.warmup, fit.steps, fit.stacked_steps) == (1, 3, 1), fit
+        marks = StepMarks(SimpleNamespace(warmup=fit.warmup, config={"steps": 5}))
+        marks.sized = fit
+        profilers = WindowProfilers({"with_stack": True}, probes=None, torch=None)
+        profilers.stacked_steps, profilers.warmup_stacks, profilers.with_stack = 1, False, [True]
+        marks._cpu, marks._stacked = [0.05, 0.03], [False, True]  # the warm-up, then the busy step with stacks
+        fits = not marks.over_trace_budget(budget_mb, True, later=fit.warmup + fit.steps - 2 - 1)
+        profilers.step_recorded(2, fit.warmup, left_out=True, retry_fits=fits)
+        return marks, profilers.wants_stacks(2, fit.warmup)
+    marks, again = window(20)
+    assert not again
+    for cpu in (0.03, 0.03):  # the two steps planned after it, without stacks, fit
+        assert not marks.over_trace_budget(20, False)
+        marks._cpu.append(cpu)
+        marks._stacked.append(False)
+    assert window(40)[1]
+
+
 def test_a_run_keeps_its_trace_budget_and_says_what_it_cut(tmp_path):
     """An LSTMCell stepped over 250 time steps writes ~15 MB of trace a step: under a 25 MB budget the
     window shrinks to one measured step and the report says so."""

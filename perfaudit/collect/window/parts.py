@@ -62,12 +62,15 @@ class WindowProfilers:
         self.with_stack.append(with_stack)
         return prof
 
-    def step_recorded(self, step_index: int, warmup: int, left_out: bool) -> None:
+    def step_recorded(self, step_index: int, warmup: int, left_out: bool, retry_fits: bool = True) -> None:
         """The step before `step_index` ended; `left_out`: it is not measured (a busy machine's): one with stacks
-        is then recorded again, a few times at most."""
+        is then recorded again, a few times at most, and only where the trace budget still holds the steps
+        planned after it (`retry_fits`): the stacks of a busy step are as good, its time is not."""
         if self.with_stack[-1] and step_index - 1 >= warmup and self.stacked_steps is not None:
             self.stacked += 1
             self.stacked_kept += not left_out
+            if left_out and not retry_fits:
+                self.stacked = max(self.stacked, self.stacked_steps + RETRIES)
 
     def next_part(self, prof, step_index: int, warmup: int):
         """Between two steps (step_recorded first): the profiler for the next step, `prof` itself unless stacks

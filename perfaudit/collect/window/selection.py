@@ -174,11 +174,11 @@ class StepMarks:
     def cut_short(self, index: int) -> None:
         self.excluded[index] = REASONS["cut"]
 
-    def over_trace_budget(self, budget_mb: float | None, next_stacked: bool) -> bool:
-        """Whether the steps recorded so far and the next (with stacks or not) project past the trace budget, less
-        the sizing's margin: the warm-up as sized, each measured step as the sized step with or without its
-        stacks, scaled by its CPU time against the first measured step recorded alike (a step that does more
-        writes more), the next as the last recorded alike."""
+    def over_trace_budget(self, budget_mb: float | None, next_stacked: bool, later: int = 0) -> bool:
+        """Whether the steps recorded so far, the next (with stacks or not) and `later` steps after it (without)
+        project past the trace budget, less the sizing's margin: the warm-up as sized, each measured step as the
+        sized step with or without its stacks, scaled by its CPU time against the first measured step recorded
+        alike (a step that does more writes more), the next and the later ones as the last recorded alike."""
         fit = self.sized
         measured = list(zip(self._cpu, self._stacked))[self.session.warmup:]
         if not budget_mb or fit is None or not (fit.events_mb or fit.stacks_mb) or not measured:
@@ -191,6 +191,7 @@ class StepMarks:
             ratio[stacked] = cpu / ref if ref > 0 else 1.0
             total += (fit.events_mb + (fit.stacks_mb if stacked else 0.0)) * ratio[stacked]
         total += (fit.events_mb + (fit.stacks_mb if next_stacked else 0.0)) * ratio.get(next_stacked, 1.0)
+        total += later * fit.events_mb * ratio.get(False, 1.0)
         return total > MARGIN * budget_mb
 
     def typical_wall_s(self) -> float:

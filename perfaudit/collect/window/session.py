@@ -235,7 +235,10 @@ class Session(WindowRecords, StepHooks):
         done = self.step_index >= self.warmup + self.steps  # a window that ends here was not cut short
         over_budget = (not done and self.budget_s is not None and self.budget_s > 0 and self.step_index > self.warmup
                        and self.clock.elapsed() > self.budget_s)
-        self.profilers.step_recorded(self.step_index, self.warmup, self.step_index - 1 in self.marks.excluded)
+        left_out = self.step_index - 1 in self.marks.excluded
+        planned_after_next = max(self.warmup + self.wanted_steps - self.step_index - 1, 0)
+        retry_fits = not left_out or not self.marks.over_trace_budget(self.trace_budget, True, planned_after_next)
+        self.profilers.step_recorded(self.step_index, self.warmup, left_out, retry_fits)
         over_size = not done and self.marks.over_trace_budget(self.trace_budget,
                                                               self.profilers.wants_stacks(self.step_index, self.warmup))
         if over_budget:
