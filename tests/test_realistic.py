@@ -54,6 +54,14 @@ def test_realistic_script_findings_match_its_markers(path, realistic_reports):
     assert not check(path, report), check(path, report)
 
 
+def test_a_helper_that_builds_every_stage_has_each_of_its_layers_counted(realistic_reports):
+    """unet_segmentation.py's `conv_block()` builds the two Conv2d -> BatchNorm2d pairs of all five stages, two
+    of them as wide as another: BN001 counts the five layers each line built, as they ran in a step (equal
+    layers were once counted as one: 3, shown as "0.6/step" over five steps)."""
+    bn = next(f for f in realistic_reports["unet_segmentation.py"]["run"]["findings"] if f["rule"] == "BN001")
+    assert [(loc["line"], loc["count_per_step"]) for loc in bn["locations"]] == [(50, 5.0), (53, 5.0)], bn
+
+
 def figures(reports: dict) -> dict:
     marked_run = sum(len(marked(p, "run")) for p in SCRIPTS)
     found = sum(len(marked(p, "run") & located(reports[p.name]["run"]["findings"], p.name, ("run", "both")))

@@ -16,6 +16,7 @@ def bias_before_norm(ctx: Context) -> list[Site]:
         if key not in sites:
             sites[key] = site_from_probe(ctx, where, f"{entry['layer']}(bias=True) -> {entry['norm']}",
                                          bias_params=0, layers=0)
+            sites[key].over_steps = 1  # the layers seen running in the one step the hooks watched
         site = sites[key]
         site.count += 1
         site.extra["bias_params"] += entry.get("bias_params", 0)

@@ -192,11 +192,11 @@ class Probes(LoaderProbes):
                 producer = self._outputs.get(id(inputs[0]))
                 if producer and producer[1]() is inputs[0] and getattr(producer[0], "bias", None) is not None:
                     layer = producer[0]
-                    self._feeding_norm.add(id(layer))
-                    entry = {"layer": type(layer).__name__, "norm": type(module).__name__,
-                             "bias_params": int(layer.bias.numel()), "site": self.layer_sites.get(layer)}
-                    if entry not in self.bias_before_norm:
-                        self.bias_before_norm.append(entry)
+                    if id(layer) not in self._feeding_norm:  # each layer once (not each equal one: a helper's)
+                        self._feeding_norm.add(id(layer))
+                        self.bias_before_norm.append({"layer": type(layer).__name__, "norm": type(module).__name__,
+                                                      "bias_params": int(layer.bias.numel()),
+                                                      "site": self.layer_sites.get(layer)})
 
         self._module_hook = torch.nn.modules.module.register_module_forward_hook(hook)
 
