@@ -4,6 +4,7 @@ CUDA-path scripts (tests/realistic/cuda_*.py) are checked against their markers 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -288,6 +289,59 @@ def test_the_gpu_switch_reader_takes_any_file_without_failing(tmp_path_factory):
         found = gpu_switch(str(script))
         assert found is None or isinstance(found, str)
     check()
+
+
+def test_the_scripts_own_amp_switch_is_read_back_from_the_region_it_turns_on(tmp_path):
+    """An autocast region entered with `enabled=` off: the option that sets that value (through a config's
+    attribute), else an option named for mixed precision that is off by default; nothing when the code does not
+    say (a constant, or `not args.no_amp`, whose option turns it off)."""
+    from perfaudit.static.amp_switch import amp_switch
+    region = "with torch.autocast('cuda', enabled={}):\n    pass\n"
+    cases = [
+        ("p.add_argument('--mixed', action='store_true')\n", "cfg.mixed", ("--mixed", str(tmp_path / "train0.py"), 4)),
+        ("p.add_argument('--half-precision', dest='hp', action='store_true')\n", "self.args.hp",
+         ("--half-precision", str(tmp_path / "train1.py"), 4)),
+        ("p.add_argument('--fp16', action='store_true')\n", "use_amp", ("--fp16", str(tmp_path / "train2.py"), 4)),
+        ("p.add_argument('--amp', action='store_true', default=True)\n", "args.amp", None),  # on already
+        ("p.add_argument('--lr', type=float)\n", "False", None),
+        ("p.add_argument('--no-amp', action='store_true')\n", "not args.no_amp", None),
+    ]
+    for i, (option, enabled, expected) in enumerate(cases):
+        script = tmp_path / f"train{i}.py"
+        script.write_text("import argparse\nimport torch\np = argparse.ArgumentParser()\n" + option
+                          + region.format(enabled))
+        assert amp_switch(str(script), str(script), 5) == expected, (option, enabled)
+
+
+def test_the_amp_switch_reader_takes_any_file_without_failing(tmp_path_factory):
+    """The script (and the file its autocast region is in) is the user's and may be anything."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from perfaudit.static.amp_switch import amp_switch
+    folder = tmp_path_factory.mktemp("hostile_amp")
+    script = folder / "train.py"
+    pieces = st.sampled_from(["p.add_argument(", "'--amp'", "action='store_true'", "dest=", "enabled=", "not ",
+                              "cfg.amp", "torch.autocast(", ")", "(", "\n", "\x00", "\udcff", "#", "'", '"""'])
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(pieces, max_size=60), st.integers(0, 3000), st.integers(-5, 80))
+    def check(parts, depth, line):
+        script.write_bytes(("".join(parts) + "(" * depth).encode("utf-8", "surrogateescape"))
+        for region in (script, folder / "absent.py"):
+            found = amp_switch(str(script), str(region), line)
+            assert found is None or (isinstance(found, tuple) and isinstance(found[0], str) and found[2] > 0)
+    check()
+
+
+def test_a_scripts_own_amp_flag_is_the_fix_it_is_given(realistic_reports):
+    """text_classifier.py enters `torch.autocast` with `enabled=self.cfg.amp`, set by `--amp` (off by default):
+    AMP002 says the region is there, switched off, and its fix is the script's own option, not new code."""
+    amp = next(f for f in realistic_reports["text_classifier.py"]["run"]["findings"] if f["rule"] == "AMP002")
+    assert any(re.search(r"enters `torch.autocast` for CUDA at \S*text_classifier.py:111, switched off", n)
+               for n in amp["notes"]), amp["notes"]
+    assert re.match(r"Turn on the script's own mixed precision: pass `--amp` to the script \(its option at "
+                    r"\S*text_classifier.py:142;", amp["fix"]), amp["fix"]
 
 
 def test_a_sample_moved_in_a_fetch_is_recorded_as_the_general_path_records_it():

@@ -3,7 +3,10 @@ host-to-device copies as the script's GPU branch makes them, at the user's line,
 Copies are not timed (a CPU has no PCIe link): their cost is the bytes over a typical bandwidth."""
 from __future__ import annotations
 
+import os
+
 from ..projection import devices
+from ..static.amp_switch import amp_switch
 from ..trace.op_names import MM_OPS
 from .flops.counted import op_flops
 from .registry import Context, Missing, fact
@@ -146,6 +149,30 @@ def fp32_math_sites(ctx: Context) -> list[Site]:
     collector.add_all([(e, e, e.dur / 1000.0, "FP32 matrix math") for e in forward], attributions=attributions)
     sites = collector.result()
     return sites[:1]  # where most of it is issued: the model's call in the step
+
+
+@fact("amp.region_off", "On the emulated CUDA path, an autocast region for CUDA the measured steps entered "
+                       "switched off (enabled=False): where (file:line), and how to turn it on (the script's own "
+                       "option when its code has one, else the region's `enabled=`).")
+def autocast_region_off(ctx: Context) -> dict:
+    if not emulated(ctx):
+        raise Missing("not an emulated CUDA run")
+    measured = {str(s.number) for s in ctx.steps}
+    for entry in ctx.probes["cuda_emulation"]["autocast"]:
+        site = entry.get("site") or {}
+        if (entry["device_type"] == "cuda" and entry.get("enabled") is False and site.get("path")
+                and set(entry.get("by_step") or {}) & measured):
+            script = ctx.meta.get("script")
+            switch = amp_switch(script if isinstance(script, str) else site["path"], site["path"], site["line"])
+            where = f"{ctx.source.display_path(site['path'])}:{site['line']}"
+            if switch is None:
+                return {"where": where, "how": f"set its `enabled=` to True at {where}"}
+            name = os.path.basename(script if isinstance(script, str) else site["path"])
+            option, path, line = switch
+            return {"where": where, "how": f"pass `{option}` to the script (its option at "
+                                           f"{ctx.source.display_path(path)}:{line}; `perfaudit run {name} -- "
+                                           f"{option}` audits that run)"}
+    raise Missing("no autocast region entered switched off")
 
 
 # the GPU the emulated run's memory is weighed against unless the run is projected onto another (--target):
