@@ -344,6 +344,19 @@ def test_a_scripts_own_amp_flag_is_the_fix_it_is_given(realistic_reports):
                     r"\S*text_classifier.py:142;", amp["fix"]), amp["fix"]
 
 
+def test_a_batch_assembled_in_the_step_names_where_the_step_made_it(realistic_reports):
+    """graph_classifier.py makes its graphs (torch.randn at line 15) once before training, and each step
+    assembles a batch from them with a label tensor and a graph-id vector it makes itself (line 29). The first
+    step shares the data's step clock, so its copies looked made where the data was; the window's copies are
+    placed where the window's tensors were made. The pooling helper's `int(batch.max().item() + 1)`, in a
+    module of the script's own, is a sync at that module's line."""
+    findings = realistic_reports["graph_classifier.py"]["run"]["findings"]
+    copy = next(f for f in findings if f["rule"] == "COPY002")
+    assert re.search(r"made at \S*graph_classifier.py:29\b", copy["message"]), copy["message"]
+    sync = next(f for f in findings if f["rule"] == "SYNC001")
+    assert ("graph_ops.py", 6) in {(Path(loc["path"]).name, loc["line"]) for loc in sync["locations"]}, sync["locations"]
+
+
 def test_a_sample_moved_in_a_fetch_is_recorded_as_the_general_path_records_it():
     """`sample.to(device)` in a Dataset's `__getitem__` takes a fast path from its second move at a line on
     (one Python frame: the profiler records every call the mode makes); its copy record, the tensor's place

@@ -301,6 +301,8 @@ class Placement(TorchFunctionMode):
                 return
             entry["bytes"] = max(entry["bytes"], nbytes)
             if self.window_step() is not None:
+                if not entry["window_bytes"]:  # where the window's copies were made: the first step's may not
+                    entry["made_at"] = made_at  # be (data made before training shares its step clock, 0)
                 entry["window_bytes"] += nbytes
             entry["pinned"] = entry["pinned"] and pinned
             entry["non_blocking"] = entry["non_blocking"] and non_blocking
