@@ -149,36 +149,47 @@ def test_a_framework_option_is_found_only_where_the_source_sets_it(pairs, as_dic
     assert option_literals(ast.parse("\n".join(lines)), "optim", wanted) == expected
 
 
-def _busy_cpu_trace(waited: list) -> dict:
-    """Four steps of a small CPU run (a matmul and a relu each, Python between them) recorded on a busy
-    machine: the window's per-step waits for a CPU are `waited`, as hostile as a file can make them."""
+def _busy_cpu_trace(waited: list, fetch_waited: list | None = None) -> dict:
+    """Four steps of a small CPU run (a batch fetched in the training process, a matmul and a relu each, Python
+    between them) recorded on a busy machine: the window's per-step waits for a CPU are `waited`, of which its
+    fetches' `fetch_waited`, as hostile as a file can make them."""
     events, ts = [], 1000.0
     for n in range(4):
         events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": ts, "dur": 900.0,
                        "pid": 1, "tid": 1})
+        events.append({"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter"
+                       ".__next__", "ts": ts + 10, "dur": 80.0, "pid": 1, "tid": 1})
         for k, (name, dims) in enumerate((("aten::mm", [[64, 64], [64, 64]]), ("aten::relu", [[64, 64]]))):
             events.append({"ph": "X", "cat": "cpu_op", "name": name, "ts": ts + 100 + 300 * k, "dur": 150.0,
                            "pid": 1, "tid": 1, "args": {"Input Dims": dims, "Input type": ["float"] * len(dims)}})
         ts += 1000.0
-    return {"traceEvents": events, "perfaudit": {"window": {"warmup": 0, "steps": 4, "busy_steps_measured": 4,
-                                                            "step_waited_ms": waited}}}
+    window = {"warmup": 0, "steps": 4, "busy_steps_measured": 4, "step_waited_ms": waited}
+    if fetch_waited is not None:
+        window["step_fetch_waited_ms"] = fetch_waited
+    return {"traceEvents": events, "perfaudit": {"window": window}}
+
+
+_HOSTILE_WAITS = st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.integers(-10**12, 10**12) | st.booleans(),
+                          min_size=0, max_size=6)
 
 
 @SETTINGS
-@given(st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.integers(-10**12, 10**12) | st.booleans(),
-                min_size=0, max_size=6))
-def test_hostile_waits_for_a_cpu_give_finite_figures(waited):
-    """The per-step waits a busy run recorded come back from a trace file: NaN, infinite, negative or huge
-    values, of any count, leave the step time and its projection finite."""
+@given(_HOSTILE_WAITS, st.none() | _HOSTILE_WAITS)
+def test_hostile_waits_for_a_cpu_give_finite_figures(waited, fetch_waited):
+    """The per-step waits a busy run recorded (the step's, its fetches') come back from a trace file: NaN,
+    infinite, negative or huge values, of any count, leave the step time, its phases and its projection
+    finite and not negative."""
     import math
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t.json"
-        path.write_text(json.dumps(_busy_cpu_trace(waited)))
+        path.write_text(json.dumps(_busy_cpu_trace(waited, fetch_waited)))
         report = analyze([str(path)], RULES, target="H100 SXM")
     (summary,) = report.traces
     assert summary.step_ms is not None and math.isfinite(summary.step_ms) and summary.step_ms > 0
+    assert all(math.isfinite(v) and v >= 0 for v in (summary.breakdown or {}).values()), summary.breakdown
     if summary.projection:
-        assert all(math.isfinite(v) for v in (summary.projection["step_ms"], *summary.projection["idle_ms"].values()))
+        assert all(math.isfinite(v) and v >= 0
+                   for v in (summary.projection["step_ms"], *summary.projection["idle_ms"].values()))
 
 
 @settings(max_examples=150, deadline=None)

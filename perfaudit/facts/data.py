@@ -6,7 +6,7 @@ from statistics import median
 
 from .registry import Context, Missing, fact
 from .sites import Site
-from .steps import phase_times, typical_phases
+from .steps import phase_times, phases_less_waits, typical_phases
 
 
 def _loader(ctx: Context) -> dict | None:
@@ -26,12 +26,13 @@ def _loader(ctx: Context) -> dict | None:
 
 def _wait_ms(ctx: Context, step_ms: float) -> float:
     """The DataLoader wait per step: the mean over the measured steps; on a busy machine its typical share
-    of each step (the median over every recorded step of wait / duration, both as measured) of the
-    undisturbed step: other processes delay loading and computing alike, so the share holds."""
+    of each step (the median over every recorded step of wait / duration, each less its wait for a CPU: the
+    fetches' own where the recording measured it, else in proportion) of the undisturbed step."""
     quiet = ctx.quiet_steps
     if not quiet:
         return typical_phases(ctx)["data"]
-    shares = [min(t["data"] / s.dur, 1.0) for s, t in zip(quiet, phase_times(ctx, quiet)) if s.dur > 0]
+    shares = [min(phases_less_waits(ctx, s, t)["data"] / ctx.undisturbed_us(s), 1.0)
+              for s, t in zip(quiet, phase_times(ctx, quiet)) if s.dur > 0]
     return median(shares) * step_ms if shares else typical_phases(ctx)["data"]
 
 

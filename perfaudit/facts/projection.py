@@ -85,7 +85,8 @@ def projector(ctx: Context) -> Projector:
         recorded = devices.device_named(trace.device_properties.get("name")) if trace.has_gpu else None
         steps = ctx.quiet_steps or ctx.steps
         try:
-            cached = Projector(trace, steps, device, inputs_of(ctx), recorded, ctx.undisturbed_us)
+            cached = Projector(trace, steps, device, inputs_of(ctx), recorded, ctx.undisturbed_us,
+                               ctx.fetch_waited_us)
         except ValueError as exc:
             raise Missing(str(exc)) from None
         cached.why = why

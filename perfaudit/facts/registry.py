@@ -270,12 +270,23 @@ class Context:
             return max(step.dur - 1000.0 * waited[step.number], 0.5 * step.dur)
         return step.dur
 
+    def fetch_waited_us(self, step: Step) -> float | None:
+        """Of a step's wait for a CPU, what its DataLoader fetches in the training process waited (the recording
+        measured it per step since it did; None where it did not: then the wait is shared out by length)."""
+        waited = self._window_waits("step_fetch_waited_ms")
+        if 0 <= step.number < len(waited) and len(waited) == len(self._waited_ms):
+            return 1000.0 * min(waited[step.number], self._waited_ms[step.number])
+        return None
+
     @cached_property
     def _waited_ms(self) -> list[float]:
+        return self._window_waits("step_waited_ms")
+
+    def _window_waits(self, key: str) -> list[float]:
         if self.trace is None or self.trace.step_source != "ProfilerStep":  # numbered as the recording's steps
             return []
         window = self.trace.probes.get("window")
-        waited = window.get("step_waited_ms") if isinstance(window, dict) else None
+        waited = window.get(key) if isinstance(window, dict) else None
         if not isinstance(waited, list) or not all(isinstance(w, (int, float)) and not isinstance(w, bool)
                                                    and 0 <= w < float("inf") for w in waited):
             return []  # a trace's own figures, read as hostile: NaN, infinite or negative waits are no waits

@@ -140,13 +140,24 @@ def typical_phases(ctx: Context) -> dict:
         per_step = phase_times(ctx)
         n = len(ctx.steps)
         return {k: sum(t[k] for t in per_step) / n / 1000.0 for k in per_step[0]}
-    # a step's wait for a CPU delayed its phases in proportion: each keeps its share of the undisturbed step
-    per_step = [{k: v * ctx.undisturbed_us(s) / s.dur for k, v in t.items()}
-                for s, t in zip(quiet, phase_times(ctx, quiet)) if s.dur > 0]
+    per_step = [phases_less_waits(ctx, s, t) for s, t in zip(quiet, phase_times(ctx, quiet)) if s.dur > 0]
     phases = {k: quartile([t[k] for t in per_step]) / 1000.0 for k in per_step[0]}
     other = quartile([ctx.undisturbed_us(s) - sum(t.values()) for s, t in zip(quiet, per_step)]) / 1000.0
     scale = ctx.step_ms / max(sum(phases.values()) + max(other, 0.0), 1e-9)
     return {k: v * min(scale, 1.0) for k, v in phases.items()}
+
+
+def phases_less_waits(ctx: Context, step, times: dict) -> dict:
+    """A step's phases (µs) less its wait for a CPU: its fetches' own wait out of the data phase where the
+    recording measured it, the rest in proportion to the other phases (each keeps its share)."""
+    waited = step.dur - ctx.undisturbed_us(step)
+    fetch = ctx.fetch_waited_us(step)
+    if fetch is None or not times.get("data"):
+        return {k: v * (step.dur - waited) / step.dur for k, v in times.items()}
+    fetch = min(fetch, waited, times["data"])  # measured with the fetches: never more than they took
+    rest = step.dur - times["data"]
+    keep = max(1.0 - (waited - fetch) / rest, 0.0) if rest > 0 else 1.0
+    return {k: v - fetch if k == "data" else v * keep for k, v in times.items()}
 
 
 @fact("step.breakdown", "Where a step's host wall time goes: data loading, forward, backward, "

@@ -79,25 +79,36 @@ def take_out_usual_own(plans: list[StepPlan]) -> None:
                 item.host_us, item.own_us = max(item.host_us - part, 0.0), item.own_us - part
 
 
-def take_out_waits(plans: list[StepPlan], waited: list[float]) -> None:
+def take_out_waits(plans: list[StepPlan], waited: list[float], fetch_waited: list[float | None] | None = None) -> None:
     """Each step's wait for a CPU (µs) out of its measured host time. The scheduler takes the CPU away in
     slices, each lengthening the part of the step it lands in: first out of what a part exceeds what is usual
     for it (its first quartile over the steps, see _typical: load only lengthens, and a low quartile holds
     when most steps were hit in the same long part), the rest in proportion to the step (a slice lands in the
-    ops' own time as often as in the host's parts, by their length)."""
-    for p, wait, usual in zip(plans, waited, _typical(plans, lambda i: i.host_us, 0.25)):
+    ops' own time as often as in the host's parts, by their length). Where the recording measured what the
+    step's fetches waited (`fetch_waited`, µs), that comes out of them and the rest out of the other parts: a
+    fetch shorter than a slice was most often not where the slices fell."""
+    fetches = fetch_waited if fetch_waited is not None else [None] * len(plans)
+    for p, wait, fetch, usual in zip(plans, waited, fetches, _typical(plans, lambda i: i.host_us, 0.25)):
         if wait <= 0 or p.measured_us <= 0:
             continue
+        kinds: tuple[str, ...] = MEASURED
         rest = p.measured_us
+        data = [i for i in p.items if i.kind == "data"]
+        fetched = sum(i.host_us for i in data)
+        if fetch is not None and fetched > 0:
+            cut = min(fetch, wait, fetched)  # measured together with the fetch: never more than it took
+            for item in data:
+                item.host_us -= cut * item.host_us / fetched
+            kinds, rest, wait = ("host",), rest - fetched, wait - cut
         for over, item in sorted(((i.host_us - u, i) for i, u in zip(p.items, usual)
-                                  if i.kind in MEASURED and u is not None), key=lambda pair: -pair[0]):
+                                  if i.kind in kinds and u is not None), key=lambda pair: -pair[0]):
             cut = min(max(over, 0.0), wait)
             item.host_us -= cut
             wait -= cut
             rest -= cut
         keep = max(1.0 - wait / rest, 0.0) if rest > 0 else 1.0
         for item in p.items:
-            if item.kind in MEASURED:
+            if item.kind in kinds:
                 item.host_us *= keep
 
 

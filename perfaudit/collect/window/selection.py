@@ -23,7 +23,7 @@ import time
 
 from ..internal import guarded
 from ..wrap import wrap
-from .clock import disturbed, own_cpu_s, run_queue_wait_s, usable_cpus, waited_for_others
+from .clock import disturbed, own_cpu_s, run_queue_wait_s, thread_wait_s, usable_cpus, waited_for_others
 from .sizing import MARGIN, Fit
 
 REASONS = {"busy": "it waited {ms:.1f} ms of its {wall:.1f} ms for a CPU held by other processes (busy machine)",
@@ -56,6 +56,8 @@ class StepMarks:
         self.self_contended = 0               # steps whose waits were among the script's own threads
         self.busy_extra = 0
         self.waited_ms: list[float] = []      # each window step's wait for a CPU
+        self.fetch_waited_ms: list[float] = []  # ... of which its DataLoader fetches' (the training thread's)
+        self._fetch_wait_at_open = 0.0
         self._walls: list[float] = []         # each window step's wall time (s)
         self._window_t0 = time.perf_counter()
 
@@ -106,12 +108,19 @@ class StepMarks:
     def window_started(self) -> None:
         self.flags, self.loaders = set(), set()
         self._window_t0 = time.perf_counter()
+        # each fetch's own wait for a CPU: a step's wait lands where the scheduler's slices fell, and a fetch
+        # shorter than a slice was most often not among them (the projection takes each part's own out)
+        self.session.probes.wait_clock = thread_wait_s
+
+    def window_closed(self) -> None:
+        self.session.probes.wait_clock = None
 
     def step_opened(self, index: int) -> None:
         self.flags, self.loaders = set(), set()
         self._cpu_at_open = time.process_time()
         self._own_at_open = own_cpu_s()
         self._wall_at_open, self._wait_at_open = time.perf_counter(), run_queue_wait_s()
+        self._fetch_wait_at_open = self.session.probes.fetch_wait_s
 
     def step_closed(self, index: int, measured: bool, stacked: bool = False) -> bool:
         """True when the measured step that just closed is left out and the window should record one more."""
@@ -152,6 +161,8 @@ class StepMarks:
             waited_ms = 0.0  # the script's own processes held the CPUs: not a busy machine
             self.self_contended += 1
         self.waited_ms.append(round(waited_ms, 3))
+        fetch_ms = (self.session.probes.fetch_wait_s - self._fetch_wait_at_open) * 1000.0 if waited_ms > 0 else 0.0
+        self.fetch_waited_ms.append(round(min(max(fetch_ms, 0.0), waited_ms), 3))
         if disturbed(waited_ms / 1000.0, wall_ms / 1000.0):
             return waited_ms, wall_ms
         return None
@@ -211,4 +222,5 @@ class StepMarks:
         return {"excluded_steps": {str(i): why for i, why in self.excluded.items()},
                 "busy_steps_measured": self.readmitted, "self_contended_steps": self.self_contended,
                 "extra_steps": self.extra_steps + self.busy_extra,
-                "step_cpu_s": [round(c, 4) for c in self._cpu], "step_waited_ms": self.waited_ms}
+                "step_cpu_s": [round(c, 4) for c in self._cpu], "step_waited_ms": self.waited_ms,
+                "step_fetch_waited_ms": self.fetch_waited_ms}

@@ -283,6 +283,7 @@ class Session(WindowRecords, StepHooks):
         if self.window_closed:
             return
         self.window_closed = True
+        self.marks.window_closed()
         if self.profilers.refused and not any(self.profilers.with_stack):
             self.trimmed["stacks_refused"] = self.profilers.refused
         self.probes.stop_module_trace()
