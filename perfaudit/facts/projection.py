@@ -86,7 +86,7 @@ def projector(ctx: Context) -> Projector:
         steps = ctx.quiet_steps or ctx.steps
         try:
             cached = Projector(trace, steps, device, inputs_of(ctx), recorded, ctx.undisturbed_us,
-                               ctx.fetch_waited_us)
+                               ctx.host_waited_us)
         except ValueError as exc:
             raise Missing(str(exc)) from None
         cached.why = why

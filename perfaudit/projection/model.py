@@ -93,7 +93,7 @@ class Projector:
 
     def __init__(self, trace: Trace, steps: list[Step], target: Device, inputs: Inputs,
                  recorded_on: Device | None = None, undisturbed: Callable[[Step], float] | None = None,
-                 fetch_waited: Callable[[Step], float | None] | None = None):
+                 host_waited: Callable[[Step], tuple[float | None, float | None]] | None = None):
         self.own_cost = in_python_time(trace)   # measured on the whole trace (its calibration precedes the steps)
         self.on_gpu = trace.has_gpu
         self.measured_ms = sum(s.dur for s in steps) / max(len(steps), 1) / 1e3
@@ -102,7 +102,7 @@ class Projector:
         # a large trace replays a run of its steps: what it projects is scaled to the mean measured step
         self.scale = self.measured_ms / (sum(s.dur for s in steps) / len(steps) / 1e3)
         self.trace, self.steps, self.target, self.inputs = trace, steps, target, inputs
-        self.recorded_on, self.undisturbed, self.fetch_waited = recorded_on, undisturbed, fetch_waited
+        self.recorded_on, self.undisturbed, self.host_waited = recorded_on, undisturbed, host_waited
         self.cal = calibration()
         if self.on_gpu:
             if recorded_on is None:
@@ -121,7 +121,7 @@ class Projector:
         if self.on_gpu:
             return plan(self.trace, self.steps, from_kernels(self.trace, self._kernel_scale(precision),
                                                              self._copy_scale(), self._op_ratio(precision)), own_cost,
-                        self.undisturbed, fetch_waited=self.fetch_waited)
+                        self.undisturbed, host_waited=self.host_waited)
         target, cal = self.target, self.cal
 
         def model(work: Work) -> float:
@@ -132,7 +132,7 @@ class Projector:
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
                                                          self.inputs.tf32_conv, self.inputs.bf16_as), own_cost,
                      self.undisturbed,
-                     self.freed, self.fetch_waited)
+                     self.freed, self.host_waited)
         if self.inputs.workers and not self.inputs.worker_ms_per_batch:
             _hand_off_only(plans)
         if self.inputs.plain_fetch_ms is not None:

@@ -29,6 +29,7 @@ class StepPlan:
 MEASURED = ("host", "data")   # the host's own measured time: Python gaps, ops' CPU time, fetches in the main process
 OUTLIER = 3.0        # a part of a step this many times its median over the steps of the same shape …
 OUTLIER_US = 100.0   # … and this much longer is an interruption, not the script's work
+SLICE_US = 3000.0    # what a thread loses when the scheduler hands its CPU to another process (Linux CFS: ms)
 
 
 def _shape(p: StepPlan) -> tuple:
@@ -79,16 +80,22 @@ def take_out_usual_own(plans: list[StepPlan]) -> None:
                 item.host_us, item.own_us = max(item.host_us - part, 0.0), item.own_us - part
 
 
-def take_out_waits(plans: list[StepPlan], waited: list[float], fetch_waited: list[float | None] | None = None) -> None:
+def take_out_waits(plans: list[StepPlan], waited: list[float],
+                   host_waited: list[tuple[float | None, float | None]] | None = None) -> None:
     """Each step's wait for a CPU (µs) out of its measured host time. The scheduler takes the CPU away in
     slices, each lengthening the part of the step it lands in: first out of what a part exceeds what is usual
     for it (its first quartile over the steps, see _typical: load only lengthens, and a low quartile holds
-    when most steps were hit in the same long part), the rest in proportion to the step (a slice lands in the
-    ops' own time as often as in the host's parts, by their length). Where the recording measured what the
-    step's fetches waited (`fetch_waited`, µs), that comes out of them and the rest out of the other parts: a
-    fetch shorter than a slice was most often not where the slices fell."""
-    fetches = fetch_waited if fetch_waited is not None else [None] * len(plans)
-    for p, wait, fetch, usual in zip(plans, waited, fetches, _typical(plans, lambda i: i.host_us, 0.25)):
+    when most steps were hit in the same long part) by a quarter of a slice or more (less is the part's own
+    variation); the rest in proportion to the step (a slice lands in the ops' own time as often as in the
+    host's parts, by their length) where it is hidden in a part's usual time: a part that waits less than a
+    slice in expectation was most often not hit at all, so its first quartile is its own time and the first
+    pass took out what hit it, while a long part is hit in every step.
+    `host_waited`: where the recording measured them (µs), what the training thread itself waited, which bounds
+    what its parts can have waited (the step's wait sums every thread's), and what the step's fetches waited,
+    which comes out of them and the rest out of the other parts."""
+    hosts = host_waited if host_waited is not None else [(None, None)] * len(plans)
+    for p, wait, (thread, fetch), usual in zip(plans, waited, hosts, _typical(plans, lambda i: i.host_us, 0.25)):
+        wait = min(wait, thread) if thread is not None else wait
         if wait <= 0 or p.measured_us <= 0:
             continue
         kinds: tuple[str, ...] = MEASURED
@@ -102,14 +109,14 @@ def take_out_waits(plans: list[StepPlan], waited: list[float], fetch_waited: lis
             kinds, rest, wait = ("host",), rest - fetched, wait - cut
         for over, item in sorted(((i.host_us - u, i) for i, u in zip(p.items, usual)
                                   if i.kind in kinds and u is not None), key=lambda pair: -pair[0]):
-            cut = min(max(over, 0.0), wait)
+            cut = min(over, wait) if over >= SLICE_US / 4 else 0.0  # less: the part's own variation, no slice
             item.host_us -= cut
             wait -= cut
             rest -= cut
-        keep = max(1.0 - wait / rest, 0.0) if rest > 0 else 1.0
+        rate = min(wait / rest, 1.0) if rest > 0 else 0.0
         for item in p.items:
-            if item.kind in kinds:
-                item.host_us *= keep
+            if item.kind in kinds:  # what it waited in expectation, as far as its usual time holds it (above)
+                item.host_us -= item.host_us * rate * min(item.host_us * rate / SLICE_US, 1.0)
 
 
 def clip_outliers(plans: list[StepPlan]) -> None:

@@ -139,7 +139,7 @@ def _gap_items(start: float, end: float, data: list[tuple[float, float]], freed:
 def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
          own_cost: OwnCost | None = None,
          undisturbed: Callable[[Step], float] | None = None, freed: Freed | None = None,
-         fetch_waited: Callable[[Step], float | None] | None = None) -> list[StepPlan]:
+         host_waited: Callable[[Step], tuple[float | None, float | None]] | None = None) -> list[StepPlan]:
     """Each step as items: the gaps between root ops (Python, DataLoader fetches) and each root op as
     `expand` turns it into host time, kernels and syncs. Roots that overlap (two threads) count once.
     `own_cost`: what perfaudit's recording added to the host's time (µs), taken out of the Python gaps and
@@ -147,7 +147,7 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
     of the step's calls are the DataLoader's).
     `undisturbed(step)`: the step's duration less its wait for a CPU held by other processes (µs), taken
     out of the host's measured time (plans.take_out_waits), so a busy machine does not make the host look slow;
-    `fetch_waited(step)`: of that wait, what the step's fetches waited, where the recording measured it (µs).
+    `host_waited(step)`: the training thread's own wait and its fetches', where the recording measured them (µs).
     `freed(a, b)`: the host's time between a and b spent freeing what a GPU would keep (frees.py)."""
     plans, step_roots, index = [], [], _Index(trace)
     if own_cost is not None and steps:
@@ -175,7 +175,7 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
     before = {id(i): i.host_us for p in plans for i in p.items if i.kind == "host"}
     if undisturbed is not None:  # first: perfaudit's own cost is a share of the host's undisturbed time
         take_out_waits(plans, [max(s.dur - undisturbed(s), 0.0) for s in steps],
-                       [fetch_waited(s) for s in steps] if fetch_waited is not None else None)
+                       [host_waited(s) for s in steps] if host_waited is not None else None)
     clip_outliers(plans)
     if own_cost is not None:
         take_out_own_rest(plans, before)

@@ -57,7 +57,9 @@ class StepMarks:
         self.busy_extra = 0
         self.waited_ms: list[float] = []      # each window step's wait for a CPU
         self.fetch_waited_ms: list[float] = []  # ... of which its DataLoader fetches' (the training thread's)
+        self.thread_waited_ms: list[float] = []  # the training thread's own (the sum counts every thread's)
         self._fetch_wait_at_open = 0.0
+        self._thread_wait_at_open: float | None = None
         self._walls: list[float] = []         # each window step's wall time (s)
         self._window_t0 = time.perf_counter()
 
@@ -121,6 +123,7 @@ class StepMarks:
         self._own_at_open = own_cpu_s()
         self._wall_at_open, self._wait_at_open = time.perf_counter(), run_queue_wait_s()
         self._fetch_wait_at_open = self.session.probes.fetch_wait_s
+        self._thread_wait_at_open = thread_wait_s()
 
     def step_closed(self, index: int, measured: bool, stacked: bool = False) -> bool:
         """True when the measured step that just closed is left out and the window should record one more."""
@@ -163,6 +166,10 @@ class StepMarks:
         self.waited_ms.append(round(waited_ms, 3))
         fetch_ms = (self.session.probes.fetch_wait_s - self._fetch_wait_at_open) * 1000.0 if waited_ms > 0 else 0.0
         self.fetch_waited_ms.append(round(min(max(fetch_ms, 0.0), waited_ms), 3))
+        thread_now = thread_wait_s() if waited_ms > 0 else None
+        thread_ms = (thread_now - self._thread_wait_at_open) * 1000.0 \
+            if thread_now is not None and self._thread_wait_at_open is not None else waited_ms
+        self.thread_waited_ms.append(round(min(max(thread_ms, fetch_ms, 0.0), waited_ms), 3))
         if disturbed(waited_ms / 1000.0, wall_ms / 1000.0):
             return waited_ms, wall_ms
         return None
@@ -223,4 +230,4 @@ class StepMarks:
                 "busy_steps_measured": self.readmitted, "self_contended_steps": self.self_contended,
                 "extra_steps": self.extra_steps + self.busy_extra,
                 "step_cpu_s": [round(c, 4) for c in self._cpu], "step_waited_ms": self.waited_ms,
-                "step_fetch_waited_ms": self.fetch_waited_ms}
+                "step_fetch_waited_ms": self.fetch_waited_ms, "step_thread_waited_ms": self.thread_waited_ms}
