@@ -15,7 +15,7 @@ import pytest
 
 from bisect_repo import make_history
 from conftest import needs_program, perfaudit
-from perfaudit.verify.history import check
+from perfaudit.verify.history import BASES, check
 
 
 def _history(repo, *extra):
@@ -45,6 +45,9 @@ def test_history_records_each_commit_and_fails_the_gate_on_the_commit_that_slowe
     assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == \
         "?? perfaudit-history.jsonl\n"
     busy = [json.loads(line) for line in lines if json.loads(line).get("busy")]
+    # each entry carries the steps timed after the window without the profiler, the figure judged once three have it
+    assert all("unprofiled_ms" in json.loads(line) and json.loads(line)["unprofiled_steps_ms"] is not None
+               for line in lines), lines
     if timed < 3:  # a machine this busy for minutes (a loaded CI runner): each run recorded as busy, none judged
         assert len(busy) >= runs - timed, busy   # on the load, and the gate passed every time (above)
         return
@@ -75,6 +78,7 @@ def test_history_records_each_commit_and_fails_the_gate_on_the_commit_that_slowe
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert judged["verdict"] == "slower" and judged["fails"] and judged["change_pct"] > max(10, judged["noise_pct"])
     assert judged["entry"]["commit"] == history["culprit"] and judged["compared"] == 3
+    assert judged["basis"] in ("unprofiled_ms", "step_ms") and f"({BASES[judged['basis']]})" in proc.stdout
     assert any(f.startswith("SYNC001 train.py:") for f in judged["new_findings"]), judged["new_findings"]
     assert "gate: FAIL" in proc.stdout and "slower" in proc.stdout
 
@@ -115,6 +119,25 @@ def test_one_slow_run_is_no_change_point_nor_noise_and_other_devices_are_not_com
     assert judged.verdict == "slower" and judged.fails and "1 far-off run(s) left out" in judged.noise_from
     judged = check(_entries([50, 51, 49, 50], device="NVIDIA H100"), _entries([100])[0])
     assert judged.verdict == "first" and not judged.compared
+
+
+def test_the_step_without_the_profiler_is_judged_once_recent_entries_have_it():
+    """The profiler's cost per Python call and op made a step of host work 100 ms as recorded where it takes
+    20 ms: a commit that adds 10 ms of it moves the recorded step by 3 % (steady) and the step timed without the
+    profiler by 50 %. Once three recent entries have that step it is the one judged, and the older entries
+    without it are left out of the comparison; before that, the recorded step is, as in a history from before."""
+    rng = random.Random(3)
+    old = _entries([100 * (1 + rng.uniform(-0.02, 0.02)) for _ in range(4)])
+    timed = _entries([100 * (1 + rng.uniform(-0.02, 0.02)) for _ in range(4)], start=4)
+    for e in timed:
+        e["unprofiled_ms"] = 20 * (1 + rng.uniform(-0.03, 0.03))
+    latest = _entries([103], start=8)[0]
+    latest["unprofiled_ms"] = 30.0
+    judged = check(old + timed, latest, fail_on_slowdown_pct=10)
+    assert judged.basis == "unprofiled_ms" and len(judged.compared) == 4
+    assert judged.verdict == "slower" and judged.fails and 45 < judged.change_pct < 55
+    judged = check(old + timed[:2], latest, fail_on_slowdown_pct=10)  # two with it: the recorded step still
+    assert judged.basis == "step_ms" and len(judged.compared) == 6 and judged.verdict == "steady" and not judged.fails
 
 
 def test_findings_are_matched_by_rule_file_and_code_so_a_moved_line_is_not_new():

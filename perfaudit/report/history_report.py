@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .. import __version__
-from ..verify.history import MIN_EARLIER
+from ..verify.history import BASES, MIN_EARLIER
 
 if TYPE_CHECKING:
     from ..verify.history import HistoryCheck
@@ -34,8 +34,11 @@ def render_console(h: HistoryCheck, path: str, recorded: bool, notes: list[str],
     steps = len(e.get("steps_ms") or ())
     console.print(f"[bold]perfaudit history[/] {escape(path)}: {escape(str(e.get('script')))} on "
                   f"{escape(str(e.get('device')))}", highlight=False)
-    console.print(f"this run: {escape(_commit(e))}: step {_ms(e.get('step_ms'))} ({steps} measured steps)",
-                  highlight=False)
+    plain = len(e.get("unprofiled_steps_ms") or ())
+    unprofiled = f"; {_ms(e.get('unprofiled_ms'))} timed without the profiler ({plain} steps)" \
+        if isinstance(e.get("unprofiled_ms"), (int, float)) else ""
+    console.print(f"this run: {escape(_commit(e))}: step {_ms(e.get('step_ms'))} ({steps} measured steps)"
+                  f"{unprofiled}", highlight=False)
     style = _STYLE.get(h.verdict, "")
     if h.verdict == "first":
         console.print("  the first entry for this script and device: nothing to compare with yet", highlight=False)
@@ -47,11 +50,12 @@ def render_console(h: HistoryCheck, path: str, recorded: bool, notes: list[str],
                       "the step time is the machine's (recorded for its findings, left out of later comparisons)",
                       highlight=False)
     elif h.verdict == "too few":
-        console.print(f"  against the last {len(h.compared)}: median {_ms(h.baseline_ms)}, {h.change_pct:+.1f} %: "
+        console.print(f"  against the last {len(h.compared)} ({BASES[h.basis]}): median {_ms(h.baseline_ms)}, "
+                      f"{h.change_pct:+.1f} %: "
                       f"[{style}]no verdict yet[/] (from {MIN_EARLIER} earlier entries on, their spread says how "
                       f"far apart runs fall by chance)", highlight=False)
     else:
-        console.print(f"  against the last {len(h.compared)}: median {_ms(h.baseline_ms)}, "
+        console.print(f"  against the last {len(h.compared)} ({BASES[h.basis]}): median {_ms(h.baseline_ms)}, "
                       f"[{style}]{h.change_pct:+.1f} %: {h.verdict}[/] (the noise allows ±{h.noise_pct:.1f} %, "
                       f"from {escape(h.noise_from)})", highlight=False)
     cp = h.change_point
@@ -80,7 +84,7 @@ def to_dict(h: HistoryCheck, path: str, recorded: bool, notes: list[str]) -> dic
         "tool": {"name": "perfaudit", "version": __version__},
         "file": path, "recorded": recorded, "entry": h.entry, "compared": len(h.compared),
         "baseline_ms": h.baseline_ms, "change_pct": h.change_pct, "noise_pct": h.noise_pct,
-        "noise_from": h.noise_from, "verdict": h.verdict,
+        "noise_from": h.noise_from, "verdict": h.verdict, "basis": h.basis,
         "change_point": None if cp is None else {
             "commit": cp.entry.get("commit"), "subject": cp.entry.get("subject"), "before_ms": cp.before_ms,
             "after_ms": cp.after_ms, "change_pct": cp.change_pct, "entries_after": cp.entries_after},

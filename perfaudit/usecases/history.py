@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import statistics
 import subprocess
 from collections.abc import Callable
 from typing import Annotated, TypedDict
@@ -25,7 +26,7 @@ from ..verify.stats import trimmed_mean
 from ..verify.stops import signal_name, stop_signal_of
 from .analysis import analyze
 from .audit import audit
-from .diff import read_side, step_times
+from .diff import MIN_STEPS, read_side, step_times, unprofiled_times
 
 DEFAULT_FILE = "perfaudit-history.jsonl"
 
@@ -78,6 +79,8 @@ class HistoryEntry(TypedDict, total=False):
     device: str | None
     torch: str | None
     step_ms: Milliseconds | None
+    unprofiled_ms: Milliseconds | None
+    unprofiled_steps_ms: list[Milliseconds]
     busy: bool
     steps_ms: list[Milliseconds]
     findings: list[_Finding]
@@ -124,6 +127,7 @@ def _relative(path: str | None, repo: str | None) -> str | None:
 def entry_of(report: Report, script: str, repo: str | None) -> dict:
     """One line of the history: what a CI job needs to see a regression and its cause later."""
     steps = step_times(report)
+    plain = unprofiled_times(report)
     trace = report.traces[0] if report.traces else None
     env = (trace.environment if trace else None) or {}
     findings = [{"rule": f.rule, "where": f"{_relative(loc.path, repo)}:{loc.line}" if loc else None,
@@ -139,6 +143,10 @@ def entry_of(report: Report, script: str, repo: str | None) -> dict:
         # less its wait); else the trimmed mean of the measured steps
         "step_ms": round(trace.step_ms if trace and trace.step_ms else trimmed_mean(steps) * 1000.0, 4)
         if steps else None,
+        # the steps timed after the window with nothing recording them, less those a busy machine disturbed:
+        # the script's own time, which the history judges once entries have it (verify/history.basis_of)
+        "unprofiled_ms": round(statistics.median(plain) * 1000.0, 4) if len(plain) >= MIN_STEPS else None,
+        "unprofiled_steps_ms": [round(s * 1000.0, 4) for s in plain],
         # most measured steps waited for a CPU held by other processes: the machine's time, not the code's
         "busy": bool(trace and trace.steps and 2 * trace.busy_measured >= trace.steps),
         "steps_ms": [round(s * 1000.0, 4) for s in steps],

@@ -14,6 +14,10 @@ MIN_EARLIER = 3           # earlier entries needed to know the noise between run
 MIN_LEVEL = 2             # entries on each side of a change point (one slow run is not yet a new level)
 OUTLIER_SIGMAS = 3.5       # a run this far off its level (robust deviations) is left out of the spread
 MAD_TO_SIGMA = 1.4826     # the median absolute deviation of a normal sample, as its standard deviation
+# what a step's time is read from: the steps the run timed after its window with nothing recording them (the
+# script's own time; the profiler's cost per call weighs on Python-heavy code several times more than on its
+# math), else the recorded steps (an entry from before perfaudit timed them, a run too short to)
+BASES = {"unprofiled_ms": "the step timed without the profiler", "step_ms": "the step as recorded"}
 
 
 @dataclass
@@ -43,6 +47,7 @@ class HistoryCheck:
     gone_findings: list[str] = field(default_factory=list)
     fail_on_slowdown_pct: float | None = None
     stopped_by: str | None = None        # the signal that stopped the run: shown, not recorded
+    basis: str = "step_ms"               # the entries' figure compared (BASES)
 
     @property
     def fails(self) -> bool:
@@ -51,23 +56,40 @@ class HistoryCheck:
                 and self.change_pct is not None and self.change_pct > self.fail_on_slowdown_pct)
 
 
-def comparable(entries: list[dict], latest: dict) -> list[dict]:
+def _timed(entry: dict, basis: str) -> bool:
+    value = entry.get(basis)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def comparable(entries: list[dict], latest: dict, basis: str = "step_ms") -> list[dict]:
     """The earlier entries timed like the newest one: the same script on the same kind of device, on a
-    machine that was not too busy to time it."""
+    machine that was not too busy to time it, with the figure `basis` names."""
     return [e for e in entries if e.get("script") == latest.get("script") and e.get("device") == latest.get("device")
-            and isinstance(e.get("step_ms"), (int, float)) and not e.get("busy")]
+            and _timed(e, basis) and not e.get("busy")]
+
+
+def basis_of(entries: list[dict], latest: dict, window: int) -> str:
+    """The step without the profiler where the newest entry and MIN_EARLIER of the recent comparable ones have it
+    (a history written before perfaudit timed it moves over once that many have), else the recorded step."""
+    if _timed(latest, "unprofiled_ms"):
+        recent = comparable(entries, latest)[-window:] if window else []
+        if sum(_timed(e, "unprofiled_ms") for e in recent) >= MIN_EARLIER:
+            return "unprofiled_ms"
+    return "step_ms"
 
 
 def check(entries: list[dict], latest: dict, window: int = 20, fail_on_slowdown_pct: float | None = None) -> HistoryCheck:
-    """Judge `latest` against the last `window` comparable entries of `entries` (oldest first)."""
-    earlier = comparable(entries, latest)[-window:] if window else []
-    out = HistoryCheck(latest, earlier, fail_on_slowdown_pct=fail_on_slowdown_pct)
+    """Judge `latest` against the last `window` comparable entries of `entries` (oldest first), on the figure
+    basis_of chooses."""
+    basis = basis_of(entries, latest, window)
+    earlier = comparable(entries, latest, basis)[-window:] if window else []
+    out = HistoryCheck(latest, earlier, fail_on_slowdown_pct=fail_on_slowdown_pct, basis=basis)
     previous = earlier[-1] if earlier else None
     if previous is not None:
         now, before = _findings(latest), _findings(previous)
         out.new_findings = sorted(now[k] for k in now.keys() - before.keys())
         out.gone_findings = sorted(before[k] for k in before.keys() - now.keys())
-    step = latest.get("step_ms")
+    step = latest.get(basis)
     if not isinstance(step, (int, float)):
         out.verdict = "unmeasured"
         return out
@@ -78,15 +100,15 @@ def check(entries: list[dict], latest: dict, window: int = 20, fail_on_slowdown_
         return out
     # the current level: the entries since the earlier ones' own change point (an accepted regression or
     # a speed-up is the new normal), the spread between runs pooled over both levels
-    shift = change_point(earlier)
+    shift = change_point(earlier, basis)
     segments = [earlier[:shift.index], earlier[shift.index:]] if shift else [earlier]
-    level = [e["step_ms"] for e in segments[-1]]
+    level = [e[basis] for e in segments[-1]]
     out.baseline_ms = statistics.median(level)
     out.change_pct = 100.0 * (step - out.baseline_ms) / out.baseline_ms
-    out.noise_pct, out.noise_from = _noise_pct([[e["step_ms"] for e in seg] for seg in segments], out.baseline_ms)
+    out.noise_pct, out.noise_from = _noise_pct([[e[basis] for e in seg] for seg in segments], out.baseline_ms)
     if shift:
         out.noise_from += f"; the level since {str(shift.entry.get('commit'))[:10]} ({len(level)} entries)"
-    out.change_point = change_point(earlier + [latest])
+    out.change_point = change_point(earlier + [latest], basis)
     if len(earlier) < MIN_EARLIER:  # how far apart two runs fall by chance is not known yet
         out.verdict = "too few"
     elif abs(out.change_pct) <= out.noise_pct:
@@ -148,11 +170,11 @@ def _t995(df: int) -> float:
     return _T995[lo] if lo == hi else _T995[lo] + (_T995[hi] - _T995[lo]) * (df - lo) / (hi - lo)
 
 
-def change_point(entries: list[dict]) -> ChangePoint | None:
-    """The one split of the series into an earlier and a later level that best explains it (the largest
-    shift in standard errors), when the shift is both large (SHIFT_MIN_PCT) and clear (SHIFT_MIN_T), with
-    MIN_LEVEL entries at least on each side."""
-    values = [e["step_ms"] for e in entries]
+def change_point(entries: list[dict], basis: str = "step_ms") -> ChangePoint | None:
+    """The one split of the series (each entry's `basis`) into an earlier and a later level that best explains
+    it (the largest shift in standard errors), when the shift is both large (SHIFT_MIN_PCT) and clear
+    (SHIFT_MIN_T), with MIN_LEVEL entries at least on each side."""
+    values = [e[basis] for e in entries]
     n = len(values)
     if n < 2 * MIN_LEVEL:
         return None
