@@ -161,6 +161,7 @@ class Report:
     internal_errors: list[dict] = field(default_factory=list)  # perfaudit's own errors in the audited process
     source_roots: list[str] = field(default_factory=list)  # folders whose files a report may quote (HTML context)
     unread: list[str] = field(default_factory=list)  # lint: files that could not be read or parsed
+    stored_steps: int | None = None  # a report read back from its JSON (no traces): the steps it measured
 
     def worst(self) -> str | None:
         return max((f.severity for f in self.findings), key=severity_rank, default=None)
@@ -182,4 +183,4 @@ class Report:
     @property
     def measured(self) -> bool:
         """Whether any training step was measured (false for a run that never started training)."""
-        return any(t.steps for t in self.traces)
+        return any(t.steps for t in self.traces) or bool(self.stored_steps)

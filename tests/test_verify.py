@@ -8,6 +8,7 @@ import shutil
 import signal
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -171,6 +172,22 @@ def test_a_fix_that_breaks_the_gpu_path_fails_verify_on_a_machine_without_a_gpu(
     broke = {v.name: v.broke for v in result.verdicts}
     assert broke["COPY001"] and "GPU path" in broke["COPY001"] and "cannot pin" in broke["COPY001"], broke
     assert broke["GRAD001"] is None and not result.passed
+
+
+def test_verify_from_a_clean_runs_report_has_nothing_to_verify_and_passes(tmp_path, run_dir):
+    """A report.json of a run that measured its steps and found nothing with an automatic fix: verify --from it
+    says there is nothing to verify and exits 0 (it once read the report's steps as none, and said the script
+    never reached a training step, exit 3). A report of a run that measured no step still says so."""
+    from conftest import _run_json
+    _run_json("run", str(SAMPLES / "clean_loop.py"), run_dir)  # the shared run of the sample script
+    report = json.loads((Path(run_dir) / "clean_loop.py.report.json").read_text())
+    assert report["run"]["steps"] >= 1 and not any(f.get("autofix") for f in report["findings"]), report["findings"]
+    proc = perfaudit("verify", str(SAMPLES / "clean_loop.py"), "--from", f"{run_dir}/clean_loop.py.report.json")
+    assert proc.returncode == 0 and "nothing to verify" in proc.stdout, proc.stdout + proc.stderr
+    report["run"]["steps"] = 0
+    (tmp_path / "none.json").write_text(json.dumps(report))
+    proc = perfaudit("verify", str(SAMPLES / "clean_loop.py"), "--from", str(tmp_path / "none.json"))
+    assert proc.returncode == 3 and "never reached a training step" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_a_fix_that_breaks_the_script_is_reported_as_such(tmp_path):

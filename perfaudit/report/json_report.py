@@ -138,6 +138,7 @@ class _StoredTool(TypedDict, total=False):
 
 class _StoredRun(TypedDict, total=False):
     script: str | None
+    steps: int | None
     outcome: dict[str, Any] | None
     run_dir: str | None
     cwd: str | None
@@ -177,4 +178,6 @@ def report_from_dict(data: StoredReport) -> Report | None:
                                 locations, tuple(f.get("notes", ())), evidence={"origin": f.get("origin", "run")},
                                 trace=f.get("trace"), autofix=f.get("autofix")))
     run = data.get("run") or {}
-    return Report(findings, [], [], script=run.get("script"), outcome=run.get("outcome"), run_dir=run.get("run_dir"))
+    steps = run.get("steps")
+    return Report(findings, [], [], script=run.get("script"), outcome=run.get("outcome"), run_dir=run.get("run_dir"),
+                  stored_steps=steps if isinstance(steps, int) and steps > 0 else None)
