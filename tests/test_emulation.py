@@ -295,7 +295,7 @@ def test_the_scripts_own_amp_switch_is_read_back_from_the_region_it_turns_on(tmp
     """An autocast region entered with `enabled=` off: the option that sets that value (through a config's
     attribute), else an option named for mixed precision that is off by default; nothing when the code does not
     say (a constant, or `not args.no_amp`, whose option turns it off)."""
-    from perfaudit.static.amp_switch import amp_switch
+    from perfaudit.static.gpu_switch import amp_switch
     region = "with torch.autocast('cuda', enabled={}):\n    pass\n"
     cases = [
         ("p.add_argument('--mixed', action='store_true')\n", "cfg.mixed", ("--mixed", str(tmp_path / "train0.py"), 4)),
@@ -318,7 +318,7 @@ def test_the_amp_switch_reader_takes_any_file_without_failing(tmp_path_factory):
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from perfaudit.static.amp_switch import amp_switch
+    from perfaudit.static.gpu_switch import amp_switch
     folder = tmp_path_factory.mktemp("hostile_amp")
     script = folder / "train.py"
     pieces = st.sampled_from(["p.add_argument(", "'--amp'", "action='store_true'", "dest=", "enabled=", "not ",

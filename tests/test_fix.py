@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import textwrap
@@ -255,6 +256,23 @@ def test_an_optimizer_the_trainer_builds_is_fixed_at_the_option_that_names_it(re
     assert proc.returncode == 1, proc.stderr
     changed = [line for line in proc.stdout.splitlines()[2:] if line[:1] in "+-"]
     assert len(changed) == 2 and '"adamw_torch"' in changed[0] and 'optim="adamw_torch_fused"' in changed[1], changed
+
+
+@pytest.mark.timing
+def test_fixes_on_the_emulated_cuda_path_are_the_gpus_and_name_the_scripts_own_options(realistic_reports):
+    """unet_segmentation.py ran its CUDA branch on the emulated device: OPT001's edit is fused=True (foreach is
+    CUDA's default already, and was the edit), made beside CUDNN001's statement put above the same line (which
+    once moved the line from under it: "nothing at that line"); DATA001's worker count comes from `--workers`,
+    and the refusal names that option and the value to pass."""
+    script = ROOT / "tests" / "realistic" / "unet_segmentation.py"
+    report = realistic_reports[script.name]
+    proc = perfaudit("fix", str(script), "--from", report["report_path"], "--select", "OPT001,CUDNN001,DATA001")
+    said = proc.stdout + proc.stderr
+    assert re.search(r"unet_segmentation.py:98\s+OPT001\s+Adam\(\.\.\., fused=True\)", said), said
+    assert re.search(r"unet_segmentation.py:98\s+CUDNN001\s+torch.backends.cudnn.benchmark = True", said), said
+    assert re.search(r"DATA001\s+num_workers comes from `args.workers`, the script's option --workers \(at line 24\): "
+                     r"run it with `--workers \d+`", said), said
+    assert "nothing at that line" not in said, said
 
 
 def test_a_diff_applies_where_the_command_ran(tmp_path):

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ..projection import devices
-from ..static.amp_switch import amp_switch
+from ..static.gpu_switch import amp_switch
 from ..trace.op_names import MM_OPS
 from .flops.counted import op_flops
 from .registry import Context, Missing, fact
@@ -173,94 +172,3 @@ def autocast_region_off(ctx: Context) -> dict:
                                            f"{ctx.source.display_path(path)}:{line}; `perfaudit run {name} -- "
                                            f"{option}` audits that run)"}
     raise Missing("no autocast region entered switched off")
-
-
-# the GPU the emulated run's memory is weighed against unless the run is projected onto another (--target):
-# an H100 80 GB (SXM), its total memory as torch reports it there
-TARGET_NAME = "H100 80 GB"
-TARGET_MEMORY = 85_045_231_616
-DEFAULT_DEVICE = "H100 SXM"
-
-
-def _memory_target(ctx: Context) -> tuple[str, int, float]:
-    """The GPU the memory is weighed against: the projection's target (its datasheet memory), else an H100;
-    and its compute capability (0 when not NVIDIA's)."""
-    try:
-        name = ctx.get("projection")["target"]
-    except Missing:
-        name = DEFAULT_DEVICE
-    device = devices.target(name)
-    if device.name == DEFAULT_DEVICE or not device.memory_gib:
-        return TARGET_NAME, TARGET_MEMORY, device.compute_capability
-    return f"{device.name} {device.memory_gib:g} GB", int(device.memory_gib * (1 << 30)), device.compute_capability
-
-
-def cublas_workspace_bytes(compute_capability: float) -> int:
-    """The cuBLAS workspace torch takes from its caching allocator per handle and stream, without
-    CUBLAS_WORKSPACE_CONFIG (ATen's CublasHandlePool.cpp): 32 MiB on sm90 (Hopper), else 8 MiB + 128 KiB;
-    0 for a GPU that is not NVIDIA's (ROCm sizes hipBLAS's otherwise)."""
-    if not compute_capability:
-        return 0
-    return 4096 * 8 * 1024 if compute_capability == 9.0 else 4096 * 1024 * 2 + 16 * 1024 * 8
-
-
-RECURRENT = {"LSTM", "GRU", "RNN"}
-
-# What a training process holds on its GPU outside torch's caching allocator: the CUDA context (the driver's
-# state, the kernels loaded so far) and the libraries' own memory once cuBLAS and cuDNN have run; torch's counters
-# never see it, nvidia-smi does. Measured on an H100 80GB HBM3 (torch 2.11 + CUDA 13, driver 580, lazy module
-# loading) after 23 steps of 22 training scripts: 749-771 MiB, median 751 (device used less torch's reserved;
-# benchmarks/gpu_plain_steps.py, tests/data/h100_runs/plain_steps.json). PyTorch's maintainers give about 300-400 MB
-# for the context alone (pytorch issues 107667, 109888); the libraries' handles and modules come on top.
-CUDA_CONTEXT_BYTES = 750 << 20
-
-
-@fact("memory.emulated", "On the emulated CUDA path, the device memory of two warm-up steps: peak allocated "
-                         "and reserved bytes, what held them at the peak (parameters, gradients, optimizer state, "
-                         "activations, batches, temporaries) and the user's lines that made them, against the "
-                         "projection's target GPU, else an H100 80 GB (collect/emulation/device_memory.py).")
-def emulated_memory(ctx: Context) -> dict | None:
-    seen = ctx.probes.get("device_memory")
-    if not emulated(ctx) or not isinstance(seen, dict) or not seen.get("peak_allocated_bytes"):
-        return None
-    sites = [{"file": ctx.source.display_path(s["path"]), "line": s["line"], "bytes": s["bytes"],
-              "categories": s.get("categories") or {}} for s in seen.get("top_sites") or [] if s.get("path")]
-    name, total, capability = _memory_target(ctx)
-    # what torch adds on a GPU and the CPU does not: a cuBLAS workspace for each pass that ran a matrix
-    # op on the device (forward on the script's thread, backward on autograd's device thread)
-    workspace = int(seen.get("cublas_workspaces") or 0) * cublas_workspace_bytes(capability)
-    by_category = dict(seen.get("by_category") or {})
-    if workspace:
-        by_category["cuBLAS workspace"] = workspace
-    allocated, reserved = seen["peak_allocated_bytes"] + workspace, seen["peak_reserved_bytes"] + workspace
-    context = CUDA_CONTEXT_BYTES if capability else None  # NVIDIA's; another vendor's runtime is not known here
-    # cuDNN's workspaces are not modelled: two conv nets' peaks on an H100 (cudnn.benchmark's search in them)
-    # were 34 % and 45 % above the estimate (docs/accuracy.md), so the estimate says what it leaves out
-    listed = seen.get("cudnn")
-    kinds = list(listed) if isinstance(listed, list) else []
-    modules = ctx.probes.get("module_order")
-    if isinstance(modules, list) and any(m in RECURRENT for m in modules if isinstance(m, str)):
-        kinds.append("recurrent layers")  # cuDNN's RNN kernels, with their workspace and reserve space
-    cudnn = [k for k in dict.fromkeys(kinds) if k in ("convolutions", "recurrent layers")] if capability else []
-    not_counted = [f"cuDNN's workspaces for {' and '.join(cudnn)}"] if cudnn else []
-    return {"source": "emulated CUDA device, the last two warm-up steps (an estimate of what a GPU holds)",
-            "not_counted": not_counted,
-            "peak_allocated_bytes": allocated, "peak_reserved_bytes": reserved,
-            "by_category": dict(sorted(by_category.items(), key=lambda kv: -kv[1])), "top_sites": sites,
-            "target": name, "device_total_bytes": total, "headroom_bytes": total - reserved - (context or 0),
-            "cublas_workspace_bytes": workspace, "cuda_context_bytes": context}
-
-
-@fact("memory.emulated_peak", "The emulated device's peak memory against the target GPU, for the rules: "
-                              "reserved_gib, allocated_gib, device_gib, reserved_pct (of the target's memory), "
-                              "target, top_site (file:line holding the most at the peak) and top_site_gib.")
-def emulated_peak(ctx: Context) -> dict:
-    seen = ctx.get("memory.emulated")
-    if not seen or not seen.get("device_total_bytes"):
-        raise Missing("no device memory estimate (the CUDA path did not run emulated)")
-    gib, total = float(1 << 30), seen["device_total_bytes"]
-    top = (seen.get("top_sites") or [None])[0]
-    return {"reserved_gib": seen["peak_reserved_bytes"] / gib, "allocated_gib": seen["peak_allocated_bytes"] / gib,
-            "device_gib": total / gib, "reserved_pct": 100.0 * seen["peak_reserved_bytes"] / total,
-            "target": seen["target"], "top_site": f"{top['file']}:{top['line']}" if top else "an unknown line",
-            "top_site_gib": top["bytes"] / gib if top else 0.0}

@@ -30,7 +30,8 @@ FIX_KINDS: dict[str, FixKind] = {
                                   "a statement to put `torch.backends.cudnn.benchmark = True` before"),
     "cudnn_benchmark_off": FixKind("torch.backends.cudnn.benchmark = False", True,
                                    "an assignment to torch.backends.cudnn.benchmark"),
-    "optimizer_multi_tensor": FixKind("fused=True on a CUDA run, foreach=True otherwise, on the optimizer", True,
+    "optimizer_multi_tensor": FixKind("fused=True where the CUDA path ran (a GPU, or emulated), foreach=True otherwise, "
+                                      "on the optimizer", True,
                                       "an optimizer constructor"),
     "remove_empty_cache": FixKind("remove torch.cuda.empty_cache() from the step", True, "an empty_cache() call"),
     # a random tensor drawn on the GPU comes from another generator: the same maths, other numbers

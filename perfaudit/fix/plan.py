@@ -19,6 +19,7 @@ from ..files import remove_if_there
 from ..files import why as write_failure
 from ..findings import Finding
 from .catalog import FIX_KINDS
+from .cst import BlockTransformer
 from .edits import EDITS
 
 
@@ -242,9 +243,11 @@ def _plan_file(plan: FixPlan, path: str, entries: list, root: str, base_dir: str
             plan.not_fixed.append(NotFixed(f.rule, f"{shown}:{min(lines) if lines else ''}", refusal))
         return
     fixed_module = module
-    # bottom of the file first: an edit that adds or removes a line moves only the lines below it
+    # bottom of the file first: an edit that adds or removes a line moves only the lines below it; on the same
+    # line, the edits within it before one that puts a statement above it (which would move the line)
     loader_lines = {id(f): (f.autofix.get("params") or {}).get("loader_line") for f, _, _ in entries}
-    entries = sorted(entries, key=lambda e: -max(e[1] | {loader_lines[id(e[0])] or 0}))
+    entries = sorted(entries, key=lambda e: (-max(e[1] | {loader_lines[id(e[0])] or 0}),
+                                             issubclass(EDITS[e[0].autofix["kind"]], BlockTransformer)))
     for f, lines, _ in entries:
         params = dict(f.autofix.get("params") or {}, _source=original, _path=os.path.realpath(path))
         if f.autofix["kind"] == "pin_memory" and params.get("loader_path"):

@@ -1,5 +1,5 @@
 """Device memory measured on a real GPU (collect/probes/gpu_memory.py): the same figures the emulated device
-estimates (facts/emulated.py `memory.emulated`), from torch's own counters and allocator history."""
+estimates (facts/gpu/memory_estimate.py `memory.emulated`), from torch's own counters and allocator history."""
 from __future__ import annotations
 
 from ..registry import Context, fact
