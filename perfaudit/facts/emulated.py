@@ -162,11 +162,12 @@ def autocast_region_off(ctx: Context) -> dict:
         if (entry["device_type"] == "cuda" and entry.get("enabled") is False and site.get("path")
                 and set(entry.get("by_step") or {}) & measured):
             script = ctx.meta.get("script")
-            switch = amp_switch(script if isinstance(script, str) else site["path"], site["path"], site["line"])
+            script = script if isinstance(script, str) else site["path"]
+            switch = amp_switch(script, site["path"], site["line"])
             where = f"{ctx.source.display_path(site['path'])}:{site['line']}"
             if switch is None:
                 return {"where": where, "how": f"set its `enabled=` to True at {where}"}
-            name = os.path.basename(script if isinstance(script, str) else site["path"])
+            name = os.path.basename(script)
             option, path, line = switch
             return {"where": where, "how": f"pass `{option}` to the script (its option at "
                                            f"{ctx.source.display_path(path)}:{line}; `perfaudit run {name} -- "
