@@ -96,6 +96,18 @@ def test_a_second_ctrl_c_still_reports_and_leaves_no_temporary_files(tmp_path):
     assert not _alive(str(tmp_path / "hang.py"))
 
 
+def test_a_child_killed_while_gzipping_its_trace_leaves_the_trace_and_no_temporary_file(tmp_path):
+    """Killed after Kineto's trace was written and while its gzipped copy was (trace.json.gz.tmp), in a window of
+    two profiler sessions (trace.json.part0): the complete plain trace is kept, gzipped, and nothing temporary
+    stays (a fresh-clone CI run's second Ctrl-C left trace.json.gz.tmp)."""
+    from perfaudit.collect.run.leftovers import salvage_trace
+    (tmp_path / "trace.json").write_text('{"traceEvents": []}')
+    for name in ("trace.json.gz.tmp", "trace.json.part0", "trace.json.part0.tmp", "result.json.tmp"):
+        (tmp_path / name).write_bytes(b"half")
+    salvage_trace(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json.gz"]
+
+
 def test_a_killed_perfaudit_leaves_no_script_running(tmp_path):
     script = _hang(tmp_path)
     proc, _ = _start(tmp_path, script)

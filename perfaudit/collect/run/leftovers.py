@@ -7,12 +7,16 @@ import os
 
 
 def salvage_trace(run_dir: str, prefix: str = "") -> None:
-    """A child killed while exporting leaves Kineto's temporary file or an unzipped trace: remove the
-    former; keep the latter, gzipped, when it is complete (a usable trace, without perfaudit's probes)."""
-    for leftover in ("trace.json.tmp", "result.json.tmp"):
+    """A child killed while exporting leaves temporary files (Kineto's, the gzipped trace's, result.json's) and
+    the parts of a trace recorded in several profiler sessions, or an unzipped trace: remove the former; keep
+    the latter, gzipped, when it is complete (a usable trace, without perfaudit's probes)."""
+    for leftover in ("trace.json.tmp", "trace.json.gz.tmp", "result.json.tmp"):
         path = os.path.join(run_dir, prefix + leftover)
         if os.path.exists(path):
             os.remove(path)
+    for name in os.listdir(run_dir):  # export.py's trace.json.partN (and their own .tmp)
+        if name.startswith(prefix + "trace.json.part"):
+            os.remove(os.path.join(run_dir, name))
     plain, final = os.path.join(run_dir, prefix + "trace.json"), os.path.join(run_dir, prefix + "trace.json.gz")
     if not os.path.exists(plain):
         return

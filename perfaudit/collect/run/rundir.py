@@ -17,8 +17,8 @@ from ...errors import UsageError
 from ...files import free_bytes
 
 MARK = ".perfaudit-run"
-OWN_FILES = (MARK, "report.html", "trace.json.gz", "trace.json", "trace.json.tmp", "result.json", "result.json.tmp",
-             "script.log", "progress.jsonl", "config.json", "report.json")
+OWN_FILES = (MARK, "report.html", "trace.json.gz", "trace.json", "trace.json.tmp", "trace.json.gz.tmp", "result.json",
+             "result.json.tmp", "script.log", "progress.jsonl", "config.json", "report.json")
 DEFAULT_ROOT = os.path.join(".perfaudit", "runs")
 
 
