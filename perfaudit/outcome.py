@@ -2,6 +2,7 @@
 runner that collects it and the reporters that say it."""
 from __future__ import annotations
 
+import os
 from enum import Enum
 
 
@@ -58,8 +59,9 @@ def describe(outcome: dict | None) -> str | None:
         return f"the script called os._exit({outcome.get('exit_code')}){seen}"
     if kind == Outcome.RAISED:
         site = outcome.get("site") or {}
-        where = f" at {site.get('path')}:{site.get('line')}" if site.get("path") else ""
-        return f"the script raised {outcome.get('exception')}: {outcome.get('message')}{where}{seen}"
+        where = f" at {shown(str(site['path']))}:{site.get('line')}" if site.get("path") else ""
+        said = f"the script raised {outcome.get('exception')}: {outcome.get('message')}{where}{seen}"
+        return said + (f"; {at_oom(outcome['oom'])}" if isinstance(outcome.get("oom"), dict) else "")
     if kind == Outcome.TIMEOUT:
         return f"the script was stopped after the {outcome.get('timeout_s'):g} s timeout{seen}"
     if kind == Outcome.INTERRUPTED:
@@ -74,3 +76,47 @@ def describe(outcome: dict | None) -> str | None:
         why = outcome.get("signal") or f"exit code {outcome.get('exit_code')}"
         return f"the script crashed ({why}) before perfaudit could save its trace"
     return f"the script ended: {outcome.get('outcome')}"
+
+
+def _gb(n) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def at_oom(oom: dict) -> str:
+    """What held the GPU's memory when the script ran out of it (collect/probes/oom.py): the totals, what the
+    live blocks were and the user's lines that allocated the most."""
+    try:
+        held = ", ".join(f"{'activations, batches, temporaries' if k == 'other' else k} {_gb(v)}"
+                         for k, v in list(oom.get("by_category", {}).items())[:4])
+        text = (f"at the OOM {_gb(oom['allocated_bytes'])} was allocated and {_gb(oom['reserved_bytes'])} reserved "
+                f"of the GPU's {_gb(oom['device_total_bytes'])}, {_gb(oom['requested_bytes'])} more was asked for"
+                + (f"; held by {held}" if held else ""))
+        sites = oom.get("top_sites") or []
+        if sites:
+            text += "; allocated most at " + ", ".join(
+                f"{shown(s['path'])}:{s['line']} ({_gb(s['bytes'])})" for s in sites[:3])
+        unknown = oom.get("unattributed_bytes") or 0
+        recorded = oom.get("lines_recorded")
+        if not recorded:
+            text += "; no lines: the allocator's history was off"
+        elif unknown >= 0.1 * oom["allocated_bytes"]:
+            text += f"; {_gb(unknown)} with no line of the script's (allocated "
+            text += ("in the measured steps, whose allocations perfaudit does not locate (their cost), by backward "
+                     "or by a library; the memory row names the lines that held the most in the warm-up steps)"
+                     if recorded == "until the measured steps" else
+                     "by backward, on autograd's own thread, or by a library)")
+        return text
+    except (KeyError, TypeError, ValueError, AttributeError):  # a hand-edited report: the error line alone
+        return "at the OOM: figures unreadable"
+
+
+def shown(path: str) -> str:
+    """A path as ruff and pytest print it: relative to the working directory when inside it, and a
+    newline or other control character in it written as an escape (`tr\\nain.py`), so that it never
+    reads as two lines."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        rel = path
+    chosen = path if rel.startswith("..") else rel
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in chosen)

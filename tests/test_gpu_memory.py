@@ -57,6 +57,21 @@ def test_a_history_replay_keeps_only_what_was_live_at_the_peak():
     assert out["top_sites"] == [{"path": "/home/u/train.py", "line": 12, "bytes": 100, "categories": {"other": 100}}]
 
 
+def test_blocks_from_before_the_steps_are_located_by_the_oom_watchs_stacks():
+    """The blocks live when the steps' history began (the model, a dataset put on the GPU) carry the stacks the
+    OOM watch's "state" history kept: they are counted at their lines too, under what they are."""
+    model = [{"filename": "/home/u/train.py", "line": 30, "name": "<module>"}]
+    data = [{"filename": "/x/site-packages/torch/nn/modules/module.py", "line": 9, "name": "to"},
+            {"filename": "/home/u/data.py", "line": 8, "name": "load"}]
+    trace = [{"action": "alloc", "addr": 3, "size": 30, "frames": [{"filename": "/home/u/train.py", "line": 12}]}]
+    out = peak_of_history(trace, 1000, {10: "parameters"}, {10: 800, 11: 200}, {10: model, 11: data, 99: model})
+    assert out["peak_allocated_bytes"] == 1030
+    assert out["top_sites"] == [
+        {"path": "/home/u/train.py", "line": 30, "bytes": 800, "categories": {"parameters": 800}},
+        {"path": "/home/u/data.py", "line": 8, "bytes": 200, "categories": {"other": 200}},
+        {"path": "/home/u/train.py", "line": 12, "bytes": 30, "categories": {"other": 30}}]
+
+
 def _trace_with(device_memory) -> str:
     events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
                "ts": i * 1000, "dur": 900} for i in range(3)]

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from ..findings import Finding, Report
 from ..outcome import describe as describe_outcome
+from ..outcome import shown
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _PHASES = ("data", "forward", "backward", "optimizer", "other")
@@ -40,18 +41,6 @@ def unprofiled_note(t) -> str | None:
     if not kept:
         return None
     return f"{1000.0 * statistics.median(kept):.2f} ms timed without the profiler ({len(kept)} step(s) after the window)"
-
-
-def shown(path: str) -> str:
-    """A path as ruff and pytest print it: relative to the working directory when inside it, and a
-    newline or other control character in it written as an escape (`tr\\nain.py`), so that it never
-    reads as two lines."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        rel = path
-    chosen = path if rel.startswith("..") else rel
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in chosen)
 
 
 def _header(report: Report) -> Panel:

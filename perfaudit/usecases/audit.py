@@ -160,8 +160,12 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
                      "trained was put on the device, so this is the CPU branch's report. To audit its GPU branch, "
                      + (f"run it {switch}" if switch else "run it the way that selects CUDA (the flag, config value "
                         "or environment variable that chooses its device)"))
-    if (options.device == "emulate-cuda" and not result.emulation_failed and outcome.get("outcome") == Outcome.RAISED
-            and emulation_may_cause(outcome)):
+    seen = probes or (result.probes if isinstance(result.probes, dict) else {})
+    environment = seen.get("environment") if isinstance(seen, dict) else None
+    # a real GPU's run says False (a run folder from before the flag says nothing: taken as emulated)
+    emulated = not isinstance(environment, dict) or environment.get("emulated_cuda") is not False
+    if (options.device == "emulate-cuda" and emulated and not result.emulation_failed
+            and outcome.get("outcome") == Outcome.RAISED and emulation_may_cause(outcome)):
         site = outcome.get("site") or {}
         where = f" at {os.path.basename(site['path'])}:{site['line']}" if site.get("path") else ""
         notes.append(f"the script raised {outcome.get('exception')}{where} on the emulated CUDA device, after its "

@@ -20,16 +20,18 @@ import torch
 from ..emulation.device_memory import saved_tensors_watch
 from ..internal import record_internal_error
 from ..userframes import is_user_file
+from .oom import OomWatch, block_categories, history_on
 
 MAX_ENTRIES = 200_000  # allocator events kept (two steps of a large model: tens of thousands)
 
 
 def peak_of_history(trace: list, start_allocated: int, categories: dict[int, str],
-                    baseline_blocks: dict[int, int]) -> dict:
+                    baseline_blocks: dict[int, int], baseline_frames: dict[int, list] | None = None) -> dict:
     """Replay an allocator history (one device's `device_traces`): the bytes allocated at their peak, the
     blocks live then by category and by the user's line that allocated them. `start_allocated`: the bytes
     allocated when recording began (those blocks are in no `alloc` entry); `baseline_blocks`: the ones of them
-    still allocated at the end (address -> size), which can be named by `categories` (address -> category)."""
+    still allocated at the end (address -> size), which can be named by `categories` (address -> category) and
+    located by `baseline_frames` (address -> the stack the OOM watch's "state" history kept for it)."""
     now = peak = start_allocated
     peak_at = -1
     for i, entry in enumerate(trace):
@@ -54,13 +56,10 @@ def peak_of_history(trace: list, start_allocated: int, categories: dict[int, str
     for addr, (size, frames) in live.items():
         category = categories.get(addr) or "other"
         by_category[category] = by_category.get(category, 0) + size
-        frame = next((f for f in frames if is_user_file(f.get("filename"))), None)
-        if frame is None or not isinstance(frame.get("line"), int) or frame["line"] < 1:
-            continue
-        site = sites.setdefault((frame["filename"], frame["line"]), {
-            "path": frame["filename"], "line": frame["line"], "bytes": 0, "categories": {}})
-        site["bytes"] += size
-        site["categories"][category] = site["categories"].get(category, 0) + size
+        _add_site(sites, frames, size, category)
+    for addr, frames in (baseline_frames or {}).items():  # never freed in the steps: live at their peak
+        if addr in baseline_blocks:
+            _add_site(sites, frames, baseline_blocks[addr], categories.get(addr) or "other")
     baseline = max(start_allocated - freed_baseline, 0)
     named = 0
     for addr, size in baseline_blocks.items():  # the step's starting blocks that stayed: the model, its state
@@ -74,6 +73,17 @@ def peak_of_history(trace: list, start_allocated: int, categories: dict[int, str
             "by_category": {k: v for k, v in sorted(by_category.items(), key=lambda kv: -kv[1]) if v},
             "top_sites": sorted(sites.values(), key=lambda s: -s["bytes"])[:10],
             "allocations": sum(1 for e in trace if e.get("action") == "alloc")}
+
+
+def _add_site(sites: dict[tuple, dict], frames: list, size: int, category: str) -> None:
+    """A live block counted at the user's line that allocated it (its innermost user frame), if it has one."""
+    frame = next((f for f in frames if isinstance(f, dict) and is_user_file(f.get("filename"))), None)
+    if frame is None or not isinstance(frame.get("line"), int) or frame["line"] < 1:
+        return
+    site = sites.setdefault((frame["filename"], frame["line"]), {
+        "path": frame["filename"], "line": frame["line"], "bytes": 0, "categories": {}})
+    site["bytes"] += size
+    site["categories"][category] = site["categories"].get(category, 0) + size
 
 
 _SEGMENT_GROWS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
@@ -91,20 +101,12 @@ def _segment_peak(trace: list) -> int:
     return peak
 
 
-def _history_on() -> bool:
-    """Whether the caching allocator is recording its history already (the script's own `_record_memory_history`)."""
-    probe = getattr(torch._C, "_cuda_isHistoryEnabled", None)
-    try:
-        return bool(probe()) if probe is not None else False
-    except Exception:  # noqa: BLE001 - unknown: taken as off
-        return False
-
-
 class GpuMemory:
     """start() and stop() around the two warm-up steps; snapshot() gives what was measured (or None)."""
 
-    def __init__(self, optimizers) -> None:
+    def __init__(self, optimizers, oom: OomWatch | None = None) -> None:
         self._optimizers = optimizers  # () -> the live optimizers (their params, grads and state)
+        self._oom = oom                # the OOM watch, whose "state" history these steps turn to "all", then off
         self._device: int | None = None
         self._start = 0
         self._start_reserved = 0
@@ -122,7 +124,7 @@ class GpuMemory:
             self._device = torch.cuda.current_device()
             torch.cuda.synchronize()
             self._start, self._start_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
-            self._scripts_history = _history_on()
+            self._scripts_history = history_on() and not (self._oom is not None and self._oom.keeps_history)
             if not self._scripts_history:
                 try:
                     torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
@@ -152,7 +154,7 @@ class GpuMemory:
             peak_allocated, peak_reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
             snapshot = torch.cuda.memory._snapshot() if self._history else None
             if self._history:
-                torch.cuda.memory._record_memory_history(enabled=None)
+                torch.cuda.memory._record_memory_history(enabled=None)  # the OOM watch's "state" too: see oom.py
             free, total = torch.cuda.mem_get_info()
             outside = max(total - free - torch.cuda.memory_reserved(), 0)
             replay = self._replay(snapshot, self._device) if snapshot else {"by_category": {}, "top_sites": []}
@@ -178,32 +180,16 @@ class GpuMemory:
         if len(trace) >= MAX_ENTRIES:  # the oldest events were dropped: the replay would start mid-way
             return {"by_category": {}, "top_sites": [], "history": f"over {MAX_ENTRIES} allocator events"}
         traced = {e.get("addr") for e in trace if e.get("action") == "alloc"}
-        baseline = {b["address"]: b["size"] for seg in snapshot.get("segments") or [] if seg.get("device") == device
-                    for b in seg.get("blocks") or [] if b.get("state") == "active_allocated"
-                    and b["address"] not in traced}
-        return peak_of_history(trace, self._start, self._categories(), baseline)
+        blocks = [b for seg in snapshot.get("segments") or [] if seg.get("device") == device
+                  for b in seg.get("blocks") or [] if b.get("state") == "active_allocated" and b["address"] not in traced]
+        frames = {b["address"]: b["frames"] for b in blocks if b.get("frames")}  # the OOM watch's stacks
+        return peak_of_history(trace, self._start, self._categories(), {b["address"]: b["size"] for b in blocks},
+                               frames)
 
     def _categories(self) -> dict[int, str]:
-        """Block addresses -> what they hold, as found at the end of the steps (a later entry never overrides
-        an earlier: a parameter's block is a parameter's even when autograd saved it)."""
-        out: dict[int, str] = {}
-
-        def note(t, category: str) -> None:
-            if isinstance(t, torch.Tensor) and t.is_cuda:
-                out.setdefault(t.untyped_storage().data_ptr(), category)
-        optimizers = [o for o in self._optimizers() if o is not None]
-        for opt in optimizers:
-            for group in opt.param_groups:
-                for p in group["params"]:
-                    note(p, "parameters")
-        for opt in optimizers:
-            for group in opt.param_groups:
-                for p in group["params"]:
-                    note(p.grad, "gradients")
-        for opt in optimizers:
-            for state in opt.state.values():
-                for value in state.values() if isinstance(state, dict) else ():
-                    note(value, "optimizer state")
+        """Block addresses -> what they hold, as found at the end of the steps (a parameter's block is a
+        parameter's even when autograd saved it)."""
+        out = block_categories(self._optimizers())
         for addr in self._saved:
             out.setdefault(addr, "activations")
         return out

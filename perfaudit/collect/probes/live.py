@@ -224,6 +224,9 @@ class Probes(LoaderProbes):
     def stop_module_trace(self) -> None:
         if self.device_memory is not None:
             self.device_memory.stop()
+        oom = self.extra.get("oom")
+        if oom is not None:  # the allocator's stacks are not recorded in the measured steps (their cost)
+            oom.pause()  # type: ignore[attr-defined]
         if self._module_hook is not None:
             self._module_hook.remove()
             self._module_hook = None

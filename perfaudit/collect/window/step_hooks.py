@@ -17,6 +17,7 @@ from ..emulation import emulate
 from ..emulation.cuda_shim import gpu_present
 from ..internal import record_internal_error
 from ..probes.gpu_memory import GpuMemory
+from ..probes.oom import OomWatch
 from ..wrap import on_undo, patch
 
 
@@ -88,8 +89,11 @@ class StepHooks:
         if emulate.wanted(self.config):  # before the probes: they wrap the CUDA calls it serves
             emulate.install(self.probes, lambda: self.steps_ended)
         elif gpu_present():  # torch's own counters and allocator history over the same warm-up steps
-            self.probes.device_memory = GpuMemory(lambda: [i["_ref"] for i in self.probes.optimizers.values()])
+            optimizers = lambda: [i["_ref"] for i in self.probes.optimizers.values()]  # noqa: E731
+            oom = OomWatch(optimizers)  # and what held the memory if the script runs out of it
+            self.probes.device_memory = GpuMemory(optimizers, oom)
             self.probes.add("device_memory", self.probes.device_memory)
+            self.probes.add("oom", oom)
         self.probes.install()
         self.marks.install()
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
