@@ -7,7 +7,11 @@ are checked against (docs/accuracy.md): a step is an optimizer step (a global po
 WARMUP steps the GPU queue is drained and a clock started; after TIMED more it is drained again: the plain
 step is the mean between. Memory: torch's peak allocated and reserved at the end of step 7 (perfaudit's
 default window: 2 warm-up + 5 measured) and at the end, and what the device holds beyond torch's pool
-(`mem_get_info`: the CUDA context and library workspaces outside the caching allocator).
+(`mem_get_info`: the CUDA context and library workspaces outside the caching allocator). Each timed step's
+host time between optimizer steps (`each_ms`, the queue not drained) and their median (`median_ms`): the
+reference for host-bound steps, which a mean over epoch ends and logging steps overstates.
+PLAIN_STEPS_RESET_AFTER_FIRST=1: the peaks from step 2 on (torch's counters reset after the first step);
+PLAIN_STEPS_HISTORY=state|all: the allocator's history on from CUDA's start (what it costs a step).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ def child(script: str) -> None:
     import torch
 
     seen: dict = {"script": script, "steps": 0}
-    state = {"t0": 0.0}
+    state = {"t0": 0.0, "last": 0.0}
 
     def finish() -> None:
         if seen.get("done"):
@@ -42,9 +46,17 @@ def child(script: str) -> None:
     def post_step(optimizer, args, kwargs) -> None:
         seen["steps"] += 1
         n = seen["steps"]
+        now = time.perf_counter()
+        if WARMUP < n <= WARMUP + TIMED:  # each step's host time, not drained (host-bound steps: their length)
+            seen.setdefault("each_ms", []).append(round((now - state["last"]) * 1e3, 3))
+        state["last"] = now
         if n == WINDOW_END and torch.cuda.is_initialized():
             seen["window_peak_allocated"] = torch.cuda.max_memory_allocated()
             seen["window_peak_reserved"] = torch.cuda.max_memory_reserved()
+        if n == 1 and os.environ.get("PLAIN_STEPS_RESET_AFTER_FIRST") and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # the peaks from step 2 on: without the first step's cudnn.benchmark search
+            torch.cuda.reset_peak_memory_stats()
+            seen["peaks_from"] = "step 2"
         if n == WARMUP:
             if torch.cuda.is_initialized():
                 torch.cuda.synchronize()
@@ -53,11 +65,16 @@ def child(script: str) -> None:
             if torch.cuda.is_initialized():
                 torch.cuda.synchronize()
             seen["step_ms"] = (time.perf_counter() - state["t0"]) / TIMED * 1e3
+            seen["median_ms"] = sorted(seen["each_ms"])[len(seen["each_ms"]) // 2]
             finish()
             os._exit(0)
 
     from torch.optim.optimizer import register_optimizer_step_post_hook
     register_optimizer_step_post_hook(post_step)
+    if os.environ.get("PLAIN_STEPS_HISTORY"):  # the allocator's history on from CUDA's start (its cost on the step)
+        torch.cuda._lazy_call(lambda: torch.cuda.memory._record_memory_history(
+            enabled=os.environ["PLAIN_STEPS_HISTORY"], context="alloc", stacks="python"))
+        seen["history"] = os.environ["PLAIN_STEPS_HISTORY"]
     sys.argv = [script]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
