@@ -146,7 +146,7 @@ def test_the_caching_allocator_replayed_reserves_what_torchs_would():
 def test_the_cublas_workspace_follows_the_target_gpu():
     """torch sizes its cuBLAS workspace by the GPU (ATen's CublasHandlePool.cpp): 32 MiB on sm90, 8 MiB +
     128 KiB on the others; a GPU that is not NVIDIA's gets none counted."""
-    from perfaudit.facts.gpu.memory_estimate import cublas_workspace_bytes
+    from perfaudit.collect.emulation.caching_allocator import cublas_workspace_bytes
     from perfaudit.projection import devices
     assert cublas_workspace_bytes(devices.target("H100 SXM").compute_capability) == 32 * 2**20
     assert cublas_workspace_bytes(devices.target("H200").compute_capability) == 32 * 2**20

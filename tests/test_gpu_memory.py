@@ -125,7 +125,7 @@ class _FakeCuda:
         for name, value in {"is_initialized": lambda: True, "current_device": lambda: 0, "synchronize": lambda: None,
                             "memory_allocated": lambda: history["start"], "memory_reserved": lambda: 600 << 20,
                             "max_memory_allocated": lambda: 900 << 20, "max_memory_reserved": lambda: 1000 << 20,
-                            "mem_get_info": lambda: (70 << 30, 80 << 30),
+                            "mem_get_info": lambda: (70 << 30, 80 << 30), "get_device_capability": lambda d=None: (9, 0),
                             "reset_peak_memory_stats": lambda: self.calls.append("reset")}.items():
             monkeypatch.setattr(cuda, name, value)
 
@@ -183,3 +183,20 @@ def test_segments_the_allocator_adds_during_the_steps_raise_the_reserved_peak():
              {"action": "segment_map", "size": 2 << 20}, {"action": "segment_free", "size": 20 << 20},
              {"action": "segment_alloc", "size": 4 << 20}]
     assert _segment_peak(trace) == 22 << 20 and _segment_peak([]) == 0
+
+
+def test_cublas_workspaces_from_before_the_steps_are_named_not_put_at_a_line(monkeypatch):
+    """What an H200 showed: the first matrix product's line held 33 MiB from before the steps, cuBLAS's 32 MiB
+    workspace and cuBLASLt's 1 MiB, allocated by that call; backward's workspace, on autograd's thread, has
+    no stack. They are cuBLAS workspace, at no line; a 1 MiB tensor made elsewhere stays the script's."""
+    from perfaudit.collect.probes import gpu_memory
+    monkeypatch.setattr(gpu_memory.torch.cuda, "get_device_capability", lambda device: (9, 0))
+    first_matmul = [{"filename": "/home/u/train.py", "line": 41, "name": "encode"}]
+    blocks = [{"address": 1, "size": 32 << 20, "frames": first_matmul},
+              {"address": 2, "size": 1 << 20, "frames": first_matmul},
+              {"address": 3, "size": 32 << 20, "frames": []},
+              {"address": 4, "size": 1 << 20, "frames": [{"filename": "/home/u/train.py", "line": 9, "name": "x"}]},
+              {"address": 5, "size": 32 << 20, "frames": first_matmul}]
+    assert gpu_memory._library_workspaces(blocks, {5: "parameters"}, 0) == {1, 2, 3}
+    monkeypatch.setattr(gpu_memory.torch.cuda, "get_device_capability", lambda device: (8, 0))
+    assert gpu_memory._library_workspaces(blocks, {}, 0) == set()  # an A100's are 8 MiB + 128 KiB

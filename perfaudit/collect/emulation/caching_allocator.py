@@ -22,6 +22,22 @@ LARGE_BUFFER = 20 << 20
 ROUND_LARGE = 2 << 20
 
 
+def cublas_workspace_bytes(compute_capability: float) -> int:
+    """The cuBLAS workspace torch takes from its caching allocator per handle and stream, without
+    CUBLAS_WORKSPACE_CONFIG (ATen's CublasHandlePool.cpp): 32 MiB on sm90 (Hopper), else 8 MiB + 128 KiB;
+    0 for a GPU that is not NVIDIA's (ROCm sizes hipBLAS's otherwise)."""
+    if not compute_capability:
+        return 0
+    return 4096 * 8 * 1024 if compute_capability == 9.0 else 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def cublaslt_workspace_bytes(compute_capability: float) -> int:
+    """cuBLASLt's workspace, one a process beside the first cuBLAS workspace: 1 MiB on sm90 with torch 2.11,
+    allocated by the first matrix product and kept (seen in the H200's allocator stacks; every training script on
+    an H100 and an H200 held exactly this much more than the emulated estimate). Not seen on other GPUs."""
+    return 1 << 20 if compute_capability == 9.0 else 0
+
+
 def round_size(nbytes: int) -> int:
     return MIN_BLOCK if nbytes < MIN_BLOCK else -(-nbytes // MIN_BLOCK) * MIN_BLOCK
 

@@ -6,10 +6,11 @@ The peaks and what held memory at the peak come from the caching allocator's his
 are never reset (a script logging `max_memory_allocated()` still reads its own peak), and a script recording its
 own history keeps it (perfaudit then reads the peaks only: torch's counters since the script's start or its last
 reset, said so). Only a torch without the history resets the counters. The blocks live at the peak are summed
-by the user's line that allocated them and by what they are
-(parameters, gradients and optimizer state by their addresses at the end, activations by the addresses autograd
-saved for backward; the rest `other`: batches, temporaries, workspaces). What the process holds on the GPU
-beyond torch's pool (the CUDA context, libraries) is the device's used memory less torch's reserved memory.
+by the user's line that allocated them and by what they are (parameters, gradients and optimizer state by their
+addresses at the end, activations by the addresses autograd saved for backward, cuBLAS's workspaces by their
+sizes; the rest `other`: batches, temporaries, cuDNN's workspaces). Blocks from before the two steps are located
+by the OOM watch's stacks (oom.py). What the process holds on the GPU beyond torch's pool (the CUDA context,
+libraries) is the device's used memory less torch's reserved memory.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from contextlib import AbstractContextManager
 
 import torch
 
+from ..emulation.caching_allocator import cublas_workspace_bytes, cublaslt_workspace_bytes
 from ..emulation.device_memory import saved_tensors_watch
 from ..internal import record_internal_error
 from ..userframes import is_user_file
@@ -73,6 +75,19 @@ def peak_of_history(trace: list, start_allocated: int, categories: dict[int, str
             "by_category": {k: v for k, v in sorted(by_category.items(), key=lambda kv: -kv[1]) if v},
             "top_sites": sorted(sites.values(), key=lambda s: -s["bytes"])[:10],
             "allocations": sum(1 for e in trace if e.get("action") == "alloc")}
+
+
+def _library_workspaces(blocks: list[dict], categories: dict[int, str], device: int) -> set[int]:
+    """The blocks from before the steps that are cuBLAS's workspaces, not the script's tensors: of the size
+    torch gives one on this GPU (one a thread that ran a matrix product), and cuBLASLt's beside the first,
+    allocated by the same call (caching_allocator.py says the sizes)."""
+    major, minor = torch.cuda.get_device_capability(device)
+    capability = major + minor / 10
+    size, lt = cublas_workspace_bytes(capability), cublaslt_workspace_bytes(capability)
+    found = {b["address"] for b in blocks if size and b.get("size") == size and b["address"] not in categories}
+    stacks = [b.get("frames") for b in blocks if b["address"] in found]
+    return found | {b["address"] for b in blocks if lt and b.get("size") == lt and b["address"] not in categories
+                    and b.get("frames") and b.get("frames") in stacks}
 
 
 def _add_site(sites: dict[tuple, dict], frames: list, size: int, category: str) -> None:
@@ -182,9 +197,12 @@ class GpuMemory:
         traced = {e.get("addr") for e in trace if e.get("action") == "alloc"}
         blocks = [b for seg in snapshot.get("segments") or [] if seg.get("device") == device
                   for b in seg.get("blocks") or [] if b.get("state") == "active_allocated" and b["address"] not in traced]
-        frames = {b["address"]: b["frames"] for b in blocks if b.get("frames")}  # the OOM watch's stacks
-        return peak_of_history(trace, self._start, self._categories(), {b["address"]: b["size"] for b in blocks},
-                               frames)
+        categories = self._categories()
+        workspaces = _library_workspaces(blocks, categories, device)
+        categories.update(dict.fromkeys(workspaces, "cuBLAS workspace"))
+        frames = {b["address"]: b["frames"] for b in blocks  # the OOM watch's stacks; a workspace is no line's
+                  if b.get("frames") and b["address"] not in workspaces}
+        return peak_of_history(trace, self._start, categories, {b["address"]: b["size"] for b in blocks}, frames)
 
     def _categories(self) -> dict[int, str]:
         """Block addresses -> what they hold, as found at the end of the steps (a parameter's block is a
