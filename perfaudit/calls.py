@@ -30,6 +30,23 @@ _NAN_INF_FILTER = ("the Hugging Face Trainer's nan/inf filter reading the loss",
                    "TrainingArguments(logging_nan_inf_filter=False)")
 FRAMEWORK_READS = {("transformers/trainer.py", "_inner_training_loop"): _NAN_INF_FILTER,
                    ("transformers/trainer.py", "_run_epoch"): _NAN_INF_FILTER}
+# reads of a device value torch's own functions make every step when asked to check it, at the user's call:
+# (file, function that reads) -> what it is and the argument that turns it off
+_NONFINITE = ("clip_grad_norm_(error_if_nonfinite=True) checks the total norm on the host", "error_if_nonfinite=False")
+_VALIDATE = ("torch.distributions checks its arguments on the host (validate_args, on by default)",
+             "validate_args=False (or torch.distributions.Distribution.set_default_validate_args(False) once)")
+# torch.distributions' classes: each checks its arguments on the host unless built with validate_args=False
+DISTRIBUTIONS = frozenset({
+    "Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "ContinuousBernoulli", "Dirichlet",
+    "Exponential", "FisherSnedecor", "Gamma", "GeneralizedPareto", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal",
+    "Independent", "InverseGamma", "Kumaraswamy", "LKJCholesky", "Laplace", "LogNormal", "LogisticNormal",
+    "LowRankMultivariateNormal", "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial",
+    "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "RelaxedBernoulli",
+    "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform", "VonMises", "Weibull", "Wishart"})
+TORCH_READS = {("torch/nn/utils/clip_grad.py", "_get_total_norm"): _NONFINITE,
+               ("torch/nn/utils/clip_grad.py", "clip_grad_norm_"): _NONFINITE,
+               ("torch/distributions/distribution.py", "__init__"): _VALIDATE,
+               ("torch/distributions/distribution.py", "_validate_sample"): _VALIDATE}
 
 # What to look for in the user's function when a sync op has no Python call of its own (a slot such
 # as bool(t) or t[mask] called from C): call names, then syntactic forms ("branch", "mask").

@@ -80,7 +80,11 @@ PROBE_FIELDS: dict[str, dict] = {
                             "calls": _INT, "window_calls": _INT, "bytes": _INT},
                            {"by_step": {"type": "object"}, "window_bytes": _INT, "pinned": {"type": "boolean"},
                             "non_blocking": {"type": "boolean"}, "api": {"type": "string"}, "made_at": _SITE}),
-        "reads": _list_of({"site": _SITE, "api": {"type": "string"}, "calls": _INT, "window_calls": _INT}),
+        "reads": _list_of({"site": _SITE, "api": {"type": "string"}, "calls": _INT, "window_calls": _INT},
+                          {"by_step": {"type": "object", "additionalProperties": _INT}, "blocking": {"type": "boolean"},
+                           # the library function the user's line called, and the one that read (userframes.py)
+                           "inside": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["callee", "reader"],
+                                      "properties": {"callee": {"type": "string"}, "reader": {"type": "string"}}}]}}),
         "calls": _list_of({"site": _SITE, "api": {"type": "string"}, "calls": _INT, "window_calls": _INT}),
         "autocast": _list_of({"site": _SITE, "device_type": {"type": "string"}, "calls": _INT,
                               "window_calls": _INT}, {"enabled": {"type": "boolean"},

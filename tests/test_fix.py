@@ -119,6 +119,31 @@ def test_a_multi_line_call_keeps_its_layout_and_its_comments(tmp_path):
         ''')
 
 
+def test_torchs_own_per_step_checks_are_turned_off_where_they_were_asked_for(tmp_path):
+    """SYNC001 on torch's reads (the emulated device saw them at these lines): the clip's non-finite check and
+    a distribution's argument checks are turned off at the call; a flag the script computes is its own, and
+    a line with no such call is left with its reason."""
+    path = _write(tmp_path, '''\
+        from torch.distributions import Categorical, Normal
+        dist = Normal(mu, std)
+        pick = Categorical(logits=logits, validate_args=args.validate)
+        clip_grad_norm_(params, 1.0, error_if_nonfinite=True)
+        nn.utils.clip_grad_norm_(params, 1.0, error_if_nonfinite=args.strict)
+        loss = -dist.log_prob(actions).mean()
+        ''')
+    plan = plan_fixes([_finding("SYNC001", path, 2, 3, 4, 5, 6, kind="accumulate_detached")], str(tmp_path))
+    assert plan.files[0].fixed == textwrap.dedent('''\
+        from torch.distributions import Categorical, Normal
+        dist = Normal(mu, std, validate_args=False)
+        pick = Categorical(logits=logits, validate_args=args.validate)
+        clip_grad_norm_(params, 1.0, error_if_nonfinite=False)
+        nn.utils.clip_grad_norm_(params, 1.0, error_if_nonfinite=args.strict)
+        loss = -dist.log_prob(actions).mean()
+        ''')
+    assert [c.what for c in plan.changes] == ["Normal(..., validate_args=False)",
+                                              "clip_grad_norm_(..., error_if_nonfinite=False)"]
+
+
 def test_zero_filled_grads_become_none_and_anomaly_blocks_are_unwrapped(tmp_path):
     path = _write(tmp_path, '''\
         import torch

@@ -62,6 +62,36 @@ def library_caller(depth: int = 2) -> str | None:
     return None
 
 
+# torch's Python between the user's own read and the C slot (print(t), t[...]): not a library's call
+_PASS_THROUGH = tuple(os.path.join("torch", name) for name in ("overrides.py", "_tensor.py", "_tensor_str.py",
+                                                                os.path.join("utils", "_python_dispatch.py")))
+
+
+def library_reader(depth: int = 2) -> dict | None:
+    """Where a read of a device value was made when the user's line did not make it itself: `callee`, the
+    library function that line called, and `reader`, the innermost one (which read), each as
+    "package/path.py:function". None when the user's own code read the value (through torch's Tensor methods
+    alone)."""
+    frame: FrameType | None = sys._getframe(depth)
+    found = []
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        path = frame.f_code.co_filename
+        if not path.startswith(_OWN_DIR) and not path.endswith(_PASS_THROUGH):
+            found.append(f"{_package_path(path)}:{frame.f_code.co_name}")
+        frame = frame.f_back
+    return {"callee": found[-1], "reader": found[0]} if frame is not None and found else None
+
+
+def _package_path(path: str) -> str:
+    """A library file by its path inside the installed packages (`torch/nn/utils/clip_grad.py`)."""
+    path = path.replace(os.sep, "/")
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return path.rsplit(marker, 1)[1]
+    torch_dir = _torch_dir().replace(os.sep, "/")
+    return "torch" + path[len(torch_dir):] if path.startswith(torch_dir) else path
+
+
 def user_frame_of(tb) -> dict | None:
     """The innermost frame of the user's code in a traceback: {path, line, func}."""
     last = None

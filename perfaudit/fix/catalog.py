@@ -38,5 +38,8 @@ FIX_KINDS: dict[str, FixKind] = {
     "create_on_device": FixKind("create the tensor with device=… instead of copying it after", False,
                                 "a tensor created on the host and moved to the device"),
     "accumulate_detached": FixKind("accumulate `loss.detach()` instead of `loss.item()`: the value is read "
-                                   "once, where it is printed or logged", True, "an `x += t.item()` accumulation"),
+                                   "once, where it is printed or logged; torch's own per-step checks off "
+                                   "(clip_grad_norm_'s error_if_nonfinite, torch.distributions' validate_args)",
+                                   True, "an `x += t.item()` accumulation, a clip_grad_norm_(error_if_nonfinite=True) "
+                                   "or a torch.distributions constructor"),
 }

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..calls import CREATION, FOREACH_OPTIMIZERS, FRAMEWORK_OPTIMIZER_OPTIONS, FUSABLE_OPTIMIZERS
+from ..calls import CREATION, DISTRIBUTIONS, FOREACH_OPTIMIZERS, FRAMEWORK_OPTIMIZER_OPTIONS, FUSABLE_OPTIMIZERS
 from . import layer_edits, loader_edits  # noqa: F401  (register conv_bias_off; pin_memory, loader_workers)
 from .cst import (
     EDITS,
@@ -328,7 +328,30 @@ class AccumulateDetached(LineTransformer):
         return None
 
     def leave_Call(self, original, updated):
+        if not self.in_accumulation and self.hit(original) is not None:
+            checked = _check_turned_off(updated)
+            if checked is not None:
+                self.changed(original, checked[1])
+                return checked[0]
         if not self.in_accumulation or call_attr(updated) != "item" or updated.args:
             return updated
         self.changed(original, ".item() → .detach() in the running sum")
         return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("detach")))
+
+
+def _check_turned_off(call: cst.Call) -> tuple[cst.Call, str] | None:
+    """torch's own per-step check of a device value, turned off where the call asks for it: a gradient clip's
+    `error_if_nonfinite=True`, a torch.distributions constructor's argument checks (on by default). Neither
+    changes a result; each raised only on a bad value."""
+    name = call_attr(call)
+    flag = keyword(call, "error_if_nonfinite")
+    if name in ("clip_grad_norm_", "clip_grad_norm") and flag is not None and _is_true(flag.value):
+        return set_kwarg(call, "error_if_nonfinite", cst.Name("False")), f"{name}(..., error_if_nonfinite=False)"
+    validate = keyword(call, "validate_args")
+    if name in DISTRIBUTIONS and not has_star(call) and (validate is None or _is_true(validate.value)):
+        return set_kwarg(call, "validate_args", cst.Name("False")), f"{name}(..., validate_args=False)"
+    return None
+
+
+def _is_true(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Name) and value.value == "True"

@@ -18,7 +18,7 @@ import torch.utils._device as _device_context
 from torch.overrides import TorchFunctionMode
 
 from ..internal import record_internal_error
-from ..userframes import is_user_file, user_site
+from ..userframes import is_user_file, library_reader, user_site
 from .attention import attend
 from .cuda_shim import cast_to_type
 from .sample_moves import sample_moves
@@ -310,8 +310,9 @@ class Placement(TorchFunctionMode):
             record_internal_error("CUDA emulation", exc)
 
     def _read(self, name: str, blocking: bool) -> None:
-        try:
-            self._entry(self.reads, name, user_site(3), api=name, blocking=blocking)
+        try:  # the user's own read, or one a library function the user's line called made (`inside` it)
+            inside = library_reader(3)
+            self._entry(self.reads, f"{name} {inside}", user_site(3), api=name, blocking=blocking, inside=inside)
         except Exception as exc:  # noqa: BLE001
             record_internal_error("CUDA emulation", exc)
 

@@ -7,7 +7,7 @@ from ...calls import FRAMEWORK_READS, HOST_READS, NONZERO_CALLS, SCALAR_READ_CAL
 from ...static.uses import host_consumer
 from ...trace.model import Event
 from ...trace.nesting import enclosing, innermost
-from ..emulated import emulated, emulated_waits
+from ..emulated import emulated, emulated_waits, torch_internal_reads
 from ..registry import Context, fact
 from ..sites import SiteCollector
 from .copies import pageable_h2d
@@ -118,8 +118,9 @@ def sync_sites(ctx: Context):
     for site in sites:  # torch's own sync debug mode flagged these lines during the run
         site.extra["confirmed"] = any((site.path, line) in confirmed for line in site.extra.get("lines", []))
         _split_by_line(ctx, site)
-    if emulated(ctx):  # waits the CPU trace cannot show: synchronize() and event waits on the CUDA path
+    if emulated(ctx):  # what the CPU trace cannot show: synchronize() and event waits, torch's own reads
         sites += emulated_waits(ctx)
+        sites += torch_internal_reads(ctx, sites)
     needed = [s for s in sites if _needed_by(ctx, s) or _scaler_needed(ctx, s)]
     ctx.__dict__["_sync_needed"] = needed
     return [s for s in sites if s not in needed]
