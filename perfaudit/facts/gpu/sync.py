@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from ...calls import FRAMEWORK_READS, HOST_READS, NONZERO_CALLS, SCALAR_READ_CALLS, SYNC_CALLS
+from ...calls import FRAMEWORK_READS, HOST_READS, NONZERO_CALLS, SCALAR_READ_CALLS, SYNC_CALLS, TORCH_READS
 from ...static.uses import host_consumer
 from ...trace.model import Event
 from ...trace.nesting import enclosing, innermost
@@ -222,14 +222,14 @@ def autocast_dtype(ctx: Context) -> str | None:
 
 
 def _for_framework(item, att):
-    """A read a framework makes every step for the user's call (calls.FRAMEWORK_READS), named with the
-    option that turns it off."""
+    """A read a framework or torch makes every step for the user's call (calls.FRAMEWORK_READS, TORCH_READS),
+    named with the option that turns it off (on a GPU trace: the emulated path names torch's from its records)."""
     reader = att.reader if att is not None else None
     if reader is None:
         return item
     path = reader.path.replace("\\", "/")
-    known = next((v for (where, func), v in FRAMEWORK_READS.items() if path.endswith(where) and reader.func == func),
-                 None)
+    known = next((v for (where, func), v in (*FRAMEWORK_READS.items(), *TORCH_READS.items())
+                  if path.endswith(where) and reader.func == func), None)
     if known is None:
         return item
     anchor, counted, ms, detail = item
