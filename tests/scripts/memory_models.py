@@ -2,7 +2,8 @@
 test measures again with torch's own MemTracker on the CPU (the same step, the optimizer in the
 implementation torch picks for CUDA parameters: foreach): an MLP under AdamW, and a small CNN with
 BatchNorm under SGD with momentum, and a small GPT whose attention has dropout (the CPU then takes
-SDPA's math path, a GPU its fused kernel). `python memory_models.py mlp|cnn|gpt` trains one of them."""
+SDPA's math path, a GPU its fused kernel), an LSTM language model, the MLP under bfloat16 autocast, and the
+CNN with its batch in two accumulated micro-batches. `python memory_models.py KIND` trains one of them."""
 import sys
 
 import torch
@@ -41,6 +42,12 @@ def build(kind: str, device, foreach=None, attention_dropout=0.1):
         model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
         optimizer = torch.optim.AdamW(model.to(device).parameters(), lr=1e-3, foreach=foreach)
         batch = (torch.randn(512, 1024), torch.randint(0, 10, (512,)))
+    elif kind == "rnn":
+        model = LSTMModel(vocab=1000, dim=256)
+        optimizer = torch.optim.Adam(model.to(device).parameters(), lr=1e-3, foreach=foreach)
+        batch = (torch.randint(0, 1000, (16, 128)), torch.randint(0, 1000, (16, 128)))
+    elif kind == "amp":
+        model, optimizer, batch = build("mlp", device, foreach)
     else:
         model = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
                               nn.Conv2d(64, 128, 3, padding=1, bias=False), nn.BatchNorm2d(128), nn.ReLU(),
@@ -50,12 +57,29 @@ def build(kind: str, device, foreach=None, attention_dropout=0.1):
     return model, optimizer, batch
 
 
-def step(model, optimizer, batch, device):
-    x, y = batch[0].to(device), batch[1].to(device)
-    out = model(x)
-    loss = nn.functional.cross_entropy(out.flatten(0, -2) if out.dim() > 2 else out, y.flatten())
-    optimizer.zero_grad()
-    loss.backward()
+class LSTMModel(nn.Module):
+    def __init__(self, vocab: int, dim: int):
+        super().__init__()
+        self.embed, self.lstm, self.head = nn.Embedding(vocab, dim), nn.LSTM(dim, dim, 2, batch_first=True), \
+            nn.Linear(dim, vocab)
+
+    def forward(self, x):
+        return self.head(self.lstm(self.embed(x))[0])
+
+
+def step(model, optimizer, batch, device, kind="mlp", between=lambda: None):
+    """One optimizer step; `between` runs between micro-batches (MemTracker follows one call of a module)."""
+    micro = 2 if kind == "accum" else 1  # gradient accumulation: the batch in micro-batches, one step
+    for i, (x, y) in enumerate(zip(batch[0].chunk(micro), batch[1].chunk(micro))):
+        if i:
+            between()
+        x, y = x.to(device), y.to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=kind == "amp"):
+            out = model(x)
+        loss = nn.functional.cross_entropy(out.flatten(0, -2).float() if out.dim() > 2 else out.float(), y.flatten())
+        if i == 0:
+            optimizer.zero_grad()
+        (loss / micro).backward()
     optimizer.step()
 
 
@@ -63,4 +87,4 @@ if __name__ == "__main__":
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model, optimizer, batch = build(sys.argv[1], device)
     for _ in range(100_000):
-        step(model, optimizer, batch, device)
+        step(model, optimizer, batch, device, sys.argv[1])
