@@ -1,7 +1,7 @@
 """The emulated device's memory estimate against real H100s: TraceLens's inference traces record the caching
 allocator's totals ([memory] events, profile_memory=True); the same models and inputs run here without a GPU.
 
-    python benchmarks/bench_memory_gpu.py            # bert-small and Qwen1.5-0.5B (about 5 min on 2 cores)
+    python benchmarks/bench_memory_gpu.py            # bert-small, Qwen1.5-0.5B and OWLv2-large (minutes on 2 cores)
     python benchmarks/bench_memory_gpu.py bert       # one of them
 
 Each model is rebuilt from its configuration with random weights (what a GPU holds depends on the shapes, not
@@ -25,7 +25,8 @@ from perfaudit.trace.parser import load_trace
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "tests" / "data" / "gpu_traces" / "tracelens_h100"
 CASES = {"bert": ("tests/scripts/tracelens_bert_small.py", "bert_small_inference_h100.json.gz"),
-         "qwen": ("tests/scripts/tracelens_qwen.py", "qwen_0.5b_inference_h100.json.gz")}
+         "qwen": ("tests/scripts/tracelens_qwen.py", "qwen_0.5b_inference_h100.json.gz"),
+         "owlv2": ("tests/scripts/tracelens_owlv2.py", "owlv2_inference_h100.json.gz")}
 
 
 def predicted(script: Path, out: Path) -> tuple[dict, float]:
