@@ -197,3 +197,42 @@ def test_the_estimate_says_it_leaves_out_cudnns_memory(realistic_reports):
         "cudnn.benchmark's search for the convolutions' algorithms in the first step (it borrows free memory)"]
     assert left_out("cuda_legacy_rnn.py") == ["cuDNN's workspaces for recurrent layers"]
     assert left_out("char_transformer.py") == []
+
+
+def _optimizers(run_dir: str) -> list[dict]:
+    """The optimizers the run's probes saw (the trace's perfaudit.probes, read up to them)."""
+    import gzip
+    from pathlib import Path
+
+    import ijson
+    trace = Path(run_dir) / "trace.json.gz"
+    with gzip.open(trace, "rb") as f:
+        return next(ijson.items(f, "perfaudit.probes.optimizers"), [])
+
+
+def test_parameters_and_optimizer_state_at_the_peak_are_counted_exactly(realistic_reports):
+    """Issue 40: on every realistic script that trains on the emulated device with one optimizer, the peak holds
+    the optimizer's parameters to the byte (float32, each tensor's block rounded up to 512 bytes) and its state as
+    its algorithm keeps it: Adam's two moments, SGD's momentum buffer, nothing for plain SGD."""
+    from conftest import REALISTIC_SCRIPTS
+    checked, problems = [], []
+    for path in REALISTIC_SCRIPTS:
+        report = realistic_reports[path.name]
+        memory = report["run"].get("memory")
+        optimizers = _optimizers(report["run_dir"]) if memory else []
+        if len(optimizers) != 1 or not optimizers[0].get("param_numel"):
+            continue
+        opt = optimizers[0]
+        exact, tensors = 4 * opt["param_numel"], opt["param_tensors"]
+        held = memory["by_category"]
+        moments = {"Adam": 2, "AdamW": 2, "SGD": 1 if (opt.get("options") or {}).get("momentum") else 0}.get(opt["class"])
+        if moments is None:
+            continue
+        checked.append(path.name)
+        if not exact <= held.get("parameters", 0) <= exact + 512 * tensors:
+            problems.append(f"{path.name}: parameters {held.get('parameters')} for {exact} B in {tensors} tensors")
+        state = held.get("optimizer state", 0)
+        if not moments * exact <= state <= moments * (exact + 512 * tensors) + 512 * tensors:  # + fused step counters
+            problems.append(f"{path.name}: {opt['class']} state {state} for {moments} x {exact} B")
+    assert len(checked) >= 10, checked
+    assert not problems, problems
