@@ -1,6 +1,6 @@
 """A CPU run projected onto an H100 against the same scripts run on a real H100 (docs/accuracy.md).
 
-    python benchmarks/bench_projection_vs_gpu.py [--reuse DIR]
+    python benchmarks/bench_projection_vs_gpu.py [--reuse DIR] [--h200]
 
 The references are in tests/data/h100_runs/ (README there): each script run plainly on an H100 (its step
 without profiler or perfaudit, torch's memory peaks) and under `perfaudit run` there (the GPU timeline's own
@@ -33,18 +33,39 @@ def _name(script: str) -> str:
     return f"{Path(script).parent.name}_{Path(script).stem}"
 
 
-def cpu_report(script: str, out: Path) -> dict:
+def cpu_report(script: str, out: Path, target: str | None = None) -> dict:
     path = out / f"{_name(script)}.json"
     if not path.exists():
         subprocess.run([sys.executable, "-m", "perfaudit", "run", script, "--out-dir", str(out / _name(script)),
-                        "-f", f"json={path}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=600, check=False)
+                        "-f", f"json={path}", *(("--target", target) if target else ())], cwd=ROOT,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600, check=False)
     return json.loads(path.read_text())
+
+
+def against_h200(out: Path) -> None:
+    """`--h200`: the same CPU runs projected onto an H200 against tests/data/h200_runs/plain_steps.json, whose
+    plain steps are timed one by one too: the median step (epoch ends and logging steps left out, as the
+    profiled window leaves them) beside the mean."""
+    plain = {r["script"]: r for r in json.loads((ROOT / "tests/data/h200_runs/plain_steps.json").read_text())}
+    print(f"load at start {os.getloadavg()[0]:.1f}; reports in {out}")
+    print(f"{'script':<26}{'H200 mean':>10}{'median':>8}{'projected':>10}{'err (median)':>13}{'bottleneck':>11}")
+    errors = []
+    for script in CASES:
+        ref, proj = plain[script], cpu_report(script, out, "H200").get("projection") or {}
+        projected = proj.get("step_ms") or float("nan")
+        err = 100 * (projected / ref["median_ms"] - 1)
+        errors.append(abs(err))
+        print(f"{Path(script).stem:<26}{ref['step_ms']:8.2f}ms{ref['median_ms']:6.2f}ms{projected:8.2f}ms"
+              f"{err:12.0f}%{str(proj.get('bottleneck')):>11}")
+    print(f"\nstep against the median: median |error| {statistics.median(errors):.0f} %, within ±25 %: "
+          f"{sum(e <= 25 for e in errors)}/{len(CASES)}; load at the end {os.getloadavg()[0]:.1f}")
 
 
 def main() -> None:
     reuse = Path(sys.argv[sys.argv.index("--reuse") + 1]) if "--reuse" in sys.argv else None
     out = reuse or Path(tempfile.mkdtemp(prefix="projection-vs-gpu-"))
+    if "--h200" in sys.argv:
+        return against_h200(out)
     runs = json.loads((DATA / "runs.json").read_text())
     plain = {r["script"]: r for r in json.loads((DATA / "plain_steps.json").read_text())}
     print(f"load at start {os.getloadavg()[0]:.1f}; reports in {out}")
