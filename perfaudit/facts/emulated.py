@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 
-from ..calls import TORCH_READS
 from ..static.gpu_switch import amp_switch
 from ..trace.op_names import MM_OPS
 from .flops.counted import op_flops
@@ -61,7 +60,7 @@ def cpu_branch_taken(ctx: Context) -> bool:
     return offered(ctx.probes) and not gpu_branch_ran(ctx.probes)
 
 
-def _in_measured_steps(ctx: Context, record: dict) -> dict[int, int]:
+def in_measured_steps(ctx: Context, record: dict) -> dict[int, int]:
     """A record's counts per step (by the probes' step number), as index into ctx.steps -> count, for
     the measured steps only."""
     index = {str(s.number): i for i, s in enumerate(ctx.steps)}
@@ -75,7 +74,7 @@ def copy_sites(ctx: Context, origins: set[str], only_costly: bool) -> list[Site]
     for copy in ctx.probes["cuda_emulation"]["copies"]:
         if copy["origin"] not in origins:
             continue
-        by_step = _in_measured_steps(ctx, copy)
+        by_step = in_measured_steps(ctx, copy)
         pinned, non_blocking = copy.get("pinned", False), copy.get("non_blocking", False)
         if not by_step or (only_costly and pinned and non_blocking):
             continue
@@ -104,7 +103,7 @@ def emulated_waits(ctx: Context) -> list[Site]:
     Site per line, in the measured steps (not timed: a CPU has no device to wait for)."""
     sites = []
     for call in ctx.probes["cuda_emulation"]["calls"]:
-        by_step = _in_measured_steps(ctx, call)
+        by_step = in_measured_steps(ctx, call)
         if call["api"] not in WAITS or not by_step:
             continue
         site = site_from_probe(ctx, call["site"], f"{call['api']} called directly", emulated=True,
@@ -112,45 +111,6 @@ def emulated_waits(ctx: Context) -> list[Site]:
         site.count, site.steps_seen = sum(by_step.values()), set(by_step)
         sites.append(site)
     return sites
-
-
-# reads torch makes that the trace side reports itself (a module's on behalf of the user's call, GradScaler's
-# inf check), and moves between devices torch makes because the emulated device's tensors live on the CPU
-_TRACED_READERS = ("torch/nn/modules/module.py", "torch/amp/grad_scaler.py", "torch/cuda/amp/grad_scaler.py")
-_NOT_READS = (".to(cpu)", ".cpu()", ".to(cpu, non_blocking=True)")
-
-
-def torch_internal_reads(ctx: Context, covered: list[Site]) -> list[Site]:
-    """Reads of a device value that torch's own functions made for the user's call in the measured steps (a
-    gradient clip's non-finite check, torch.distributions' argument checks), one Site per line, at the line the
-    emulated device saw call them: a CPU trace cannot tell them from torch's reads of its own host tensors (an
-    optimizer's step counters), which the emulated device does not record. Lines `covered` already are left."""
-    taken = {(s.path, line) for s in covered for line in s.extra.get("lines") or [s.line]}
-    sites = []
-    for read in ctx.probes["cuda_emulation"]["reads"]:
-        inside = read.get("inside")
-        by_step = _in_measured_steps(ctx, read)
-        if not isinstance(inside, dict) or not by_step or not read.get("blocking") or read.get("api") in _NOT_READS:
-            continue
-        callee, reader = str(inside.get("callee")), str(inside.get("reader"))
-        if not reader.startswith("torch/") or callee.startswith(_TRACED_READERS) or reader.startswith(_TRACED_READERS):
-            continue
-        where = read.get("site") or {}
-        site = site_from_probe(ctx, where, _read_detail(read["api"], callee, reader), emulated=True,
-                               lines=[where.get("line")])
-        if site.path is None or (site.path, site.line) in taken:
-            continue
-        site.count, site.steps_seen = sum(by_step.values()), set(by_step)
-        sites.append(site)
-    return sites
-
-
-def _read_detail(api: str, callee: str, reader: str) -> str:
-    path, _, func = reader.rpartition(":")
-    known = TORCH_READS.get((path, func))
-    if known:
-        return f"{known[0]}: {known[1]} removes it"
-    return f"{api} inside torch's {callee.rpartition(':')[2]} ({reader})"
 
 
 def _size(nbytes: float) -> str:

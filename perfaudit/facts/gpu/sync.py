@@ -7,9 +7,9 @@ from ...calls import FRAMEWORK_READS, HOST_READS, NONZERO_CALLS, SCALAR_READ_CAL
 from ...static.uses import host_consumer
 from ...trace.model import Event
 from ...trace.nesting import enclosing, innermost
-from ..emulated import emulated, emulated_waits, torch_internal_reads
+from ..emulated import emulated, emulated_waits, in_measured_steps
 from ..registry import Context, fact
-from ..sites import SiteCollector
+from ..sites import Site, SiteCollector, site_from_probe
 from .copies import pageable_h2d
 from .waits import host_waits
 
@@ -276,3 +276,42 @@ def _user_read(att) -> bool:
     if att is None or att.via in _NOT_USER_READS or att.loading:  # a Dataset's items live on the host
         return False
     return att.module is not None or not att.library
+
+
+# reads torch makes that the trace side reports itself (a module's on behalf of the user's call, GradScaler's
+# inf check), and moves between devices torch makes because the emulated device's tensors live on the CPU
+_TRACED_READERS = ("torch/nn/modules/module.py", "torch/amp/grad_scaler.py", "torch/cuda/amp/grad_scaler.py")
+_NOT_READS = (".to(cpu)", ".cpu()", ".to(cpu, non_blocking=True)")
+
+
+def torch_internal_reads(ctx: Context, covered: list[Site]) -> list[Site]:
+    """Reads of a device value that torch's own functions made for the user's call in the measured steps (a
+    gradient clip's non-finite check, torch.distributions' argument checks), one Site per line, at the line the
+    emulated device saw call them: a CPU trace cannot tell them from torch's reads of its own host tensors (an
+    optimizer's step counters), which the emulated device does not record. Lines `covered` already are left."""
+    taken = {(s.path, line) for s in covered for line in s.extra.get("lines") or [s.line]}
+    sites = []
+    for read in ctx.probes["cuda_emulation"]["reads"]:
+        inside = read.get("inside")
+        by_step = in_measured_steps(ctx, read)
+        if not isinstance(inside, dict) or not by_step or not read.get("blocking") or read.get("api") in _NOT_READS:
+            continue
+        callee, reader = str(inside.get("callee")), str(inside.get("reader"))
+        if not reader.startswith("torch/") or callee.startswith(_TRACED_READERS) or reader.startswith(_TRACED_READERS):
+            continue
+        where = read.get("site") or {}
+        site = site_from_probe(ctx, where, _read_detail(read["api"], callee, reader), emulated=True,
+                               lines=[where.get("line")])
+        if site.path is None or (site.path, site.line) in taken:
+            continue
+        site.count, site.steps_seen = sum(by_step.values()), set(by_step)
+        sites.append(site)
+    return sites
+
+
+def _read_detail(api: str, callee: str, reader: str) -> str:
+    path, _, func = reader.rpartition(":")
+    known = TORCH_READS.get((path, func))
+    if known:
+        return f"{known[0]}: {known[1]} removes it"
+    return f"{api} inside torch's {callee.rpartition(':')[2]} ({reader})"
