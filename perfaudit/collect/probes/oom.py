@@ -53,11 +53,11 @@ def live_blocks_at_oom(snapshot: dict, device: int, categories: dict[int, str]) 
     allocated = reserved = unattributed = 0
     by_category: dict[str, int] = {}
     sites: dict[tuple, dict] = {}
-    for segment in snapshot.get("segments") or []:
+    for segment in _list(snapshot.get("segments")):
         if not isinstance(segment, dict) or segment.get("device", device) != device:
             continue
         reserved += _int(segment.get("total_size"))
-        for block in segment.get("blocks") or []:
+        for block in _list(segment.get("blocks")):
             if not isinstance(block, dict) or block.get("state") != "active_allocated":
                 continue
             size = _int(block.get("size"))
@@ -65,7 +65,7 @@ def live_blocks_at_oom(snapshot: dict, device: int, categories: dict[int, str]) 
             address = block.get("address")
             category = (categories.get(address) if isinstance(address, int) else None) or "other"
             by_category[category] = by_category.get(category, 0) + size
-            frame = next((f for f in block.get("frames") or [] if isinstance(f, dict)
+            frame = next((f for f in _list(block.get("frames")) if isinstance(f, dict)
                           and is_user_file(f.get("filename"))), None)
             line = frame.get("line") if frame else None
             if frame is None or not isinstance(line, int) or isinstance(line, bool) or line < 1:
@@ -79,6 +79,10 @@ def live_blocks_at_oom(snapshot: dict, device: int, categories: dict[int, str]) 
     return {"allocated_bytes": allocated, "reserved_bytes": reserved, "unattributed_bytes": unattributed,
             "by_category": dict(sorted(((k, v) for k, v in by_category.items() if v), key=lambda kv: -kv[1])),
             "top_sites": sorted(sites.values(), key=lambda s: -s["bytes"])[:TOP_SITES]}
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
 
 
 def _int(value) -> int:
@@ -120,13 +124,10 @@ class OomWatch:
                 return
             attach(self._observed)
             if not history_on():
-                self.resume_history()
+                torch.cuda.memory._record_memory_history(enabled="state", context="alloc", stacks="python")
                 self.keeps_history = True
         except Exception as exc:  # noqa: BLE001 - the script runs on without the snapshot
             record_internal_error("OOM watch", exc)
-
-    def resume_history(self) -> None:
-        torch.cuda.memory._record_memory_history(enabled="state", context="alloc", stacks="python")
 
     def pause(self) -> None:
         """At the end of the warm-up steps: this watch's history off (the script's own is left alone)."""
