@@ -59,6 +59,7 @@ class Probes(LoaderProbes):
         self.worker_dir: str | None = None  # where DataLoader workers leave their batch times
         self.placement = None             # the emulated CUDA device (emulate.py), when there is one
         self.device_memory = None         # its memory over one warm-up step (device_memory.py)
+        self.oom_watch = None             # on a GPU: what held its memory if the script runs out (oom.py)
         self.ddp = DDPProbe(self)         # DistributedDataParallel models: options and synced forwards
         # probes of other modules, added by the session before install() (the compile probe, the
         # start-up sampler): each has install() and snapshot(), reported under its name
@@ -224,9 +225,8 @@ class Probes(LoaderProbes):
     def stop_module_trace(self) -> None:
         if self.device_memory is not None:
             self.device_memory.stop()
-        oom = self.extra.get("oom")
-        if oom is not None:  # the allocator's stacks are not recorded in the measured steps (their cost)
-            oom.pause()  # type: ignore[attr-defined]
+        if self.oom_watch is not None:  # the allocator's stacks are not recorded in the measured steps (their cost)
+            self.oom_watch.pause()
         if self._module_hook is not None:
             self._module_hook.remove()
             self._module_hook = None

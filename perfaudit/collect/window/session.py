@@ -19,7 +19,6 @@ from ..probes.compile import CompileProbe
 from ..probes.environment import choose_threads
 from ..probes.flops import FlopProbe
 from ..probes.live import Probes
-from ..probes.oom import OomWatch
 from ..probes.startup import StartupProbe
 from .clock import OwnClock
 from .export import write_json
@@ -307,9 +306,8 @@ class Session(WindowRecords, StepHooks):
             self.flush(raise_done=False)
         except Exception as exc:
             record_internal_error("step detection", exc)
-        oom = self.probes.extra.get("oom")
-        if isinstance(oom, OomWatch):  # a CUDA out-of-memory error: what held the memory at that moment
-            oom.attach(result)
+        if self.probes.oom_watch is not None:  # a CUDA out-of-memory error: what held the memory at that moment
+            self.probes.oom_watch.attach(result)
         in_plain = self.plain.timing
         if in_plain:  # the script ended (or stopped) during the plain steps: those timed are kept
             self._write_plain()

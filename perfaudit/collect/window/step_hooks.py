@@ -90,10 +90,10 @@ class StepHooks:
             emulate.install(self.probes, lambda: self.steps_ended)
         elif gpu_present():  # torch's own counters and allocator history over the same warm-up steps
             optimizers = lambda: [i["_ref"] for i in self.probes.optimizers.values()]  # noqa: E731
-            oom = OomWatch(optimizers)  # and what held the memory if the script runs out of it
-            self.probes.device_memory = GpuMemory(optimizers, oom)
+            self.probes.oom_watch = OomWatch(optimizers)  # and what held the memory if the script runs out of it
+            self.probes.device_memory = GpuMemory(optimizers, self.probes.oom_watch)
             self.probes.add("device_memory", self.probes.device_memory)
-            self.probes.add("oom", oom)
+            self.probes.add("oom", self.probes.oom_watch)
         self.probes.install()
         self.marks.install()
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
