@@ -29,7 +29,8 @@ def _history(repo, *extra):
 def test_history_records_each_commit_and_fails_the_gate_on_the_commit_that_slowed_the_step(tmp_path):
     needs_program("git", why="history reads the commit from git")
     repo = tmp_path / "repo"
-    history = make_history(repo, commits=1, culprit=0, seed=3)
+    # a regression well beyond what a loaded machine spreads its steps by (8000 reads a step: about 1.5x)
+    history = make_history(repo, commits=1, culprit=0, seed=3, reads=8000)
     subprocess.run(["git", "checkout", "-q", history["good"]], cwd=repo, check=True)
     # the good commit, until three of its runs were timed on a machine free enough (a run whose steps mostly
     # waited for a CPU is recorded as busy and never judged): a good commit never fails the gate
