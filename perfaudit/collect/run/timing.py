@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from ...outcome import Outcome
-from ..window.clock import own_cpu_s, run_queue_wait_s, usable_cpus, waited_for_others
+from ..window.clock import others_share, own_cpu, run_queue_wait_s, usable_cpus, waited_for_others
 from ..window.session import Session, WindowDone
 from .watch import LineWatcher
 
@@ -30,12 +30,14 @@ class TimingSession(Session):
         super().__init__(config, script)
         self.ends: list[float] = []               # the end of each step (perf_counter)
         self.waits: list[float | None] = []       # at each end: seconds the threads waited for a CPU so far
-        self.own_cpu: list[float] = []            # at each end: CPU seconds of the script's processes so far
+        self.own_cpu: list[tuple[float, float]] = []  # at each end: CPU s of the script's processes, its children's
+        self.others_share: list[float | None] = []  # at each end: other processes' recent share of the CPUs
         self.losses: list[tuple[int, Any]] = []  # (step index, detached scalar loss)
         self.all_seen = False                     # verify's exercise run: every watched line ran
 
     def install(self) -> None:
         super().install()
+        others_share(own_cpu()[0])  # the machine's use from the script's start
         if self.config.get("init_draws"):  # B of a fix that removes biases: A's initial weights
             from .init_draws import keep_bias_draws
             keep_bias_draws(self.config["init_draws"])
@@ -70,6 +72,7 @@ class TimingSession(Session):
             self.ends.clear()
             self.waits.clear()
             self.own_cpu.clear()
+            self.others_share.clear()
             self.losses.clear()
 
     def flush(self, raise_done: bool = True) -> None:
@@ -81,7 +84,8 @@ class TimingSession(Session):
             torch.cuda.synchronize()  # the step's device work belongs to the step (A and B alike)
         self.ends.append(time.perf_counter())
         self.waits.append(run_queue_wait_s())
-        self.own_cpu.append(own_cpu_s())
+        self.own_cpu.append(own_cpu())
+        self.others_share.append(others_share(self.own_cpu[-1][0]))
         self._say("step", step=len(self.ends), warmup=self.warmup, steps=self.steps)
         if len(self.ends) > self.warmup + self.steps and self._measured_enough():
             self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
@@ -109,8 +113,9 @@ class TimingSession(Session):
         known = [w for w in waits if w is not None]
         own = self.own_cpu[first:first + len(times) + 1]
         cpus = usable_cpus()
-        waited = ([round(waited_for_others(b - a, t, c1 - c0, cpus), 6)  # not the script's own threads' waits
-                   for a, b, t, c0, c1 in zip(known, known[1:], times, own, own[1:])]
+        shares = self.others_share[first + 1:first + len(times) + 1]
+        waited = ([round(waited_for_others(b - a, t, c1[0] - c0[0], cpus, c1[1] - c0[1], share), 6)  # not its own
+                   for a, b, t, c0, c1, share in zip(known, known[1:], times, own, own[1:], shares)]
                   if len(known) == len(waits) == len(own) == len(times) + 1 else None)  # None: the OS does not say
         timing = {"step_times_s": times, "losses": losses, "warmup": self.warmup, "restarts": self.restarts,
                   "device": "cuda" if self.torch.cuda.is_available() else "cpu", "step_waited_s": waited}

@@ -23,7 +23,7 @@ import time
 
 from ..internal import guarded
 from ..wrap import wrap
-from .clock import disturbed, own_cpu_s, run_queue_wait_s, thread_wait_s, usable_cpus, waited_for_others
+from .clock import disturbed, others_share, own_cpu, run_queue_wait_s, thread_wait_s, usable_cpus, waited_for_others
 from .sizing import MARGIN, Fit
 
 REASONS = {"busy": "it waited {ms:.1f} ms of its {wall:.1f} ms for a CPU held by other processes (busy machine)",
@@ -51,7 +51,7 @@ class StepMarks:
         self._cpu_at_open = None
         self._wall_at_open = None
         self._wait_at_open = None
-        self._own_at_open: float | None = None
+        self._own_at_open: tuple[float, float] | None = None
         self._cpus = usable_cpus()
         self.self_contended = 0               # steps whose waits were among the script's own threads
         self.busy_extra = 0
@@ -62,6 +62,7 @@ class StepMarks:
         self._thread_wait_at_open: float | None = None
         self._walls: list[float] = []         # each window step's wall time (s)
         self._window_t0 = time.perf_counter()
+        others_share(own_cpu()[0])  # the machine's use from here on: a share over a quarter second by the window
 
     # -- what the script does ------------------------------------------------------------------------
     def install(self) -> None:
@@ -120,7 +121,8 @@ class StepMarks:
     def step_opened(self, index: int) -> None:
         self.flags, self.loaders = set(), set()
         self._cpu_at_open = time.process_time()
-        self._own_at_open = own_cpu_s()
+        self._own_at_open = own_cpu()
+        others_share(self._own_at_open[0])
         self._wall_at_open, self._wait_at_open = time.perf_counter(), run_queue_wait_s()
         self._fetch_wait_at_open = self.session.probes.fetch_wait_s
         self._thread_wait_at_open = thread_wait_s()
@@ -157,12 +159,19 @@ class StepMarks:
         if now is None:
             return None
         wall_ms = (time.perf_counter() - self._wall_at_open) * 1000.0
-        own = own_cpu_s() - self._own_at_open if self._own_at_open is not None else None
+        own = children = share = None
+        if self._own_at_open is not None:
+            (all_now, children_now), (all_then, children_then) = own_cpu(), self._own_at_open
+            own, children = all_now - all_then, children_now - children_then
+            share = others_share(all_now)
         self._walls.append(wall_ms / 1000.0)
         waited_ms = (now - self._wait_at_open) * 1000.0
-        if waited_ms > 0 and waited_for_others(waited_ms, wall_ms / 1000.0, own, self._cpus) == 0.0:
-            waited_ms = 0.0  # the script's own processes held the CPUs: not a busy machine
-            self.self_contended += 1
+        if waited_ms > 0:
+            others_ms = waited_for_others(waited_ms / 1000.0, wall_ms / 1000.0, own, self._cpus, children,
+                                          share) * 1000.0
+            if others_ms < waited_ms:  # the script's own processes held the CPUs (all, or its workers some)
+                self.self_contended += others_ms == 0.0
+                waited_ms = others_ms
         self.waited_ms.append(round(waited_ms, 3))
         fetch_ms = (self.session.probes.fetch_wait_s - self._fetch_wait_at_open) * 1000.0 if waited_ms > 0 else 0.0
         self.fetch_waited_ms.append(round(min(max(fetch_ms, 0.0), waited_ms), 3))
