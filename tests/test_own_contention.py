@@ -65,3 +65,18 @@ def test_the_machine_counts_other_processes_cpu_and_the_script_its_ended_workers
     assert ended[1] >= running[1] >= children0 + 0.3      # kept after the child ended
     assert ended[0] >= running[0] >= own0 + 0.3
     assert machine_cpu_s() - machine0 >= 0.25              # within the ticks' grain of what the child ran
+
+
+def test_a_step_that_did_not_wait_reads_the_machine_only_every_fifty_ms(monkeypatch):
+    """/proc/stat takes 20-30 µs to read, at every step boundary of a 1 ms step: only a step that waited asks."""
+    reads = []
+    monkeypatch.setattr(clock, "machine_cpu_s", lambda: reads.append(1) or 10.0 + len(reads))
+    now = iter([100.0, 100.01, 100.02, 100.06, 100.08])
+    monkeypatch.setattr(clock.time, "monotonic", lambda: next(now))
+    share = OthersShare(cpus=2)
+    share.update(own_cpu_s=5.0, wanted=False)    # the first mark
+    share.update(own_cpu_s=5.0, wanted=False)    # 10 ms later: skipped
+    share.update(own_cpu_s=5.0, wanted=True)     # a step that waited: read
+    share.update(own_cpu_s=5.0, wanted=False)    # 40 ms after the last mark: skipped
+    share.update(own_cpu_s=5.0, wanted=False)    # 60 ms: a mark
+    assert len(reads) == 3

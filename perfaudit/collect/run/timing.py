@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from ...outcome import Outcome
-from ..window.clock import others_share, own_cpu, run_queue_wait_s, usable_cpus, waited_for_others
+from ..window.clock import BUSY_MIN_S, others_share, own_cpu, run_queue_wait_s, usable_cpus, waited_for_others
 from ..window.session import Session, WindowDone
 from .watch import LineWatcher
 
@@ -37,7 +37,7 @@ class TimingSession(Session):
 
     def install(self) -> None:
         super().install()
-        others_share(own_cpu()[0])  # the machine's use from the script's start
+        others_share(own_cpu()[0], wanted=False)  # the machine's use from the script's start
         if self.config.get("init_draws"):  # B of a fix that removes biases: A's initial weights
             from .init_draws import keep_bias_draws
             keep_bias_draws(self.config["init_draws"])
@@ -85,7 +85,9 @@ class TimingSession(Session):
         self.ends.append(time.perf_counter())
         self.waits.append(run_queue_wait_s())
         self.own_cpu.append(own_cpu())
-        self.others_share.append(others_share(self.own_cpu[-1][0]))
+        before, now = self.waits[-2] if len(self.waits) > 1 else None, self.waits[-1]
+        waited = before is not None and now is not None and now - before > BUSY_MIN_S
+        self.others_share.append(others_share(self.own_cpu[-1][0], wanted=waited))
         self._say("step", step=len(self.ends), warmup=self.warmup, steps=self.steps)
         if len(self.ends) > self.warmup + self.steps and self._measured_enough():
             self._close_window({"outcome": Outcome.WINDOW_COMPLETE})

@@ -131,6 +131,7 @@ def machine_cpu_s() -> float | None:
 QUIET_SHARE = 0.05   # other processes ran on less than this share of the CPUs: the machine is the script's
 SHARE_SPAN_S = 0.25  # the span a share is read over (10 ms ticks: shorter spans are too coarse)
 SHARE_MIN_SPAN_S = 0.1
+MARK_EVERY_S = 0.05
 
 
 class OthersShare:
@@ -144,13 +145,17 @@ class OthersShare:
         self.cpus = cpus
         self._marks: list[tuple[float, float, float]] = []   # (monotonic s, machine CPU s, own CPU s)
 
-    def update(self, own_cpu_s: float) -> float | None:
+    def update(self, own_cpu_s: float, wanted: bool = True) -> float | None:
         """At a step boundary (`own_cpu_s`: the script's CPU seconds so far): the others' recent share, or
-        None while the span is too short or the OS does not say."""
+        None while the span is too short or the OS does not say. /proc/stat takes 20-30 µs to read: a step
+        that does not want the share (it did not wait) reads it only to keep a mark every MARK_EVERY_S."""
+        t = time.monotonic()
+        if not wanted and self._marks and t - self._marks[-1][0] < MARK_EVERY_S:
+            return None
         machine = machine_cpu_s()
         if machine is None:
             return None
-        now = (time.monotonic(), machine, own_cpu_s)
+        now = (t, machine, own_cpu_s)
         old = [m for m in self._marks if now[0] - m[0] >= SHARE_SPAN_S]
         self._marks = old[-1:] + [m for m in self._marks if now[0] - m[0] < SHARE_SPAN_S] + [now]
         since = old[-1] if old else self._marks[0]
@@ -163,12 +168,12 @@ class OthersShare:
 _OTHERS: OthersShare | None = None
 
 
-def others_share(own_cpu_s: float) -> float | None:
+def others_share(own_cpu_s: float, wanted: bool = True) -> float | None:
     """OthersShare.update on the process's one record (every clock of the window and after it adds to it)."""
     global _OTHERS
     if _OTHERS is None:
         _OTHERS = OthersShare(usable_cpus())
-    return _OTHERS.update(own_cpu_s)
+    return _OTHERS.update(own_cpu_s, wanted)
 
 
 BUSY_SHARE = 0.10      # of a step's wall time spent waiting for a CPU held by another process: disturbed

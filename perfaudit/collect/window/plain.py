@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from .clock import disturbed, others_share, own_cpu, run_queue_wait_s, thread_wait_s, usable_cpus, waited_for_others
+from .clock import BUSY_MIN_S, disturbed, others_share, own_cpu, run_queue_wait_s, thread_wait_s, usable_cpus, waited_for_others
 
 PLAIN_STEPS = 5   # timed after the window (`diff` needs 3 a side a busy machine left alone, as `verify` counts them)
 FEWEST_PLAIN_STEPS = 3  # where steps are long, down to this many: the plain steps take PLAIN_TIME_S at most beyond
@@ -51,7 +51,7 @@ class PlainSteps:
         wait, cpu = run_queue_wait_s(), own_cpu()
         waited = max(wait - wait0, 0.0) if wait is not None and wait0 is not None else 0.0
         others = waited_for_others(waited, wall, cpu[0] - cpu0[0], self._cpus, cpu[1] - cpu0[1],
-                                   others_share(cpu[0]))
+                                   others_share(cpu[0], wanted=waited > BUSY_MIN_S))
         fetch_waited = max(self.probes.fetch_wait_s - fetch_wait0, 0.0) if others > 0 else 0.0
         self.steps.append({"wall_ms": round(wall * 1e3, 4), "fetch_ms": round((self.probes.fetch_s - fetch0) * 1e3, 4),
                            "waited_ms": round(others * 1e3, 4), "fetch_waited_ms": round(fetch_waited * 1e3, 4),
@@ -70,7 +70,7 @@ class PlainSteps:
     def _mark(self, wait: float | None = None, cpu: tuple[float, float] | None = None) -> None:
         if cpu is None:
             wait, cpu = run_queue_wait_s(), own_cpu()  # read before the step's clock starts: not in its wall
-            others_share(cpu[0])
+            others_share(cpu[0], wanted=False)
         self._open = (time.perf_counter(), self.probes.fetch_s, self.probes.fetch_wait_s, wait, cpu)
 
     def summary(self) -> list[dict]:

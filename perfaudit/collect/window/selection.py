@@ -23,7 +23,7 @@ import time
 
 from ..internal import guarded
 from ..wrap import wrap
-from .clock import disturbed, others_share, own_cpu, run_queue_wait_s, thread_wait_s, usable_cpus, waited_for_others
+from .clock import BUSY_MIN_S, disturbed, others_share, own_cpu, run_queue_wait_s, thread_wait_s, usable_cpus, waited_for_others
 from .sizing import MARGIN, Fit
 
 REASONS = {"busy": "it waited {ms:.1f} ms of its {wall:.1f} ms for a CPU held by other processes (busy machine)",
@@ -62,7 +62,7 @@ class StepMarks:
         self._thread_wait_at_open: float | None = None
         self._walls: list[float] = []         # each window step's wall time (s)
         self._window_t0 = time.perf_counter()
-        others_share(own_cpu()[0])  # the machine's use from here on: a share over a quarter second by the window
+        others_share(own_cpu()[0], wanted=False)  # the machine's use from here on: a share over a quarter second by the window
 
     # -- what the script does ------------------------------------------------------------------------
     def install(self) -> None:
@@ -122,7 +122,7 @@ class StepMarks:
         self.flags, self.loaders = set(), set()
         self._cpu_at_open = time.process_time()
         self._own_at_open = own_cpu()
-        others_share(self._own_at_open[0])
+        others_share(self._own_at_open[0], wanted=False)
         self._wall_at_open, self._wait_at_open = time.perf_counter(), run_queue_wait_s()
         self._fetch_wait_at_open = self.session.probes.fetch_wait_s
         self._thread_wait_at_open = thread_wait_s()
@@ -163,7 +163,7 @@ class StepMarks:
         if self._own_at_open is not None:
             (all_now, children_now), (all_then, children_then) = own_cpu(), self._own_at_open
             own, children = all_now - all_then, children_now - children_then
-            share = others_share(all_now)
+            share = others_share(all_now, wanted=now - self._wait_at_open > BUSY_MIN_S)
         self._walls.append(wall_ms / 1000.0)
         waited_ms = (now - self._wait_at_open) * 1000.0
         if waited_ms > 0:
