@@ -29,6 +29,7 @@ class TimingSession(Session):
     def __init__(self, config: dict, script: str):
         super().__init__(config, script)
         self.ends: list[float] = []               # the end of each step (perf_counter)
+        self.starts: list[float] = []             # the start of the next, after the clocks read at that end
         self.waits: list[float | None] = []       # at each end: seconds the threads waited for a CPU so far
         self.own_cpu: list[tuple[float, float]] = []  # at each end: CPU s of the script's processes, its children's
         self.others_share: list[float | None] = []  # at each end: other processes' recent share of the CPUs
@@ -70,6 +71,7 @@ class TimingSession(Session):
         if not self.window_closed:
             self.restarts.append(why)
             self.ends.clear()
+            self.starts.clear()
             self.waits.clear()
             self.own_cpu.clear()
             self.others_share.clear()
@@ -89,6 +91,7 @@ class TimingSession(Session):
         waited = before is not None and now is not None and now - before > BUSY_MIN_S
         self.others_share.append(others_share(self.own_cpu[-1][0], wanted=waited))
         self._say("step", step=len(self.ends), warmup=self.warmup, steps=self.steps)
+        self.starts.append(time.perf_counter())  # the reads above took 0.05-0.1 ms: not the script's step
         if len(self.ends) > self.warmup + self.steps and self._measured_enough():
             self._close_window({"outcome": Outcome.WINDOW_COMPLETE})
             if raise_done and (not self.full or self.all_seen):
@@ -105,7 +108,7 @@ class TimingSession(Session):
             return
         self.window_closed = True
         first = self.warmup  # ends[first] ends the last warm-up step
-        times = [b - a for a, b in zip(self.ends[first:], self.ends[first + 1:])]
+        times = [b - a for a, b in zip(self.starts[first:], self.ends[first + 1:])]
         per_step: dict[int, float] = {}
         for step, loss in self.losses:
             if first < step <= first + len(times):  # the loss of step k is taken before ends[k]
