@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from perfaudit.collect.window import clock
-from perfaudit.collect.window.clock import OthersShare, machine_cpu_s, own_cpu, waited_for_others
+from perfaudit.collect import clock
+from perfaudit.collect.clock import OthersShare, machine_cpu_s, own_cpu, waited_for_others
 
 BURN = "import time\nwhile time.process_time() < {s}: pass\n"
 

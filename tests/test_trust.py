@@ -14,10 +14,10 @@ import textwrap
 import pytest
 
 from conftest import ROOT, perfaudit, run_trace_json
+from perfaudit.collect.clock import own_cpu_s, waited_for_others
 from perfaudit.collect.internal import guarded, internal_errors, record_internal_error
 from perfaudit.collect.probes.startup import StartupProbe
 from perfaudit.collect.run.options import RunOptions, RunResult
-from perfaudit.collect.window.clock import own_cpu_s, waited_for_others
 from perfaudit.collect.window.export import export_trace
 from perfaudit.collect.window.sizing import fit_budget
 from perfaudit.static.uses import call_requests, host_consumer

@@ -63,7 +63,7 @@ def _unprofiled_step_s(ctx: Context) -> float | None:
     """The step as timed after the window without the profiler (the median of those no other process delayed,
     else of all), or None: the profiler's cost per op put a tiny model's step at 25 ms of CPU where the script
     takes 0.33 ms (slow_start_bad.py under load), and the start-up then read as 75 times fewer steps."""
-    from ..collect.window.clock import disturbed
+    from ..collect.clock import disturbed
     try:
         rows = ctx.get("step.unprofiled")
     except Missing:

@@ -7,7 +7,7 @@ import random
 import statistics
 from dataclasses import dataclass
 
-from ..collect.window.clock import disturbed as step_disturbed
+from ..collect.clock import disturbed as step_disturbed
 
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95

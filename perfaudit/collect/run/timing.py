@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from ...outcome import Outcome
-from ..window.clock import BUSY_MIN_S, others_share, own_cpu, run_queue_wait_s, usable_cpus, waited_for_others
+from ..clock import BUSY_MIN_S, others_share, own_cpu, run_queue_wait_s, usable_cpus, waited_for_others
 from ..window.session import Session, WindowDone
 from .watch import LineWatcher
 

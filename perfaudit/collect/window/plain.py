@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from .clock import BUSY_MIN_S, disturbed, others_share, own_cpu, run_queue_wait_s, thread_wait_s, usable_cpus, waited_for_others
+from ..clock import BUSY_MIN_S, disturbed, others_share, own_cpu, run_queue_wait_s, thread_wait_s, usable_cpus, waited_for_others
 
 PLAIN_STEPS = 5   # timed after the window (`diff` needs 3 a side a busy machine left alone, as `verify` counts them)
 FEWEST_PLAIN_STEPS = 3  # where steps are long, down to this many: the plain steps take PLAIN_TIME_S at most beyond

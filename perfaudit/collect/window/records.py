@@ -19,10 +19,10 @@ class WindowRecords:
     """Mixed into Session: what it writes."""
 
     if TYPE_CHECKING:  # what the session (session.py) gives it
+        from ..clock import OwnClock
         from ..probes.flops import FlopProbe
         from ..probes.live import Probes
         from ..torch_types import Profiler
-        from .clock import OwnClock
         from .parts import WindowProfilers
         from .plain import PlainSteps
         from .selection import StepMarks

@@ -13,6 +13,7 @@ import os
 import time
 
 from ...outcome import Outcome
+from ..clock import OwnClock
 from ..emulation.cuda_shim import gpu_present
 from ..internal import internal_errors, record_internal_error
 from ..probes.compile import CompileProbe
@@ -20,7 +21,6 @@ from ..probes.environment import choose_threads
 from ..probes.flops import FlopProbe
 from ..probes.live import Probes
 from ..probes.startup import StartupProbe
-from .clock import OwnClock
 from .export import write_json
 from .frameworks import detect as detect_framework
 from .parts import WindowProfilers
