@@ -4,7 +4,7 @@
     python benchmarks/bisect_bench.py --sizes 12 --seeds 1 --clean 1 --busy 2
 
 Each case builds a git history of a tiny training script (tests/bisect_repo.py): harmless commits around
-one, placed at random, that reads the loss and 3000 weights on the host every step; a clean case has no
+one, placed at random, that reads the loss and 3000 weights on the host every step and sorts them; a clean case has no
 such commit. It runs `perfaudit bisect` with its defaults (threshold 5 %, verify's adaptive rounds) and
 prints, per case, the verdict against the truth, the A/B comparisons against the ⌈log2 N⌉+1 bound, the
 timed pairs and the wall time; then the totals. `--busy N` keeps N busy-looping processes running beside

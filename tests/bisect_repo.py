@@ -22,9 +22,12 @@ for step in range(100_000):
     optimizer.step()
     # LOG
 '''
-# the regression: every step reads the loss and a weight's values one by one on the host
+# the regression: every step reads the loss and a weight's values on the host, and sorts their squares in
+# Python (as long as reading them one by one took unprofiled, 15-19 ms a step for 10,000; under the profiler one
+# read a value made a trace of 10,000 events a step, 26 s a run, where a comprehension is one event)
 SLOW = ('history.append(loss.item())\n'
-        '    weights = [float(w) for w in model[0].weight.detach().flatten()[:READS]]  # per-step statistics')
+        '    weights = model[0].weight.detach().flatten()[:READS].tolist()  # per-step statistics\n'
+        '    spread = sorted([w * w for w in weights * 10])')
 HARMLESS = [
     ("a comment on the data", lambda s: s.replace("data, target", "# a fixed batch\ndata, target", 1)),
     ("a named constant", lambda s: s.replace("range(100_000)", "range(STEPS)", 1)
