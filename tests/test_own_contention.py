@@ -13,6 +13,8 @@ import sys
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from perfaudit.collect import clock
 from perfaudit.collect.clock import OthersShare, machine_cpu_s, own_cpu, waited_for_others
@@ -80,3 +82,10 @@ def test_a_step_that_did_not_wait_reads_the_machine_only_every_fifty_ms(monkeypa
     share.update(own_cpu_s=5.0, wanted=False)    # 40 ms after the last mark: skipped
     share.update(own_cpu_s=5.0, wanted=False)    # 60 ms: a mark
     assert len(reads) == 3
+
+
+@given(waited=st.floats(0, 10), wall=st.floats(0, 10), own=st.none() | st.floats(0, 40), cpus=st.integers(1, 256),
+       children=st.none() | st.floats(-1, 40), share=st.none() | st.floats(-1, 2))
+def test_the_others_part_of_a_wait_is_never_more_than_the_wait_nor_below_zero(waited, wall, own, cpus, children, share):
+    others = waited_for_others(waited, wall, own, cpus, children, share)
+    assert 0.0 <= others <= waited
