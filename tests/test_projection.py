@@ -379,6 +379,25 @@ def test_short_python_parts_keep_their_time_when_the_slices_fell_in_the_math():
         assert a == pytest.approx(expected, rel=0.05), (n, b, a)
 
 
+def test_the_training_threads_wait_for_its_own_workers_is_not_the_gpu_hosts_time():
+    """On 2 cores a script's two DataLoader workers hold the CPUs the training thread needs: its steps wait, but
+    not for other processes (the machine is the script's: the step is measured as it is). A GPU host gives the
+    workers cores of their own, so the projection takes the training thread's whole wait out of its Python,
+    not only other processes' part of it (none here). Steps of 100 Python gaps of 30 µs, one gap a step hit by
+    a 3 ms slice the workers held."""
+    from perfaudit.projection.plans import Item, StepPlan, take_out_waits
+
+    def step(n: int) -> StepPlan:
+        items = [Item("host", host_us=30.0 + (3000.0 if k == n * 7 % 100 else 0.0)) for k in range(100)]
+        return StepPlan(n, sum(i.host_us for i in items), items)
+    plans = [step(n) for n in range(6)]
+    take_out_waits(plans, [0.0] * 6, [(3000.0, None)] * 6)   # others' part: none; the thread's own wait: 3 ms
+    assert [sum(i.host_us for i in p.items) for p in plans] == [pytest.approx(3000.0, rel=0.01)] * 6
+    untouched = [step(n) for n in range(6)]
+    take_out_waits(untouched, [0.0] * 6, [(0.0, None)] * 6)  # no wait measured: nothing comes out
+    assert [sum(i.host_us for i in p.items) for p in untouched] == [pytest.approx(6000.0)] * 6
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.floats(allow_nan=True, allow_infinity=True), st.floats(0, 1e15), st.floats(0, 1e15),
        st.sampled_from(["fp32", "tf32", "bf16"]), st.sampled_from(["A100", "V100", "H100 SXM"]))

@@ -278,13 +278,14 @@ class Context:
     def host_waited_us(self, step: Step) -> tuple[float | None, float | None]:
         """(the training thread's own wait for a CPU, its fetches' wait) in a step, µs, each None where the
         recording did not measure it: the step's wait sums every thread's (an intra-op pool's too), while the
-        host's Python, launches and fetches run on the training thread."""
+        host's Python, launches and fetches run on the training thread. Whoever held the CPU: the script's own
+        DataLoader workers on a small machine too (older recordings kept only other processes' part)."""
         return self._part_waited_us("step_thread_waited_ms", step), self.fetch_waited_us(step)
 
     def _part_waited_us(self, key: str, step: Step) -> float | None:
         waited = self._window_waits(key)
         if 0 <= step.number < len(waited) and len(waited) == len(self._waited_ms):
-            return 1000.0 * min(waited[step.number], self._waited_ms[step.number])
+            return 1000.0 * waited[step.number]
         return None
 
     @cached_property

@@ -90,12 +90,14 @@ def take_out_waits(plans: list[StepPlan], waited: list[float],
     host's parts, by their length) where it is hidden in a part's usual time: a part that waits less than a
     slice in expectation was most often not hit at all, so its first quartile is its own time and the first
     pass took out what hit it, while a long part is hit in every step.
-    `host_waited`: where the recording measured them (µs), what the training thread itself waited, which bounds
-    what its parts can have waited (the step's wait sums every thread's), and what the step's fetches waited,
-    which comes out of them and the rest out of the other parts."""
+    `host_waited`: where the recording measured them (µs), what the training thread itself waited, whoever held
+    the CPU (`waited` is other processes' part of every thread's: a GPU host gives the script's DataLoader workers
+    and intra-op threads cores of their own, so a 2-core machine's contention between them and the training is
+    not the host's time there either), and what the step's fetches waited, which comes out of them and the rest
+    out of the other parts."""
     hosts = host_waited if host_waited is not None else [(None, None)] * len(plans)
     for p, wait, (thread, fetch), usual in zip(plans, waited, hosts, _typical(plans, lambda i: i.host_us, 0.25)):
-        wait = min(wait, thread) if thread is not None else wait
+        wait = thread if thread is not None else wait
         if wait <= 0 or p.measured_us <= 0:
             continue
         kinds: tuple[str, ...] = MEASURED

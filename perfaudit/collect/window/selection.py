@@ -56,7 +56,7 @@ class StepMarks:
         self.self_contended = 0               # steps whose waits were among the script's own threads
         self.busy_extra = 0
         self.waited_ms: list[float] = []      # each window step's wait for a CPU
-        self.fetch_waited_ms: list[float] = []  # ... of which its DataLoader fetches' (the training thread's)
+        self.fetch_waited_ms: list[float] = []  # its DataLoader fetches' wait, whoever held the CPU
         self.thread_waited_ms: list[float] = []  # the training thread's own (the sum counts every thread's)
         self._fetch_wait_at_open = 0.0
         self._thread_wait_at_open: float | None = None
@@ -173,12 +173,15 @@ class StepMarks:
                 self.self_contended += others_ms == 0.0
                 waited_ms = others_ms
         self.waited_ms.append(round(waited_ms, 3))
-        fetch_ms = (self.session.probes.fetch_wait_s - self._fetch_wait_at_open) * 1000.0 if waited_ms > 0 else 0.0
-        self.fetch_waited_ms.append(round(min(max(fetch_ms, 0.0), waited_ms), 3))
-        thread_now = thread_wait_s() if waited_ms > 0 else None
+        # the training thread's own wait and its fetches', whoever held the CPU (its DataLoader workers and
+        # intra-op threads too): the projection takes them out, as a GPU host gives each its own core
+        every_ms = max((now - self._wait_at_open) * 1000.0, 0.0)
+        fetch_ms = (self.session.probes.fetch_wait_s - self._fetch_wait_at_open) * 1000.0 if every_ms > 0 else 0.0
+        self.fetch_waited_ms.append(round(min(max(fetch_ms, 0.0), every_ms), 3))
+        thread_now = thread_wait_s() if every_ms > 0 else None
         thread_ms = (thread_now - self._thread_wait_at_open) * 1000.0 \
             if thread_now is not None and self._thread_wait_at_open is not None else waited_ms
-        self.thread_waited_ms.append(round(min(max(thread_ms, fetch_ms, 0.0), waited_ms), 3))
+        self.thread_waited_ms.append(round(min(max(thread_ms, fetch_ms, 0.0), every_ms), 3))
         if disturbed(waited_ms / 1000.0, wall_ms / 1000.0):
             return waited_ms, wall_ms
         return None
