@@ -1,10 +1,12 @@
-"""Time lost to other processes: how long this process's threads waited for a CPU.
+"""Time lost to other processes: how long this process's threads waited for a CPU, and whose doing it was.
 
 On Linux, /proc/self/task/<tid>/schedstat gives each thread's run-queue delay (ns it was runnable
 but not running). Their sum over a step says whether other processes disturbed it: a thread of the
 intra-op pool left waiting holds up the whole parallel op, so one preempted thread can stretch a
 step many times over. The recording budget's clock counts wall time less that wait, so a busy
-machine does not cut the window short. Elsewhere (macOS) nothing is known: the wait is 0."""
+machine does not cut the window short. A wait is the script's own where its processes filled the CPUs,
+where nobody else used them lately (/proc/stat less the script's CPU time), and as far as its child
+processes (DataLoader workers) ran. Elsewhere (macOS) nothing is known: the wait is 0."""
 from __future__ import annotations
 
 import os
