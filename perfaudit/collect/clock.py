@@ -187,6 +187,18 @@ def disturbed(waited_s: float, wall_s: float) -> bool:
     return waited_s > BUSY_MIN_S and waited_s > BUSY_SHARE * wall_s
 
 
+def waits_since(wait0: float | None, cpu0: tuple[float, float] | None, wall_s: float, cpus: int
+                ) -> tuple[float, float, float | None, tuple[float, float]]:
+    """Since a mark of run_queue_wait_s() and own_cpu() `wall_s` ago: (every thread's wait for a CPU, other
+    processes' part of it, s), and the two readings now (the next step's mark)."""
+    wait, cpu = run_queue_wait_s(), own_cpu()
+    every = max(wait - wait0, 0.0) if wait is not None and wait0 is not None else 0.0
+    if cpu0 is None:
+        return every, waited_for_others(every, wall_s, None, cpus), wait, cpu
+    share = others_share(cpu[0], wanted=every > BUSY_MIN_S)
+    return every, waited_for_others(every, wall_s, cpu[0] - cpu0[0], cpus, cpu[1] - cpu0[1], share), wait, cpu
+
+
 def waited_for_others(waited_s: float, wall_s: float, own_cpu_s: float | None, cpus: int,
                       children_cpu_s: float | None = None, recent_share: float | None = None) -> float:
     """The part of a step's wait for a CPU to put down to other processes: none when the script's own

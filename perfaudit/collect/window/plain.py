@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from ..clock import BUSY_MIN_S, disturbed, others_share, own_cpu, run_queue_wait_s, thread_wait_s, usable_cpus, waited_for_others
+from ..clock import disturbed, others_share, own_cpu, run_queue_wait_s, thread_wait_s, usable_cpus, waits_since
 
 PLAIN_STEPS = 5   # timed after the window (`diff` needs 3 a side a busy machine left alone, as `verify` counts them)
 FEWEST_PLAIN_STEPS = 3  # where steps are long, down to this many: the plain steps take PLAIN_TIME_S at most beyond
@@ -48,10 +48,7 @@ class PlainSteps:
             return False
         t0, fetch0, fetch_wait0, wait0, cpu0 = self._open
         wall = time.perf_counter() - t0
-        wait, cpu = run_queue_wait_s(), own_cpu()
-        waited = max(wait - wait0, 0.0) if wait is not None and wait0 is not None else 0.0
-        others = waited_for_others(waited, wall, cpu[0] - cpu0[0], self._cpus, cpu[1] - cpu0[1],
-                                   others_share(cpu[0], wanted=waited > BUSY_MIN_S))
+        _, others, wait, cpu = waits_since(wait0, cpu0, wall, self._cpus)
         fetch_waited = max(self.probes.fetch_wait_s - fetch_wait0, 0.0) if others > 0 else 0.0
         self.steps.append({"wall_ms": round(wall * 1e3, 4), "fetch_ms": round((self.probes.fetch_s - fetch0) * 1e3, 4),
                            "waited_ms": round(others * 1e3, 4), "fetch_waited_ms": round(fetch_waited * 1e3, 4),

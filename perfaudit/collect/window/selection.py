@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 
-from ..clock import BUSY_MIN_S, disturbed, others_share, own_cpu, run_queue_wait_s, thread_wait_s, usable_cpus, waited_for_others
+from ..clock import disturbed, others_share, own_cpu, run_queue_wait_s, thread_wait_s, usable_cpus, waits_since
 from ..internal import guarded
 from ..wrap import wrap
 from .sizing import MARGIN, Fit
@@ -155,27 +155,16 @@ class StepMarks:
         """(ms waited for a CPU, wall ms) of the step that just closed when it was disturbed."""
         if self._wall_at_open is None or self._wait_at_open is None:
             return None
-        now = run_queue_wait_s()
+        wall_ms = (time.perf_counter() - self._wall_at_open) * 1000.0
+        every, others, now, _ = waits_since(self._wait_at_open, self._own_at_open, wall_ms / 1000.0, self._cpus)
         if now is None:
             return None
-        wall_ms = (time.perf_counter() - self._wall_at_open) * 1000.0
-        own = children = share = None
-        if self._own_at_open is not None:
-            (all_now, children_now), (all_then, children_then) = own_cpu(), self._own_at_open
-            own, children = all_now - all_then, children_now - children_then
-            share = others_share(all_now, wanted=now - self._wait_at_open > BUSY_MIN_S)
         self._walls.append(wall_ms / 1000.0)
-        waited_ms = (now - self._wait_at_open) * 1000.0
-        if waited_ms > 0:
-            others_ms = waited_for_others(waited_ms / 1000.0, wall_ms / 1000.0, own, self._cpus, children,
-                                          share) * 1000.0
-            if others_ms < waited_ms:  # the script's own processes held the CPUs (all, or its workers some)
-                self.self_contended += others_ms == 0.0
-                waited_ms = others_ms
+        every_ms, waited_ms = every * 1000.0, others * 1000.0
+        self.self_contended += every_ms > 0 and waited_ms == 0.0  # the script's own processes held the CPUs
         self.waited_ms.append(round(waited_ms, 3))
         # the training thread's own wait and its fetches', whoever held the CPU (its DataLoader workers and
         # intra-op threads too): the projection takes them out, as a GPU host gives each its own core
-        every_ms = max((now - self._wait_at_open) * 1000.0, 0.0)
         fetch_ms = (self.session.probes.fetch_wait_s - self._fetch_wait_at_open) * 1000.0 if every_ms > 0 else 0.0
         self.fetch_waited_ms.append(round(min(max(fetch_ms, 0.0), every_ms), 3))
         thread_now = thread_wait_s() if every_ms > 0 else None
