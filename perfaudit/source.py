@@ -8,6 +8,7 @@ their own.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -30,6 +31,31 @@ class CallSite:
     in_loop: bool = field(default=False, hash=False, compare=False)       # inside a for/while body
     receiver: str = field(default="", hash=False, compare=False)          # `x` in `x.to(device)`
     end_line: int = field(default=0, hash=False, compare=False)           # last line of a multi-line call
+
+
+@lru_cache(maxsize=64)
+def library_names(path: str | None) -> frozenset[str]:
+    """The public classes and functions a library's Python file defines at its top level (`Normal` for
+    torch/distributions/normal.py), read from the installed package: what a user's line calls into it when the
+    profiler names only the frame below (`__init__`, a decorator's `_no_grad_wrapper`). Empty when the file is
+    not found here."""
+    path = (path or "").replace("\\", "/")
+    if not path.endswith(".py") or "/../" in f"/{path}":
+        return frozenset()
+    if not os.path.isabs(path):
+        top, _, rest = path.partition("/")
+        try:  # the package's folder, without importing it
+            spec = importlib.util.find_spec(top) if top.isidentifier() and rest else None
+        except (ImportError, ValueError):
+            spec = None
+        folders = list(spec.submodule_search_locations or []) if spec is not None else []
+        path = next((os.path.join(f, rest) for f in folders if os.path.isfile(os.path.join(f, rest))), "")
+    parsed = _parse(path) if path and os.path.isfile(path) else None
+    if parsed is None:
+        return frozenset()
+    return frozenset(node.name for node in parsed[0].body
+                     if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                     and not node.name.startswith("_"))
 
 
 @lru_cache(maxsize=256)
@@ -303,17 +329,19 @@ class SourceIndex:
         return sorted(set(self._ran(path, looped or sites)), key=lambda s: s.line)
 
     def locate(self, path: str, def_line: int, func: str, via: str | None,
-               fallback: Collection[str] = frozenset(), forms: tuple[str, ...] = ()) -> tuple[list[CallSite], bool]:
-        """Lines in the function that match the call `via`; when the op came from C with no Python
-        call of its own (via is None), the `fallback` call names, then the syntactic `forms`
-        ("branch": if/while tests, "mask": boolean-mask indexing). Returns (sites, exact); when
-        nothing matches, the function's own line, not exact."""
+               fallback: Collection[str] = frozenset(), forms: tuple[str, ...] = (),
+               via_path: str | None = None) -> tuple[list[CallSite], bool]:
+        """Lines in the function that match the call `via`, else (a class's `__init__`, a decorator's wrapper:
+        names the user's code does not call) the public names the library file `via_path` defines; when the
+        op came from C with no Python call of its own (via is None), the `fallback` call names, then the
+        syntactic `forms` ("branch": if/while tests, "mask": boolean-mask indexing). Returns (sites, exact);
+        when nothing matches, the function's own line, not exact."""
         if via and via.startswith("module:"):  # torch's code running for a module the user called
             searches = [self.module_names(path, via.split(":", 1)[1])]
         elif via in _FORMAT_VIAS:
             searches = [({"print", "<f-string>"} | _FORMAT_CALLS)]
         elif via:
-            searches = [{via}]
+            searches = [{via}, set(library_names(via_path))] if via_path else [{via}]
         else:
             searches = [set(fallback)] if fallback else []
         for candidates in searches:

@@ -50,3 +50,39 @@ def test_hostile_recorded_folders_map_onto_trusted_ones_or_nothing(cwd, script, 
     assert isinstance(mapped, dict) and len(mapped) <= 1
     for value in mapped.values():
         assert value in {os.path.realpath(r) for r in roots if r}
+
+
+def test_reads_torch_makes_inside_a_constructor_or_a_wrapped_function_are_at_the_users_call(tmp_path):
+    """On an H200, policy_gradient.py's syncs come from inside torch: Normal's argument checks (the profiler names
+    the frame `__init__`), clip_grad_norm_'s non-finite check (named `_no_grad_wrapper`, its decorator's),
+    Normal.sample's check of its std. Each lands on the user's line that calls into torch (`Normal(`,
+    `clip_grad_norm_(`, `.sample()`), the lines the script marks, with what turns it off; not on the
+    function's `def` line."""
+    from markers import expected_lines
+    script = ROOT / "tests" / "realistic" / "policy_gradient.py"
+    checkout = tmp_path / "checkout"
+    (checkout / "tests" / "realistic").mkdir(parents=True)
+    shutil.copy(script, checkout / "tests" / "realistic")
+    shutil.copy(ROOT / "tests" / "data" / "h200_runs" / "traces" / "policy_gradient.json.gz", checkout / "run.json.gz")
+    out = tmp_path / "r.json"
+    assert perfaudit("analyze", "run.json.gz", "-f", f"json={out}", cwd=checkout).returncode == 0
+    sync = next(f for f in json.loads(out.read_text())["findings"] if f["rule"] == "SYNC001")
+    assert {loc["line"] for loc in sync["locations"]} == expected_lines(script, "SYNC001", "run")
+    assert all(loc["exact"] for loc in sync["locations"])
+    for turned_off in ("validate_args=False", "error_if_nonfinite=False", ".rsample()"):
+        assert turned_off in sync["message"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.none(), text, st.sampled_from(["torch/distributions/normal.py", "torch/../os.py", "/", ".py",
+                                                   "torch/nn/utils/clip_grad.py", "nosuchpkg/x.py", "torch/x/..py"])))
+def test_a_traces_library_paths_give_names_or_nothing(path):
+    """The library file a trace names below the user's frame is read for the names it defines: any path gives a
+    set, never a traceback, and one that climbs out of its package gives nothing."""
+    from perfaudit.source import library_names
+    names = library_names(path)
+    assert isinstance(names, frozenset)
+    if path == "torch/distributions/normal.py":
+        assert "Normal" in names
+    if path and "/../" in f"/{path}":
+        assert not names

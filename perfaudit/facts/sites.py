@@ -64,7 +64,8 @@ class SiteCollector:
             else:
                 f = att.frame
                 fallback, forms = (hints or {}).get(detail, (self.fallback, self.forms))
-                calls, exact = self.ctx.source.locate(f.path, f.line, f.func, att.via, fallback, forms)
+                calls, exact = self.ctx.source.locate(f.path, f.line, f.func, att.via, fallback, forms,
+                                                       att.via_path)
                 path = self.ctx.source.display_path(f.path)
                 key = (path, tuple(c.line for c in calls))
                 site = self.sites.get(key) or Site(path, calls[0].line, f.func, calls[0].code,
