@@ -43,7 +43,10 @@ DISTRIBUTIONS = frozenset({
     "LowRankMultivariateNormal", "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial",
     "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "RelaxedBernoulli",
     "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform", "VonMises", "Weibull", "Wishart"})
+_STD_CHECK = ("Normal.sample() checks on the host that every std is >= 0 (torch.normal with a tensor std)",
+              "drawing with .rsample() (loc + scale * noise; under torch.no_grad() where no gradient is wanted)")
 TORCH_READS = {("torch/nn/utils/clip_grad.py", "_get_total_norm"): _NONFINITE,
+               ("torch/distributions/normal.py", "sample"): _STD_CHECK,
                ("torch/nn/utils/clip_grad.py", "clip_grad_norm_"): _NONFINITE,
                ("torch/distributions/distribution.py", "__init__"): _VALIDATE,
                ("torch/distributions/distribution.py", "_validate_sample"): _VALIDATE}

@@ -1,8 +1,8 @@
 """A REINFORCE-style policy trained on a synthetic continuous-control batch: a Gaussian policy
 (torch.distributions.Normal, validate_args left at torch's default), gradient clipping with
-error_if_nonfinite=True, logging every log_interval steps. torch's own functions read device values for
-it every step (the distributions' argument checks, the clip's non-finite check): syncs on a GPU that a CPU
-trace cannot tell from torch's reads of host tensors, which the emulated device sees at these lines."""
+error_if_nonfinite=True, logging every log_interval steps. torch reads device values for it every step (the
+distributions' argument checks, Normal.sample's std check in torch.normal, the clip's non-finite check): syncs
+on a GPU a CPU trace cannot tell from torch's reads of host tensors; the emulated device sees them here."""
 import argparse
 
 import torch
@@ -36,7 +36,7 @@ class Trainer:
     def rollout(self, n=256):
         obs = torch.randn(n, 16, device=device)
         with torch.no_grad():
-            actions = self.policy(obs).sample()
+            actions = self.policy(obs).sample()  # expect-run: SYNC001
         returns = -(actions ** 2).sum(-1) + torch.randn(n, device=device) * 0.1
         return obs, actions, returns
 

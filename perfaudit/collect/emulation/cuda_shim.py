@@ -13,7 +13,7 @@ import types
 
 import torch
 
-from .tensor_registry import copied, tag, tensor_bytes
+from .tensor_registry import Registry, copied, tag, tensor_bytes
 
 _real_cuda_available = torch.cuda.is_available
 _real_cudnn_available, _real_cudnn_version = torch.backends.cudnn.is_available, torch.backends.cudnn.version
@@ -184,7 +184,7 @@ def _own(value, name: str):
 class _NoRecorder:
     def cuda_call(self, api: str) -> None: pass
     def place(self, t, copied_from_host: bool = False): return t
-    def device_bytes(self) -> int: return 0
+    on_device = Registry()  # nothing is on the device before the emulation starts
 
 
 SEGMENT = 2 << 20  # the caching allocator's small-pool segment: what it reserves at least
@@ -200,7 +200,7 @@ class _Memory:
         self.peak_reserved = 0
 
     def allocated(self, device=None) -> int:
-        now = _recorder.device_bytes()
+        now = _recorder.on_device.nbytes()
         self.peak = max(self.peak, now)
         return now
 

@@ -48,6 +48,10 @@ _READS = {Tensor.item: ".item()", Tensor.tolist: ".tolist()", Tensor.__bool__: "
           Tensor.__format__: "format(tensor)", Tensor.__repr__: "print(tensor)", Tensor.numpy: ".numpy()",
           Tensor.nonzero: ".nonzero()", torch.nonzero: "torch.nonzero", torch.masked_select: "masked_select",
           Tensor.masked_select: ".masked_select()"}
+# torch calls whose kernel reads a device argument on the host, on every device: (what, its position, keyword,
+# reads per call). torch.normal checks that a tensor std is >= 0 (`std.min().ge(0).item()`) twice, in the op and
+# in its kernel's template (torch 2.11 on an H200, 2.13 on the CPU); Normal.sample calls it every step
+_KERNEL_READS = {torch.normal: ("torch.normal(std=tensor)", 1, "std", 2)}
 
 
 class Placement(TorchFunctionMode):
@@ -135,6 +139,8 @@ class Placement(TorchFunctionMode):
                 a = None
             if a is not None:
                 self.device_ops += 1
+                if func in _KERNEL_READS:
+                    self._kernel_read(func, args, kwargs)
                 if kind == 1:
                     ref = KeyedRef(out, self.on_device._gone)
                     ref.key = key = id(out)
@@ -265,6 +271,12 @@ class Placement(TorchFunctionMode):
             return func(*args, **kwargs)
         return read
 
+    def _kernel_read(self, func, args, kwargs) -> None:
+        name, position, keyword, reads = _KERNEL_READS[func]
+        read = args[position] if len(args) > position else (kwargs or {}).get(keyword)
+        for _ in range(reads if isinstance(read, Tensor) and self.on_device.has(read) else 0):
+            self._read(name, blocking=True)
+
     # -- records ---------------------------------------------------------------------------------
     def _entry(self, table: dict, key_extra: str, site: dict | None, **fields) -> dict | None:
         if site is None:
@@ -372,23 +384,6 @@ class Placement(TorchFunctionMode):
         return {"copies": rows(self.copies), "reads": rows(self.reads), "calls": rows(self.calls),
                 "autocast": rows(self.autocast), "params_on_device": len(self.on_device),
                 "placements": self.placements, "device_ops": self.device_ops}
-
-    def device_bytes(self) -> int:
-        """The bytes the tensors on the device hold now, each storage once (views share theirs)."""
-        seen, total = set(), 0
-        for ref, _ in list(self.on_device._refs.values()):
-            t = ref()
-            if t is None:
-                continue
-            try:
-                storage = t.untyped_storage()
-                key = storage.data_ptr()
-                if key not in seen:
-                    seen.add(key)
-                    total += -(-storage.nbytes() // 512) * 512  # the allocator's 512-byte rounding
-            except Exception:  # noqa: BLE001 - a tensor without storage (meta, sparse): its elements
-                total += tensor_bytes(t)
-        return total
 
     def place(self, t, copied_from_host: bool = False):
         """Place `t` on the emulated device from outside the mode (torch.cuda.FloatTensor(...))."""

@@ -60,6 +60,24 @@ class Registry:
         ref.key = key = id(t)
         self._refs[key] = (ref, value)
 
+    def nbytes(self) -> int:
+        """The bytes the tensors held now occupy, each storage once (views share theirs), in the CUDA
+        allocator's 512-byte blocks."""
+        seen, total = set(), 0
+        for ref, _ in list(self._refs.values()):
+            t = ref()
+            if t is None:
+                continue
+            try:
+                storage = t.untyped_storage()
+                key = storage.data_ptr()
+                if key not in seen:
+                    seen.add(key)
+                    total += -(-storage.nbytes() // 512) * 512
+            except Exception:  # noqa: BLE001 - a tensor without storage (meta, sparse): its elements
+                total += tensor_bytes(t)
+        return total
+
 
 # A type's kind on the hot path: 1 a tensor, 2 a list or tuple, 0 anything else. Read as
 # `KINDS[cls] if cls in KINDS else kind_of(cls)`: operators, not calls (the profiler's Python tracer
