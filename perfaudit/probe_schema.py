@@ -145,3 +145,10 @@ def checked_probes(probes) -> tuple[dict, list[str]]:
         else:
             bad.append(key)
     return out, bad
+
+# Ranges the emulated device writes into the trace around a 16-bit matrix op it computed in float32 (a CPU without
+# fast 16-bit products: collect/emulation/precision/half_math.py), named "perfaudit::half(torch.bfloat16)", and
+# inside it around what a GPU would not do (the float32 copies, the op run again in backward): the projection
+# counts the first's matrix ops as 16-bit and leaves the second's out.
+HALF_MATH_RANGE = "perfaudit::half"
+ASIDE_RANGE = "perfaudit::aside"

@@ -11,6 +11,9 @@ from copy import copy
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+import msgspec
+
+from ..probe_schema import ASIDE_RANGE, HALF_MATH_RANGE
 from ..trace.model import Event, Step, Trace
 from .kernels import Work
 from .overhead import OwnCost
@@ -45,15 +48,28 @@ def _forest(ops: list[Event]) -> list[_Node]:
     return roots
 
 
-def _groups(node: _Node) -> list[Event]:
+def _groups(node: _Node, half: str | None = None) -> list[Event]:
     """The ops of a tree that each stand for the kernels of their subtree: a matrix, convolution or attention
-    op as a whole; otherwise the leaves that launch a kernel."""
-    if node.op.name in GROUP_OPS:
-        return [node.op]
-    below = [g for child in node.children for g in _groups(child)]
+    op as a whole; otherwise the leaves that launch a kernel. Inside the emulated device's float32 math for a
+    16-bit op (probe_schema.HALF_MATH_RANGE) the matrix ops are of `half`, its type, and what it set aside (its
+    float32 copies, the backward's recomputation) is no GPU's work."""
+    name = node.op.name
+    if name.startswith(HALF_MATH_RANGE):
+        half = "c10::Half" if "float16" in name and "bfloat16" not in name else "c10::BFloat16"
+    elif name == ASIDE_RANGE:
+        return []
+    if name in GROUP_OPS:
+        return [_typed(node.op, half) if half is not None else node.op]
+    below = [g for child in node.children for g in _groups(child, half)]
     if below:
         return below
-    return [node.op] if launches(node.op.name) else []
+    return [node.op] if launches(name) else []
+
+
+def _typed(op: Event, half: str) -> Event:
+    """The op as the 16-bit op it stands for: its float32 inputs of type `half`."""
+    types = [half if t == "float" else t for t in op.args.get("Input type") or []]
+    return msgspec.structs.replace(op, args={**op.args, "Input type": types})
 
 
 def _has_sync(node: _Node) -> bool:
@@ -92,7 +108,8 @@ class _Index:
     """The trace's ops and DataLoader ranges, sorted by start once: a step's are found by bisection."""
 
     def __init__(self, trace: Trace):
-        self.ops = [e for e in trace.host if e.kind == "op"]
+        self.ops = [e for e in trace.host if e.kind == "op"
+                    or (e.kind == "annotation" and e.name.startswith((HALF_MATH_RANGE, ASIDE_RANGE)))]
         self.op_starts = [e.ts for e in self.ops]
         self.data = [e for e in trace.host if e.name.startswith(DATALOADER)]
         self.data_starts = [e.ts for e in self.data]

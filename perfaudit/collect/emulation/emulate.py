@@ -17,9 +17,9 @@ import torch
 from ..internal import record_internal_error
 from ..wrap import on_undo, patch
 from . import cuda_shim
-from .autocast import follow_autocast
 from .device_memory import DeviceMemory
 from .placement import Placement
+from .precision.autocast import follow_autocast
 
 
 def wanted(config: dict) -> bool:

@@ -4,14 +4,16 @@ float32 math). Each CUDA region therefore runs a CPU autocast region inside it, 
 (float16 as bfloat16: the same bytes, and a CPU's float16 convolutions are about 14x slower than its float32
 ones); and where the two policies differ, the device's ops follow CUDA's: the ops CUDA's autocast runs in
 float32 (softmax, layer_norm, exp, sum, …: torch's "CUDA Ops that can autocast to float32") get their 16-bit
-inputs cast to float32, as a GPU does, while an enabled CUDA region is innermost."""
+inputs cast to float32, as a GPU does, while an enabled CUDA region is innermost. On a CPU whose 16-bit matrix
+products are slow, the region's matrix ops compute in float32 and keep their 16-bit types (half_math.py)."""
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from ..internal import record_internal_error
-from ..wrap import patch
+from ...internal import record_internal_error
+from ...wrap import patch
+from .half_math import MATRIX_FUNCTIONS, half_math_handler, slow_half
 
 _SHADOWS = "_perfaudit_cpu_autocast"
 _HALF = (torch.bfloat16, torch.float16)
@@ -38,12 +40,22 @@ def follow_autocast(mode) -> None:
     enter, leave = region_class.__enter__, region_class.__exit__
     handler = _float32_handler(mode)
     functions = float32_functions()
-    enabled: list[bool] = []   # the CUDA regions entered and not left, innermost last
+    enabled: list = []   # the CUDA regions entered and not left, innermost last: the CPU's dtype, None if off
+    half_handlers: dict = {}
 
     def follow() -> None:  # CUDA's float32 policy while an enabled CUDA region is innermost
+        dtype = enabled[-1] if enabled else None
         for func in functions:
-            if enabled and enabled[-1]:
+            if dtype is not None:
                 mode.handlers[func] = handler
+            else:
+                mode.handlers.pop(func, None)
+        half = None
+        if dtype is not None and slow_half(dtype):
+            half = half_handlers.get(dtype) or half_handlers.setdefault(dtype, half_math_handler(mode, dtype))
+        for func in MATRIX_FUNCTIONS:
+            if half is not None:
+                mode.handlers[func] = half
             else:
                 mode.handlers.pop(func, None)
 
@@ -54,11 +66,12 @@ def follow_autocast(mode) -> None:
             mode.autocast_entered(region.device, getattr(region, "fast_dtype", None), on)
             if region.device == "cuda":
                 dtype = getattr(region, "fast_dtype", None)
-                shadow = torch.autocast("cpu", dtype=torch.bfloat16 if dtype in (None, torch.float16) else dtype,
-                                        enabled=on, cache_enabled=getattr(region, "_cache_enabled", None))
+                cpu_dtype = torch.bfloat16 if dtype in (None, torch.float16) else dtype
+                shadow = torch.autocast("cpu", dtype=cpu_dtype, enabled=on,
+                                        cache_enabled=getattr(region, "_cache_enabled", None))
                 enter(shadow)  # torch's own: the shadow is not the script's region, and is not noted
                 region.__dict__.setdefault(_SHADOWS, []).append(shadow)  # a region re-entered (a decorator) stacks
-                enabled.append(on)
+                enabled.append(cpu_dtype if on and cpu_dtype in _HALF else None)
                 follow()
         except Exception as exc:  # noqa: BLE001 - never break the user's script
             record_internal_error("CUDA emulation", exc)
@@ -71,6 +84,9 @@ def follow_autocast(mode) -> None:
                 leave(shadows.pop(), *exc_info)
                 if enabled:
                     enabled.pop()
+                if not enabled:  # the outermost region ended: autocast's casts go
+                    for half in half_handlers.values():
+                        half.cache.clear()
                 follow()
             except Exception as exc:  # noqa: BLE001
                 record_internal_error("CUDA emulation", exc)

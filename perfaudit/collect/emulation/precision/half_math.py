@@ -1,0 +1,159 @@
+"""Matrix math of a CUDA autocast region on a CPU whose 16-bit kernels are slow.
+
+A CPU without AVX512-BF16/AMX (AVX2: most laptops, older servers) runs a bfloat16 or float16 GEMM through
+reference code: 60-400x its float32 time (a 256x512x512 product: 1.1 ms in float32, 100 ms in bfloat16, on an
+AVX2 EPYC). The emulated device's autocast would make a script's step that much slower than a GPU's or its own CPU
+branch. There, each matrix op of an enabled region takes its inputs in the region's type, as autocast does,
+keeps those 16-bit tensors for backward (what a GPU holds), and computes in float32: forward, and in backward
+the op again under autograd. The result is in the 16-bit type. Each call and its backward run inside a
+`perfaudit::half(<type>)` range, and what a GPU would not do inside a `perfaudit::aside` one (the float32
+copies, the recomputation): the projection counts the matrix ops of the first as 16-bit and leaves the second
+out (projection/timeline.py)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.profiler import record_function
+
+from ....probe_schema import ASIDE_RANGE as ASIDE
+from ....probe_schema import HALF_MATH_RANGE as RANGE
+
+# the matrix ops a script calls from Python (nn.Linear, nn.Conv*, `@`), as a TorchFunctionMode sees them
+MATRIX_FUNCTIONS = (F.linear, torch.matmul, Tensor.matmul, Tensor.__matmul__, torch.mm, Tensor.mm, torch.bmm,
+                    Tensor.bmm, torch.addmm, torch.baddbmm, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d,
+                    F.conv_transpose2d, F.conv_transpose3d)
+# each one's argument that is only added to the product (a bias): no other gradient needs it
+_ADDED = {F.linear: 2, F.conv1d: 2, F.conv2d: 2, F.conv3d: 2, F.conv_transpose1d: 2, F.conv_transpose2d: 2,
+          F.conv_transpose3d: 2, torch.addmm: 0, torch.baddbmm: 0}
+SLOW_RATIO = 4.0  # 16-bit products this many times slower than float32 ones: compute them in float32
+_slow: dict = {}
+
+
+def slow_half(dtype: torch.dtype) -> bool:
+    """Whether this CPU's `dtype` matrix products are SLOW_RATIO times slower than its float32 ones: the least CPU
+    time of five 128x256x256 products each, after one to warm up (about 0.1 ms in float32; a slow 16-bit one about
+    5 ms), measured once. The process's CPU time, which other processes' load does not add to.
+    PERFAUDIT_HALF_MATH=float32 or =native decides it instead (the tests run both paths on any CPU)."""
+    forced = os.environ.get("PERFAUDIT_HALF_MATH")
+    if forced in ("float32", "native"):
+        return forced == "float32"
+    if dtype not in _slow:
+        with torch.autocast("cpu", enabled=False):  # asked inside a region: its products would all be 16-bit
+            a, b = torch.randn(128, 256), torch.randn(256, 256)
+            _slow[dtype] = _best(a.to(dtype), b.to(dtype)) > SLOW_RATIO * _best(a, b)
+    return _slow[dtype]
+
+
+def _best(a: Tensor, b: Tensor) -> float:
+    torch.mm(a, b)
+    times = []
+    for _ in range(5):
+        start = time.process_time()
+        torch.mm(a, b)
+        times.append(time.process_time() - start)
+    return min(times)
+
+
+class InFloat32(torch.autograd.Function):
+    """`func(*args)` with its floating tensors cast to `dtype`, computed in float32, returned in `dtype`. The
+    device memory tracked meanwhile (placement.memory) notes the 16-bit casts, the result and the gradients, as
+    a GPU's kernels make them, and not the float32 copies."""
+
+    @staticmethod
+    def forward(ctx, func, kwargs, dtype, placement, cache, *args):
+        with record_function(f"{RANGE}({dtype})"), torch.autocast("cpu", enabled=False):
+            half = [_cast(a, dtype, cache) if isinstance(a, Tensor) and a.is_floating_point() else a for a in args]
+            ctx.func, ctx.kwargs, ctx.dtype, ctx.placement = func, kwargs, dtype, placement
+            ctx.at = [i for i, a in enumerate(half) if isinstance(a, Tensor)]
+            ctx.types = [a.dtype if isinstance(a, Tensor) else None for a in args]
+            ctx.others = [None if isinstance(a, Tensor) else a for a in half]
+            # what autograd keeps for a GPU's op: an input another input's gradient needs, never a bias
+            needs = ctx.needs_input_grad[5:]
+            added = _ADDED.get(func)  # its gradient needs no input, and no input's needs it
+            ctx.kept = [i for i in ctx.at if i != added and any(needs[j] for j in ctx.at if j not in (i, added))]
+            ctx.shapes = {i: half[i].shape for i in ctx.at}
+            ctx.save_for_backward(*(half[i] for i in ctx.kept))
+            with _inside_kernel(placement, []) as made:
+                with record_function(ASIDE):
+                    wide = _float(half)
+                out = func(*wide, **kwargs)
+                with record_function(ASIDE):
+                    out = out.to(dtype)
+                made.append(out)
+            return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        needs = ctx.needs_input_grad[5:]
+        with record_function(f"{RANGE}({ctx.dtype})"), torch.autocast("cpu", enabled=False), \
+                _inside_kernel(ctx.placement, []) as made:
+            with record_function(ASIDE), torch.enable_grad():
+                inputs = list(ctx.others)
+                for i in ctx.at:  # an input no gradient needs, not kept: zeros of its shape stand for it
+                    inputs[i] = torch.zeros(ctx.shapes[i])
+                for i, t in zip(ctx.kept, ctx.saved_tensors):
+                    inputs[i] = t.detach().float() if t.is_floating_point() else t
+                for i in ctx.at:
+                    inputs[i].requires_grad_(bool(needs[i]) and inputs[i].is_floating_point())
+                wanted = [i for i in ctx.at if inputs[i].requires_grad]
+                out, wide = ctx.func(*inputs, **ctx.kwargs), grad.float()
+            grads = torch.autograd.grad(out, [inputs[i] for i in wanted], wide) if wanted else ()
+            result: list = [None] * len(needs)
+            for i, g in zip(wanted, grads):
+                with record_function(ASIDE):  # the gradient as the GPU's 16-bit kernel makes it
+                    g = g.to(ctx.dtype)
+                result[i] = g.to(ctx.types[i])  # autocast's cast back to the input's type (a float32 weight's)
+            made.extend(r for r in result if r is not None)
+        return (None, None, None, None, None, *result)
+
+
+def _cast(t: Tensor, dtype: torch.dtype, cache: dict) -> Tensor:
+    """`t` in `dtype`; a parameter's cast kept in `cache` until the outermost region ends, as autocast keeps it
+    (a GPU holds each layer's 16-bit weights through the forward)."""
+    if not (t.is_leaf and t.requires_grad):
+        return t.to(dtype)
+    hit = cache.get(id(t))
+    if hit is None or hit[0] is not t:
+        hit = cache[id(t)] = (t, t.to(dtype))
+    return hit[1]
+
+
+@contextlib.contextmanager
+def _inside_kernel(placement, made: list):
+    """What is allocated inside is the kernel's own, not the device's; what is put in `made` is its output."""
+    memory = placement.memory
+    if memory is not None:
+        memory.in_attention(True)
+    try:
+        yield made
+    finally:
+        if memory is not None:
+            memory.in_attention(False)
+            for t in made:
+                memory.made_on_device(t, "temporaries")
+
+
+def _float(items: list) -> list:
+    return [a.float() if isinstance(a, Tensor) and a.is_floating_point() else a for a in items]
+
+
+def half_math_handler(mode, dtype: torch.dtype):
+    """The mode's handler for MATRIX_FUNCTIONS inside an enabled region of `dtype` on a slow CPU; its `cache`
+    (parameters' casts) is cleared when the outermost region ends."""
+    cache: dict = {}
+
+    def handle(func, args, kwargs):
+        on_device = mode.on_device
+        if not any(type(a) is Tensor and on_device.has(a) for a in args):  # CUDA's autocast: device tensors only
+            return func(*args, **kwargs)
+        out = InFloat32.apply(func, kwargs, dtype, mode, cache, *args)
+        mode.device_ops += 1
+        on_device.add(out)
+        return out
+    handle.cache = cache  # type: ignore[attr-defined]
+    return handle

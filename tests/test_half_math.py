@@ -1,0 +1,76 @@
+"""A CPU without fast 16-bit matrix math (AVX2: a bfloat16 GEMM 60-400x its float32 time) runs the emulated
+device's autocast regions' matrix ops in float32, keeping their 16-bit types (collect/emulation/precision/
+half_math.py). What it must keep: the results and gradients of the 16-bit op, the device memory a GPU holds,
+the projection's 16-bit kernels; what it must cost: no more than the CPU's float32 math."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import ROOT, perfaudit
+from perfaudit.collect.emulation.precision.half_math import InFloat32
+from perfaudit.probe_schema import ASIDE_RANGE, HALF_MATH_RANGE
+from perfaudit.projection.timeline import _groups, _Node
+from perfaudit.trace.model import Event
+
+
+class _NoMemory:
+    memory = None
+
+
+@pytest.mark.parametrize("func, shapes", [(F.linear, [(8, 32), (16, 32), (16,)]),
+                                          (F.conv2d, [(2, 3, 8, 8), (4, 3, 3, 3), (4,)]),
+                                          (torch.bmm, [(2, 5, 7), (2, 7, 3)])])
+def test_float32_math_gives_the_16_bit_ops_results_and_gradients(func, shapes):
+    torch.manual_seed(0)
+    inputs = [torch.randn(s, requires_grad=True) for s in shapes]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = func(*inputs)
+    expected.float().square().sum().backward()
+    want = [t.grad.clone() for t in inputs]
+    for t in inputs:
+        t.grad = None
+    out = InFloat32.apply(func, {}, torch.bfloat16, _NoMemory(), {}, *inputs)
+    assert out.dtype == torch.bfloat16 and out.shape == expected.shape
+    torch.testing.assert_close(out.float(), expected.float(), rtol=0.02, atol=0.05)
+    out.float().square().sum().backward()
+    for t, w in zip(inputs, want):
+        assert t.grad.dtype == t.dtype
+        torch.testing.assert_close(t.grad, w, rtol=0.05, atol=0.2)
+
+
+def _op(name, ts, dur, types=None):
+    return Event("op", name, ts, dur, 1, 1, {"Input type": types} if types else {})
+
+
+def test_the_projection_counts_the_matrix_op_as_16_bit_and_sets_aside_the_copies():
+    gemm = _Node(_op("aten::addmm", 20, 10, ["float", "float", "float"]))
+    copies = _Node(_op(ASIDE_RANGE, 5, 10), [_Node(_op("aten::to", 6, 8), [_Node(_op("aten::copy_", 7, 6))])])
+    cast = _Node(_op("aten::to", 1, 3), [_Node(_op("aten::copy_", 1.5, 2))])
+    half = _Node(_op(f"{HALF_MATH_RANGE}(torch.bfloat16)", 0, 40), [cast, copies, gemm])
+    groups = _groups(half)
+    assert [g.name for g in groups] == ["aten::copy_", "aten::addmm"]  # autocast's own cast, then the GEMM
+    assert groups[1].args["Input type"] == ["c10::BFloat16"] * 3
+    assert _groups(gemm)[0].args["Input type"] == ["float"] * 3  # outside the range: as recorded
+
+
+def _amp_run(tmp_path, how: str) -> dict:
+    out = tmp_path / f"{how}.json"
+    proc = perfaudit("run", str(ROOT / "tests" / "realistic" / "fp16_scaler_trainer.py"), "--out-dir",
+                     str(tmp_path / how), "-f", f"json={out}", env={"PERFAUDIT_HALF_MATH": how})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+def test_an_amp_script_reports_the_same_whichever_math_ran(tmp_path):
+    """float16 autocast with a GradScaler, emulated: computed in float32 or in the CPU's own 16-bit kernels, the
+    run holds the same device memory at its peak, projects the same GPU compute, and finds the same."""
+    native, wide = _amp_run(tmp_path, "native"), _amp_run(tmp_path, "float32")
+    assert wide["memory"]["peak_allocated_bytes"] == native["memory"]["peak_allocated_bytes"]
+    assert wide["memory"]["by_category"] == native["memory"]["by_category"]
+    gpu = [r["projection"]["busy_ms"]["compute"] for r in (native, wide)]
+    assert abs(gpu[1] - gpu[0]) <= 0.05 * gpu[0], gpu
+    assert {f["rule"] for f in wide["findings"]} == {f["rule"] for f in native["findings"]}
