@@ -55,9 +55,9 @@ def test_history_records_each_commit_and_fails_the_gate_on_the_commit_that_slowe
 
     subprocess.run(["git", "checkout", "-q", history["culprit"]], cwd=repo, check=True)
     # --dry-run judges without appending (tried again while the machine is too busy to judge); a limit
-    # above the slowdown passes the gate
+    # above the slowdown passes the gate (the culprit is about 5x quiet; 14.6x was seen beside a loaded suite)
     for _ in range(3):
-        proc, judged = _history(repo, "--dry-run", "--fail-on-slowdown", "1000")
+        proc, judged = _history(repo, "--dry-run", "--fail-on-slowdown", "100000")
         if judged["verdict"] != "busy":
             break
     # a busy machine can spread even its undisturbed runs by more than 2x: then history says the change is
