@@ -68,8 +68,9 @@ def render_console(v: Verification, plan: FixPlan, console: Console) -> None:
         for ex in verdict.exercises:
             console.print(f"  past the window  {escape(ex.ended)}", highlight=False)
             for line in ex.missed_edits:
-                console.print(f"    [yellow]not exercised[/]: edited line {line} never ran in these runs: cannot prove "
-                              "it", highlight=False)
+                why = ("had not run when the check stopped: not proven past the window" if ex.stopped
+                       else "never ran in these runs: cannot prove it")
+                console.print(f"    [yellow]not exercised[/]: edited line {line} {why}", highlight=False)
             for line, code in ex.missed_uses:
                 console.print(f"    [yellow]not reached[/]: line {line} `{escape(code[:60])}` uses what the fix "
                               "changed and did not run: unproven", highlight=False)

@@ -95,6 +95,7 @@ class Exercise:
     missed_edits: list[int] = field(default_factory=list)         # edited lines (fixed source) that never ran
     missed_uses: list[tuple[int, str]] = field(default_factory=list)  # later uses of edited names that never ran
     path: str = ""
+    stopped: bool = False          # --end-check's time ran out first: what did not run may have run later
 
 
 @dataclass
@@ -382,4 +383,5 @@ def _exercise(script: str, args: list[str], v: Variant, served: dict[str, str], 
         ran = set(report.get("seen") or [])
         missed_edits = [line for line in w["edited"] if line not in ran]
         missed_uses = [(line, w["text"][line - 1].strip()) for line in w["uses"] if line not in ran]
-        verdict.exercises.append(Exercise(ended, missed_edits, missed_uses, path))
+        verdict.exercises.append(Exercise(ended, missed_edits, missed_uses, path,
+                                          stopped=Outcome.of(outcome) == Outcome.TIMEOUT))
