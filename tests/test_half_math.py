@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT, perfaudit
-from perfaudit.collect.emulation.precision.half_math import InFloat32
+from perfaudit.collect.emulation.precision.half_math import in_float32
 from perfaudit.probe_schema import ASIDE_RANGE, HALF_MATH_RANGE
 from perfaudit.projection.timeline import _groups, _Node
 from perfaudit.trace.model import Event
@@ -33,13 +33,38 @@ def test_float32_math_gives_the_16_bit_ops_results_and_gradients(func, shapes):
     want = [t.grad.clone() for t in inputs]
     for t in inputs:
         t.grad = None
-    out = InFloat32.apply(func, {}, torch.bfloat16, _NoMemory(), {}, *inputs)
+    out = in_float32(func, inputs, {}, torch.bfloat16, _NoMemory(), {})
     assert out.dtype == torch.bfloat16 and out.shape == expected.shape
     torch.testing.assert_close(out.float(), expected.float(), rtol=0.02, atol=0.05)
     out.float().square().sum().backward()
     for t, w in zip(inputs, want):
         assert t.grad.dtype == t.dtype
         torch.testing.assert_close(t.grad, w, rtol=0.05, atol=0.2)
+
+
+def test_a_gradient_penalty_differentiates_through_the_float32_math():
+    """WGAN-GP under autocast (the AMP recipe's gradient penalty): the input's gradient made with
+    create_graph=True, its norm's gradient reaching the weights, as with the CPU's own 16-bit kernels."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 16, requires_grad=True)
+    w1, w2 = torch.randn(32, 16, requires_grad=True), torch.randn(1, 32, requires_grad=True)
+
+    def penalty(linear):
+        out = linear(torch.tanh(linear(x, w1).float()), w2)
+        (g,) = torch.autograd.grad(out.float().sum(), x, create_graph=True)
+        ((g.norm(2, dim=1) - 1) ** 2).mean().backward()
+        grads = [w1.grad.clone(), w2.grad.clone()]
+        w1.grad = w2.grad = None
+        return grads
+
+    def native(a, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return F.linear(a, w)
+    cache: dict = {}
+    wide = penalty(lambda a, w: in_float32(F.linear, [a, w], {}, torch.bfloat16, _NoMemory(), cache))
+    for got, want in zip(wide, penalty(native)):
+        assert got.abs().sum() > 0
+        torch.testing.assert_close(got, want, rtol=0.1, atol=0.5)
 
 
 def _op(name, ts, dur, types=None):

@@ -60,56 +60,64 @@ def _best(a: Tensor, b: Tensor) -> float:
 
 
 class InFloat32(torch.autograd.Function):
-    """`func(*args)` with its floating tensors cast to `dtype`, computed in float32, returned in `dtype`. The
-    device memory tracked meanwhile (placement.memory) notes the 16-bit casts, the result and the gradients, as
-    a GPU's kernels make them, and not the float32 copies."""
+    """`func(*args)` on tensors already in `dtype` (autocast's casts, made by the caller under autograd), computed
+    in float32, returned in `dtype`. The device memory tracked meanwhile (placement.memory) notes the result
+    and the gradients, as a GPU's kernels make them, and not the float32 copies. Backward recomputes under
+    autograd, differentiably when asked to (a gradient penalty's create_graph=True)."""
 
     @staticmethod
-    def forward(ctx, func, kwargs, dtype, placement, cache, *args):
-        with record_function(f"{RANGE}({dtype})"), torch.autocast("cpu", enabled=False):
-            half = [_cast(a, dtype, cache) if isinstance(a, Tensor) and a.is_floating_point() else a for a in args]
-            ctx.func, ctx.kwargs, ctx.dtype, ctx.placement = func, kwargs, dtype, placement
-            ctx.at = [i for i, a in enumerate(half) if isinstance(a, Tensor)]
-            ctx.types = [a.dtype if isinstance(a, Tensor) else None for a in args]
-            ctx.others = [None if isinstance(a, Tensor) else a for a in half]
-            # what autograd keeps for a GPU's op: an input another input's gradient needs, never a bias
-            needs = ctx.needs_input_grad[5:]
-            added = _ADDED.get(func)  # its gradient needs no input, and no input's needs it
-            ctx.kept = [i for i in ctx.at if i != added and any(needs[j] for j in ctx.at if j not in (i, added))]
-            ctx.shapes = {i: half[i].shape for i in ctx.at}
-            ctx.save_for_backward(*(half[i] for i in ctx.kept))
-            with _inside_kernel(placement, []) as made:
-                with record_function(ASIDE):
-                    wide = _float(half)
-                out = func(*wide, **kwargs)
-                with record_function(ASIDE):
-                    out = out.to(dtype)
-                made.append(out)
-            return out
+    def forward(ctx, func, kwargs, dtype, placement, *half):
+        ctx.func, ctx.kwargs, ctx.dtype, ctx.placement = func, kwargs, dtype, placement
+        ctx.at = [i for i, a in enumerate(half) if isinstance(a, Tensor)]
+        ctx.others = [None if isinstance(a, Tensor) else a for a in half]
+        # what autograd keeps for a GPU's op: an input another input's gradient needs, never a bias
+        needs = ctx.needs_input_grad[4:]
+        added = _ADDED.get(func)  # its gradient needs no input, and no input's needs it
+        ctx.kept = [i for i in ctx.at if i != added and any(needs[j] for j in ctx.at if j not in (i, added))]
+        ctx.shapes = {i: half[i].shape for i in ctx.at}
+        ctx.save_for_backward(*(half[i] for i in ctx.kept))
+        with _inside_kernel(placement, []) as made:
+            with record_function(ASIDE):
+                wide = _float(list(half))
+            out = func(*wide, **kwargs)
+            with record_function(ASIDE):
+                out = out.to(dtype)
+            made.append(out)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        needs = ctx.needs_input_grad[5:]
+        needs, graph = ctx.needs_input_grad[4:], torch.is_grad_enabled()  # graph: backward's own is wanted
         with record_function(f"{RANGE}({ctx.dtype})"), torch.autocast("cpu", enabled=False), \
                 _inside_kernel(ctx.placement, []) as made:
             with record_function(ASIDE), torch.enable_grad():
                 inputs = list(ctx.others)
                 for i in ctx.at:  # an input no gradient needs, not kept: zeros of its shape stand for it
-                    inputs[i] = torch.zeros(ctx.shapes[i])
+                    inputs[i] = torch.zeros(ctx.shapes[i]).requires_grad_(bool(needs[i]))
                 for i, t in zip(ctx.kept, ctx.saved_tensors):
-                    inputs[i] = t.detach().float() if t.is_floating_point() else t
-                for i in ctx.at:
-                    inputs[i].requires_grad_(bool(needs[i]) and inputs[i].is_floating_point())
-                wanted = [i for i in ctx.at if inputs[i].requires_grad]
+                    if not t.is_floating_point():
+                        inputs[i] = t
+                    elif graph and t.requires_grad:
+                        inputs[i] = t.float()  # through the saved input: its graph goes on
+                    else:
+                        inputs[i] = t.detach().float().requires_grad_(bool(needs[i]))
+                wanted = [i for i in ctx.at if needs[i] and inputs[i].requires_grad]
                 out, wide = ctx.func(*inputs, **ctx.kwargs), grad.float()
-            grads = torch.autograd.grad(out, [inputs[i] for i in wanted], wide) if wanted else ()
+            grads = torch.autograd.grad(out, [inputs[i] for i in wanted], wide, create_graph=graph) if wanted else ()
             result: list = [None] * len(needs)
             for i, g in zip(wanted, grads):
                 with record_function(ASIDE):  # the gradient as the GPU's 16-bit kernel makes it
-                    g = g.to(ctx.dtype)
-                result[i] = g.to(ctx.types[i])  # autocast's cast back to the input's type (a float32 weight's)
+                    result[i] = g.to(ctx.dtype)
             made.extend(r for r in result if r is not None)
-        return (None, None, None, None, None, *result)
+        return (None, None, None, None, *result)
+
+
+def in_float32(func, args, kwargs: dict, dtype: torch.dtype, placement, cache: dict) -> Tensor:
+    """`func(*args, **kwargs)` as CUDA's autocast runs it in `dtype` (its inputs cast under autograd, parameters'
+    casts kept in `cache`), computed in float32 (InFloat32)."""
+    with record_function(f"{RANGE}({dtype})"), torch.autocast("cpu", enabled=False):
+        half = [_cast(a, dtype, cache) if isinstance(a, Tensor) and a.is_floating_point() else a for a in args]
+        return InFloat32.apply(func, kwargs, dtype, placement, *half)
 
 
 def _cast(t: Tensor, dtype: torch.dtype, cache: dict) -> Tensor:
@@ -149,9 +157,9 @@ def half_math_handler(mode, dtype: torch.dtype):
 
     def handle(func, args, kwargs):
         on_device = mode.on_device
-        if not any(type(a) is Tensor and on_device.has(a) for a in args):  # CUDA's autocast: device tensors only
-            return func(*args, **kwargs)
-        out = InFloat32.apply(func, kwargs, dtype, mode, cache, *args)
+        if "out" in kwargs or not any(type(a) is Tensor and on_device.has(a) for a in args):  # CUDA's autocast:
+            return func(*args, **kwargs)                                                     # device tensors only
+        out = in_float32(func, args, kwargs, dtype, mode, cache)
         mode.device_ops += 1
         on_device.add(out)
         return out
