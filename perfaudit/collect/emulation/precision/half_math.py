@@ -157,8 +157,9 @@ def half_math_handler(mode, dtype: torch.dtype):
 
     def handle(func, args, kwargs):
         on_device = mode.on_device
-        if "out" in kwargs or not any(type(a) is Tensor and on_device.has(a) for a in args):  # CUDA's autocast:
-            return func(*args, **kwargs)                                                     # device tensors only
+        if "out" in kwargs or not any(type(a) is Tensor and on_device.has(a) for a in args) or any(
+                isinstance(a, Tensor) and a.dtype == torch.float64 for a in args):  # CUDA's autocast: device
+            return func(*args, **kwargs)  # tensors only, and no float64 (torch's own path says what it does)
         out = in_float32(func, args, kwargs, dtype, mode, cache)
         mode.device_ops += 1
         on_device.add(out)
