@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ROOT, perfaudit
+from conftest import ROOT, perfaudit, run_trace_json
 from perfaudit.collect.emulation.precision.half_math import in_float32
 from perfaudit.probe_schema import ASIDE_RANGE, HALF_MATH_RANGE
 from perfaudit.projection.timeline import _groups, _Node
@@ -99,3 +99,8 @@ def test_an_amp_script_reports_the_same_whichever_math_ran(tmp_path):
     gpu = [r["projection"]["busy_ms"]["compute"] for r in (native, wide)]
     assert abs(gpu[1] - gpu[0]) <= 0.05 * gpu[0], gpu
     assert {f["rule"] for f in wide["findings"]} == {f["rule"] for f in native["findings"]}
+    # the CPU autocast the float32 math turns off inside is perfaudit's, not a region of the script's
+    regions = [{(a["device_type"], a["dtype"]) for a in
+                run_trace_json(tmp_path / how / "trace.json.gz")["perfaudit"]["probes"]["cuda_emulation"]["autocast"]}
+               for how in ("native", "float32")]
+    assert regions[0] == regions[1] == {("cuda", "float16")}

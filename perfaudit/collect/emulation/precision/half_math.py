@@ -43,7 +43,7 @@ def slow_half(dtype: torch.dtype) -> bool:
     if forced in ("float32", "native"):
         return forced == "float32"
     if dtype not in _slow:
-        with torch.autocast("cpu", enabled=False):  # asked inside a region: its products would all be 16-bit
+        with _cpu_autocast_off():  # asked inside a region: its products would all be 16-bit
             a, b = torch.randn(128, 256), torch.randn(256, 256)
             _slow[dtype] = _best(a.to(dtype), b.to(dtype)) > SLOW_RATIO * _best(a, b)
     return _slow[dtype]
@@ -88,7 +88,7 @@ class InFloat32(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         needs, graph = ctx.needs_input_grad[4:], torch.is_grad_enabled()  # graph: backward's own is wanted
-        with record_function(f"{RANGE}({ctx.dtype})"), torch.autocast("cpu", enabled=False), \
+        with record_function(f"{RANGE}({ctx.dtype})"), _cpu_autocast_off(), \
                 _inside_kernel(ctx.placement, []) as made:
             with record_function(ASIDE), torch.enable_grad():
                 inputs = list(ctx.others)
@@ -115,7 +115,7 @@ class InFloat32(torch.autograd.Function):
 def in_float32(func, args, kwargs: dict, dtype: torch.dtype, placement, cache: dict) -> Tensor:
     """`func(*args, **kwargs)` as CUDA's autocast runs it in `dtype` (its inputs cast under autograd, parameters'
     casts kept in `cache`), computed in float32 (InFloat32)."""
-    with record_function(f"{RANGE}({dtype})"), torch.autocast("cpu", enabled=False):
+    with record_function(f"{RANGE}({dtype})"), _cpu_autocast_off():
         half = [_cast(a, dtype, cache) if isinstance(a, Tensor) and a.is_floating_point() else a for a in args]
         return InFloat32.apply(func, kwargs, dtype, placement, *half)
 
@@ -144,6 +144,25 @@ def _inside_kernel(placement, made: list):
             memory.in_attention(False)
             for t in made:
                 memory.made_on_device(t, "temporaries")
+
+
+@contextlib.contextmanager
+def _cpu_autocast_off():
+    """The CPU's autocast off inside, set by its flag: a `torch.autocast` region would be the script's own in
+    the records (autocast.py notes every region entered)."""
+    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4: the flag by device type
+        was = torch.is_autocast_enabled("cpu")
+        torch.set_autocast_enabled("cpu", False)
+    else:
+        was = torch.is_autocast_cpu_enabled()
+        torch.set_autocast_cpu_enabled(False)
+    try:
+        yield
+    finally:
+        if hasattr(torch, "get_autocast_dtype"):
+            torch.set_autocast_enabled("cpu", was)
+        else:
+            torch.set_autocast_cpu_enabled(was)
 
 
 def _float(items: list) -> list:
