@@ -130,8 +130,7 @@ class Projector:
             return kernel_us(work, target, cal)
         host_us = cal["host_us_per_kernel" if own_cost is not None else "host_us_per_kernel_profiled"]
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
-                                                         self.inputs.tf32_conv, self.inputs.bf16_as,
-                                                         cal.get("read_round_trip_us", 0.0)), own_cost,
+                                                         self.inputs.tf32_conv, self.inputs.bf16_as), own_cost,
                      self.undisturbed,
                      self.freed, self.host_waited)
         if self.inputs.workers and not self.inputs.worker_ms_per_batch:

@@ -219,10 +219,10 @@ def _outside(roots: list[_Node], ranges: list[tuple[float, float]]) -> list[_Nod
 
 # -- a CPU trace: each op's kernels from its shapes ---------------------------------------------------------------
 def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, tf32_matmul: bool = False,
-                tf32_conv: bool = True, bf16_as: str = "bf16", read_us: float = 0.0) -> Callable[[_Node], list[Item]]:
+                tf32_conv: bool = True, bf16_as: str = "bf16") -> Callable[[_Node], list[Item]]:
     """A root op on the GPU: the host dispatches and launches each kernel (`host_us_per_launch`, not the
     CPU's compute, which the op's recorded time is), the kernels run for what the model says, and an op
-    that reads a device value on the host waits for the queue, then `read_us` for the value to come back."""
+    that reads a device value on the host waits for the queue."""
     def expand(root: _Node) -> list[Item]:
         out = []
         for op in _groups(root):
@@ -231,7 +231,7 @@ def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, t
         if not out and launches(root.op.name):
             out.append(Item("host", host_us=host_us_per_launch))
         if _has_sync(root):
-            out.append(Item("sync", round_trip_us=read_us))
+            out.append(Item("sync"))
         return out
     return expand
 
