@@ -41,14 +41,14 @@ def attend(placement, func, args: tuple, kwargs: dict):
     else:
         memory = placement.memory
         if memory is not None:
-            memory.in_attention(True)
+            memory.in_kernel(True)
         try:
             out = func(*args, **kwargs)
             if isinstance(out, Tensor) and out.dim() == 4:  # a GPU kernel's output is laid out (B, S, H, D)
                 out = out.transpose(1, 2).contiguous().transpose(1, 2)
         finally:
             if memory is not None:
-                memory.in_attention(False)
+                memory.in_kernel(False)
         if isinstance(out, Tensor) and out.grad_fn is not None:
             _saved_as_a_kernel_saves(placement, out, inputs)
     if on_device and isinstance(out, Tensor):
@@ -72,7 +72,7 @@ def _saved_as_a_kernel_saves(placement, out: Tensor, inputs: list) -> None:
 
     def backward_begins(grad_outputs):
         if placement.memory is not None:
-            placement.memory.in_attention(True)
+            placement.memory.in_kernel(True)
 
     def made(key: int):  # the tensor's id, not the tensor: a hook that held its tensor would keep it alive
         def hook(grad):  # the kernel's dq, dk or dv
@@ -83,7 +83,7 @@ def _saved_as_a_kernel_saves(placement, out: Tensor, inputs: list) -> None:
             if not waiting:
                 held.clear()
                 if tracker is not None:
-                    tracker.in_attention(False)
+                    tracker.in_kernel(False)
                     if lse is not None:
                         tracker.released(lse)
         return hook

@@ -178,7 +178,7 @@ class DeviceMemory:
                 record["category"] = category
 
     # -- an attention kernel (attention.py) ---------------------------------------------------------
-    def in_attention(self, running: bool) -> None:
+    def in_kernel(self, running: bool) -> None:
         """An attention runs the CPU's math path (forward, or its backward), or it ended: what it allocates
         meanwhile is inside a GPU's kernel, never in its allocator."""
         self._attention = running

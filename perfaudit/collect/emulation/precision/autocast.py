@@ -52,7 +52,9 @@ def follow_autocast(mode) -> None:
                 mode.handlers.pop(func, None)
         half = None
         if dtype is not None and slow_half(dtype):
-            half = half_handlers.get(dtype) or half_handlers.setdefault(dtype, half_math_handler(mode, dtype))
+            if dtype not in half_handlers:
+                half_handlers[dtype] = half_math_handler(mode, dtype)
+            half = half_handlers[dtype]
         for func in MATRIX_FUNCTIONS:
             if half is not None:
                 mode.handlers[func] = half

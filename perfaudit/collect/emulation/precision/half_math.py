@@ -136,33 +136,35 @@ def _inside_kernel(placement, made: list):
     """What is allocated inside is the kernel's own, not the device's; what is put in `made` is its output."""
     memory = placement.memory
     if memory is not None:
-        memory.in_attention(True)
+        memory.in_kernel(True)
     try:
         yield made
     finally:
         if memory is not None:
-            memory.in_attention(False)
+            memory.in_kernel(False)
             for t in made:
                 memory.made_on_device(t, "temporaries")
+
+
+# the CPU's autocast flag: by device type since torch 2.4, its own functions before
+if hasattr(torch, "get_autocast_dtype"):
+    def _cpu_autocast() -> bool: return torch.is_autocast_enabled("cpu")
+    def _set_cpu_autocast(on: bool) -> None: torch.set_autocast_enabled("cpu", on)
+else:
+    def _cpu_autocast() -> bool: return torch.is_autocast_cpu_enabled()
+    def _set_cpu_autocast(on: bool) -> None: torch.set_autocast_cpu_enabled(on)
 
 
 @contextlib.contextmanager
 def _cpu_autocast_off():
     """The CPU's autocast off inside, set by its flag: a `torch.autocast` region would be the script's own in
     the records (autocast.py notes every region entered)."""
-    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4: the flag by device type
-        was = torch.is_autocast_enabled("cpu")
-        torch.set_autocast_enabled("cpu", False)
-    else:
-        was = torch.is_autocast_cpu_enabled()
-        torch.set_autocast_cpu_enabled(False)
+    was = _cpu_autocast()
+    _set_cpu_autocast(False)
     try:
         yield
     finally:
-        if hasattr(torch, "get_autocast_dtype"):
-            torch.set_autocast_enabled("cpu", was)
-        else:
-            torch.set_autocast_cpu_enabled(was)
+        _set_cpu_autocast(was)
 
 
 def _float(items: list) -> list:
