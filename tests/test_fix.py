@@ -12,6 +12,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import ROOT, SAMPLES, perfaudit
 from perfaudit.engine.loader import load_rules
@@ -298,6 +300,57 @@ def test_fixes_on_the_emulated_cuda_path_are_the_gpus_and_name_the_scripts_own_o
     assert re.search(r"DATA001\s+num_workers comes from `args.workers`, the script's option --workers \(at line 24\): "
                      r"run it with `--workers \d+`", said), said
     assert "nothing at that line" not in said, said
+
+
+def test_a_loader_a_partial_makes_gets_its_workers_in_the_partial(realistic_reports, tmp_path):
+    """partial_loader_norm_wrapper.py's Trainer calls `loader_factory(...)`, a `partial(DataLoader, num_workers=0,
+    ...)` made in main(): DATA001 stands on the call, and `fix` sets the workers in the partial (it was "nothing
+    at that line", a change to make by hand)."""
+    script = ROOT / "tests" / "realistic" / "partial_loader_norm_wrapper.py"
+    proc = perfaudit("fix", str(script), "--from", realistic_reports[script.name]["report_path"], "--select", "DATA001")
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert "DATA001 partial(DataLoader, ..., num_workers=2, persistent_workers=True), which makes the loader at " \
+           "line 53" in said, said
+    changed = [line for line in proc.stdout.splitlines()[2:] if line[:1] in "+-"]
+    assert len(changed) == 4 and "partial(DataLoader, batch_size=args.batch_size, num_workers=2," in changed[2], changed
+    # away from the finding's line the edit moves no line below it: another fix between them still lands
+    path = _write(tmp_path, '''\
+        from functools import partial
+        import torch.utils.data
+        make = partial(
+            torch.utils.data.DataLoader,
+            batch_size=8,
+        )
+        def build(ds):
+            conv = nn.Conv2d(3, 8, 3)
+            return make(ds, shuffle=True), conv
+        ''')
+    plan = plan_fixes([_finding("DATA001", path, 9, kind="loader_workers", params={"workers": 2}),
+                       _finding("BN001", path, 8, kind="conv_bias_off")], str(tmp_path))
+    assert plan.files[0].fixed.splitlines()[4:8] == [
+        "    batch_size=8, num_workers=2, persistent_workers=True,", ")", "def build(ds):",
+        "    conv = nn.Conv2d(3, 8, 3, bias=False)"], plan.files[0].fixed
+
+
+LOADER_CODE = st.sampled_from([
+    "make = partial(DataLoader, batch_size=8, num_workers=0)", "make = functools.partial(data.DataLoader, **opts)",
+    "self.make = partial(DataLoader)", "make = partial()", "make = partial(*args)", "make = partial(x=DataLoader)",
+    "a = b = partial(DataLoader, num_workers=n)", "Trainer(make=partial(DataLoader, num_workers=0,))",
+    "loader = make(ds, shuffle=True)", "loader = self.make(ds)", "loader = make", "x = make(make(ds))",
+    "loader = DataLoader(ds, num_workers=0)", "make = partial(DataLoader, num_workers=w,\n    pin_memory=True,\n)",
+    "make = partial(Other, num_workers=0)", "def f(make=partial(DataLoader)):\n    return make(1)"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(LOADER_CODE, min_size=1, max_size=8), st.integers(0, 12), st.integers(-1, 4))
+def test_the_workers_edit_of_any_file_gives_code_that_parses_or_changes_nothing(fragments, line, workers):
+    import libcst as cst
+    source = "\n".join(fragments) + "\n"
+    edit = EDITS["loader_workers"]({line}, {"workers": workers})
+    fixed = cst.MetadataWrapper(cst.parse_module(source)).visit(edit).code
+    cst.parse_module(fixed)
+    assert (fixed != source) == bool(edit.outcome.changed)
+    assert len(fixed.splitlines()) - len(source.splitlines()) <= 2 * len(edit.outcome.changed)
 
 
 def test_a_diff_applies_where_the_command_ran(tmp_path):

@@ -94,9 +94,10 @@ def _kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
     return cst.Arg(value=value, keyword=cst.Name(name), equal=eq)
 
 
-def set_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+def set_kwarg(call: cst.Call, name: str, value: cst.BaseExpression, inline: bool = False) -> cst.Call:
     """`name=value` replaced if present, else appended in the call's own layout (a multi-line call
-    keeps one argument per line and its trailing comma)."""
+    keeps one argument per line and its trailing comma); `inline`: on the last argument's line, so that no
+    line below moves (an edit away from the finding's own lines)."""
     args = list(call.args)
     for i, arg in enumerate(args):
         if arg.keyword is not None and arg.keyword.value == name:
@@ -108,6 +109,8 @@ def set_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
     last = args[-1]
     if isinstance(last.comma, cst.Comma):   # a trailing comma: the new argument takes it over
         separator = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else last.comma
+        if inline:
+            separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         args[-1] = last.with_changes(comma=separator)
         new = new.with_changes(comma=last.comma)
     else:

@@ -1,16 +1,50 @@
 """The edits of a DataLoader and the copies of its batches: pinned memory with non-blocking copies (COPY001),
-worker processes (DATA001), on the loader the run saw; a worker count that comes from the script's own option
-is given as that option to pass."""
+worker processes (DATA001), on the loader the run saw, or on the `partial(DataLoader, ...)` the line that made it
+called; a worker count that comes from the script's own option is given as that option to pass."""
 from __future__ import annotations
 
 import libcst as cst
 
 from ..static.batch_option import loader_option
-from .cst import LineTransformer, call_attr, edit, has_star, keyword, set_kwarg
+from .cst import LineTransformer, call_attr, dotted, edit, has_star, keyword, set_kwarg
 
 
 def _loader_call(node: cst.Call) -> bool:
     return call_attr(node) == "DataLoader"
+
+
+def _loader_partial(node: cst.BaseExpression) -> bool:
+    """`partial(DataLoader, ...)`, `functools.partial(torch.utils.data.DataLoader, ...)`."""
+    if not isinstance(node, cst.Call) or call_attr(node) != "partial" or not node.args:
+        return False
+    first = node.args[0]
+    return first.keyword is None and not first.star and dotted(first.value).rsplit(".", 1)[-1] == "DataLoader"
+
+
+class _Factories(cst.CSTVisitor):
+    """The names a file binds to a partial of DataLoader (`make = partial(DataLoader, ...)`, `self.make = ...`,
+    `Trainer(make=partial(DataLoader, ...))`) -> those partials; and every call, to find the located ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.bound: dict[str, list[cst.Call]] = {}
+        self.calls: list[cst.Call] = []
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if _loader_partial(node.value):
+            for target in node.targets:
+                self._bind(dotted(target.target), node.value)
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None and _loader_partial(node.value):
+            self._bind(node.keyword.value, node.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def _bind(self, name: str, call) -> None:
+        if name:
+            self.bound.setdefault(name.rsplit(".", 1)[-1], []).append(call)
 
 
 @edit("pin_memory")
@@ -47,8 +81,23 @@ class PinMemory(LineTransformer):
 
 @edit("loader_workers")
 class LoaderWorkers(LineTransformer):
+    """num_workers on the DataLoader(...) at the located line; where that line calls a name the file binds to one
+    `partial(DataLoader, ...)` (a loader factory passed to a trainer), on that partial."""
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        found = _Factories()
+        node.visit(found)
+        self.via: dict[int, int] = {}   # id(partial) -> the located line whose call it makes the loader
+        for call in found.calls:
+            line = None if _loader_call(call) else self.hit(call)
+            partials = found.bound.get(call_attr(call), []) if line is not None else []
+            if line is not None and len(partials) == 1:
+                self.via.setdefault(id(partials[0]), line)
+        return True
+
     def leave_Call(self, original, updated):
-        if not _loader_call(original) or self.hit(original) is None:
+        via = self.via.get(id(original))
+        if via is None and (not _loader_call(original) or self.hit(original) is None):
             return updated
         workers = self.params.get("workers")
         if self.params.get("on_device"):
@@ -70,8 +119,11 @@ class LoaderWorkers(LineTransformer):
                      f"{workers} its default") if opt else f": set it to {workers} where that is defined"
             self.refused(original, f"num_workers comes from `{code}`{where}")
             return updated
-        updated = set_kwarg(updated, "num_workers", cst.Integer(str(workers)))
+        inline = via is not None   # away from the finding's line: move no line below
+        updated = set_kwarg(updated, "num_workers", cst.Integer(str(workers)), inline)
         if keyword(original, "persistent_workers") is None:
-            updated = set_kwarg(updated, "persistent_workers", cst.Name("True"))
-        self.changed(original, f"num_workers={workers}, persistent_workers=True")
+            updated = set_kwarg(updated, "persistent_workers", cst.Name("True"), inline)
+        what = f"num_workers={workers}, persistent_workers=True"
+        self.changed(original, what if via is None else f"partial(DataLoader, ..., {what}), which makes the "
+                                                         f"loader at line {via}")
         return updated
