@@ -152,3 +152,7 @@ def checked_probes(probes) -> tuple[dict, list[str]]:
 # counts the first's matrix ops as 16-bit and leaves the second's out.
 HALF_MATH_RANGE = "perfaudit::half"
 ASIDE_RANGE = "perfaudit::aside"
+# An empty range the emulated device writes where the host would wait for the GPU: a read of a value on the
+# device, a blocking copy back, a synchronize() (collect/emulation/placement.py). A CPU trace cannot tell such a
+# read from torch's reads of its own host tensors (an optimizer's step counters): the projection counts only these.
+SYNC_RANGE = "perfaudit::sync"

@@ -55,6 +55,7 @@ def inputs_of(ctx: Context) -> Inputs:
         plain = plain_timing(ctx)
         inputs.plain_fetch_ms = plain[0] if plain is not None else None
     if not trace.has_gpu and emulated(ctx):
+        inputs.marked_syncs = True   # the emulated device marked its reads of device values (SYNC_RANGE)
         # the probe's shape is checked when the trace is read (probe_schema.py): rows of dicts, or no probe
         rows = (ctx.probes.get("cuda_emulation") or {}).get("autocast") or []
         regions = [e for e in rows if e["device_type"] == "cuda" and e.get("enabled")]

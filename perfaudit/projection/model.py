@@ -34,6 +34,7 @@ class Inputs:
     batch_bytes: int = 0           # a CPU run: the batch copied to the device each step
     pinned: bool = False
     blocking: bool = True
+    marked_syncs: bool = False     # the run marked where the host waits for the device (the emulated device)
 
 
 @dataclass
@@ -129,10 +130,10 @@ class Projector:
                 work = replace(work, precision=precision)
             return kernel_us(work, target, cal)
         host_us = cal["host_us_per_kernel" if own_cost is not None else "host_us_per_kernel_profiled"]
+        read_us = cal.get("read_round_trip_us", 0.0) if self.inputs.marked_syncs else None
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
-                                                         self.inputs.tf32_conv, self.inputs.bf16_as), own_cost,
-                     self.undisturbed,
-                     self.freed, self.host_waited)
+                                                         self.inputs.tf32_conv, self.inputs.bf16_as, read_us),
+                     own_cost, self.undisturbed, self.freed, self.host_waited)
         if self.inputs.workers and not self.inputs.worker_ms_per_batch:
             _hand_off_only(plans)
         if self.inputs.plain_fetch_ms is not None:

@@ -17,6 +17,8 @@ class Item:
     pageable: bool = False    # a host-to-device copy from pageable memory
     own_us: float = 0.0       # what perfaudit's recording cost in it: a fetch's calls and ops; a Python gap's
                               # own frames and device mode
+    round_trip_us: float = 0.0  # a sync's read of the value once the queue drained (the copy back, the wait's
+                                # return): on a GPU a read costs this even when nothing is queued
 
 
 @dataclass

@@ -73,7 +73,7 @@ def simulate(plans: list[StepPlan], pipeline: Pipeline | None = None) -> Project
                     c.host = max(c.host, c.compute_free)
                     c.after_sync = True
             elif item.kind == "sync":
-                c.host = max(c.host, c.compute_free, c.comm_free)
+                c.host = max(c.host, c.compute_free, c.comm_free) + item.round_trip_us
                 c.after_sync = True
             elif item.kind == "data":
                 what = "data"

@@ -13,7 +13,7 @@ from operator import attrgetter
 
 import msgspec
 
-from ..probe_schema import ASIDE_RANGE, HALF_MATH_RANGE
+from ..probe_schema import ASIDE_RANGE, HALF_MATH_RANGE, SYNC_RANGE
 from ..trace.model import Event, Step, Trace
 from .kernels import Work
 from .overhead import OwnCost
@@ -56,7 +56,7 @@ def _groups(node: _Node, half: str | None = None) -> list[Event]:
     name = node.op.name
     if name.startswith(HALF_MATH_RANGE):
         half = "c10::Half" if "float16" in name and "bfloat16" not in name else "c10::BFloat16"
-    elif name == ASIDE_RANGE:
+    elif name in (ASIDE_RANGE, SYNC_RANGE):
         return []
     if name in GROUP_OPS:
         return [_typed(node.op, half) if half is not None else node.op]
@@ -72,8 +72,12 @@ def _typed(op: Event, half: str) -> Event:
     return msgspec.structs.replace(op, args={**op.args, "Input type": types})
 
 
-def _has_sync(node: _Node) -> bool:
-    return node.op.name in SYNC_OPS or any(_has_sync(c) for c in node.children)
+def _has_sync(node: _Node, marked: bool = False) -> bool:
+    """Whether the host waits for the GPU in this tree: an op that reads a value back, or where the run marked
+    its waits (the emulated device, probe_schema.SYNC_RANGE), only there."""
+    if node.op.name == SYNC_RANGE or (not marked and node.op.name in SYNC_OPS):
+        return True
+    return any(_has_sync(c, marked) for c in node.children)
 
 
 MAX_EVENTS = 30_000   # host events replayed at most: every measured step, or a run of them that holds this many
@@ -109,7 +113,7 @@ class _Index:
 
     def __init__(self, trace: Trace):
         self.ops = [e for e in trace.host if e.kind == "op"
-                    or (e.kind == "annotation" and e.name.startswith((HALF_MATH_RANGE, ASIDE_RANGE)))]
+                    or (e.kind == "annotation" and e.name.startswith((HALF_MATH_RANGE, ASIDE_RANGE, SYNC_RANGE)))]
         self.op_starts = [e.ts for e in self.ops]
         self.data = [e for e in trace.host if e.name.startswith(DATALOADER)]
         self.data_starts = [e.ts for e in self.data]
@@ -219,10 +223,13 @@ def _outside(roots: list[_Node], ranges: list[tuple[float, float]]) -> list[_Nod
 
 # -- a CPU trace: each op's kernels from its shapes ---------------------------------------------------------------
 def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, tf32_matmul: bool = False,
-                tf32_conv: bool = True, bf16_as: str = "bf16") -> Callable[[_Node], list[Item]]:
+                tf32_conv: bool = True, bf16_as: str = "bf16", read_us: float | None = None
+                ) -> Callable[[_Node], list[Item]]:
     """A root op on the GPU: the host dispatches and launches each kernel (`host_us_per_launch`, not the
     CPU's compute, which the op's recorded time is), the kernels run for what the model says, and an op
-    that reads a device value on the host waits for the queue."""
+    that reads a device value on the host waits for the queue. `read_us`: where the run marked its reads of
+    device values (the emulated device), only those wait, then this long for the value to come back;
+    unmarked (a plain CPU run), every op that would read a value back waits, for the queue alone."""
     def expand(root: _Node) -> list[Item]:
         out = []
         for op in _groups(root):
@@ -230,8 +237,8 @@ def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, t
             out.append(Item("launch", host_us=host_us_per_launch * work.kernels, gpu_us=kernel_us(work)))
         if not out and launches(root.op.name):
             out.append(Item("host", host_us=host_us_per_launch))
-        if _has_sync(root):
-            out.append(Item("sync"))
+        if _has_sync(root, read_us is not None):
+            out.append(Item("sync", round_trip_us=read_us or 0.0))
         return out
     return expand
 

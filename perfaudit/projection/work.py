@@ -233,4 +233,4 @@ def _sdpa_flops(op: Event) -> float:
 
 def launches(name: str) -> bool:
     """Whether an op of this name can launch a kernel of its own (a leaf that is no view or allocation)."""
-    return "::" in name and not name.startswith("autograd::") and name not in NO_KERNEL
+    return "::" in name and not name.startswith(("autograd::", "perfaudit::")) and name not in NO_KERNEL

@@ -16,7 +16,9 @@ import types
 import torch
 import torch.utils._device as _device_context
 from torch.overrides import TorchFunctionMode
+from torch.profiler import record_function
 
+from ...probe_schema import SYNC_RANGE
 from ..internal import record_internal_error
 from ..userframes import is_user_file, library_reader, user_site
 from .attention import attend
@@ -327,12 +329,16 @@ class Placement(TorchFunctionMode):
             self._entry(self.reads, f"{name} {inside}", user_site(3), api=name, blocking=blocking, inside=inside)
         except Exception as exc:  # noqa: BLE001
             record_internal_error("CUDA emulation", exc)
+        if blocking:
+            _host_waits()
 
     def cuda_call(self, api: str) -> None:
         try:
             self._entry(self.calls, api, user_site(3), api=api)
         except Exception as exc:  # noqa: BLE001
             record_internal_error("CUDA emulation", exc)
+        if api.endswith("synchronize"):  # torch.cuda / torch.accelerator / a stream's / an event's
+            _host_waits()
 
     def autocast_entered(self, device_type: str, dtype, enabled: bool) -> None:
         self._entry(self.autocast, device_type, user_site(3), device_type=device_type,
@@ -367,20 +373,14 @@ class Placement(TorchFunctionMode):
 
     # -- DataLoader batches ------------------------------------------------------------------------
     def loader_batch(self, batch, depth: int = 0) -> None:
-        if depth > 4:
-            return
         if isinstance(batch, Tensor):
             self.from_loader.add(batch)
-        elif isinstance(batch, dict):
-            for v in batch.values():
-                self.loader_batch(v, depth + 1)
-        elif isinstance(batch, (list, tuple)):
-            for v in batch:
+        elif depth <= 4 and isinstance(batch, (dict, list, tuple)):
+            for v in batch.values() if isinstance(batch, dict) else batch:
                 self.loader_batch(v, depth + 1)
 
     def snapshot(self) -> dict:
-        def rows(table):
-            return [dict(v) for v in table.values()][:200]
+        rows = lambda table: [dict(v) for v in table.values()][:200]  # noqa: E731
         return {"copies": rows(self.copies), "reads": rows(self.reads), "calls": rows(self.calls),
                 "autocast": rows(self.autocast), "params_on_device": len(self.on_device),
                 "placements": self.placements, "device_ops": self.device_ops}
@@ -392,3 +392,9 @@ class Placement(TorchFunctionMode):
         if copied_from_host:
             self._copy_in(None, tensor_bytes(t), non_blocking=False, api="torch.cuda.*Tensor(data)")
         return t
+
+
+def _host_waits() -> None:
+    """Mark where a GPU's host would wait for the device: the projection's syncs (probe_schema.SYNC_RANGE)."""
+    with record_function(SYNC_RANGE):
+        pass
