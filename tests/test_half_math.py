@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT, perfaudit, run_trace_json
-from perfaudit.collect.emulation.precision.half_math import in_float32
+from perfaudit.collect.emulation.placement import Placement
+from perfaudit.collect.emulation.precision.half_math import half_math_handler, in_float32
 from perfaudit.probe_schema import ASIDE_RANGE, HALF_MATH_RANGE
 from perfaudit.projection.timeline import _groups, _Node
 from perfaudit.trace.model import Event
@@ -23,23 +24,38 @@ class _NoMemory:
 
 @pytest.mark.parametrize("func, shapes", [(F.linear, [(8, 32), (16, 32), (16,)]),
                                           (F.conv2d, [(2, 3, 8, 8), (4, 3, 3, 3), (4,)]),
-                                          (torch.bmm, [(2, 5, 7), (2, 7, 3)])])
+                                          (torch.bmm, [(2, 5, 7), (2, 7, 3)]),
+                                          (torch.einsum, ["bhqd,bhkd->bhqk", (2, 3, 5, 8), (2, 3, 6, 8)])])
 def test_float32_math_gives_the_16_bit_ops_results_and_gradients(func, shapes):
     torch.manual_seed(0)
-    inputs = [torch.randn(s, requires_grad=True) for s in shapes]
+    args = [s if isinstance(s, str) else torch.randn(s, requires_grad=True) for s in shapes]
+    inputs = [a for a in args if isinstance(a, torch.Tensor)]
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        expected = func(*inputs)
+        expected = func(*args)
     expected.float().square().sum().backward()
     want = [t.grad.clone() for t in inputs]
     for t in inputs:
         t.grad = None
-    out = in_float32(func, inputs, {}, torch.bfloat16, _NoMemory(), {})
+    out = in_float32(func, args, {}, torch.bfloat16, _NoMemory(), {})
     assert out.dtype == torch.bfloat16 and out.shape == expected.shape
     torch.testing.assert_close(out.float(), expected.float(), rtol=0.02, atol=0.05)
     out.float().square().sum().backward()
     for t, w in zip(inputs, want):
         assert t.grad.dtype == t.dtype
         torch.testing.assert_close(t.grad, w, rtol=0.05, atol=0.2)
+
+
+def test_einsum_with_its_operands_in_a_list_takes_the_float32_math_too():
+    """`torch.einsum(eq, [a, b])`, the older form, reaches the device's mode as one list: each operand is an input
+    of its own there, cast and differentiated as in `einsum(eq, a, b)`."""
+    mode = Placement()
+    a, b = torch.randn(4, 8, requires_grad=True), torch.randn(8, 3, requires_grad=True)
+    mode.on_device.add(a)
+    handle = half_math_handler(mode, torch.bfloat16)
+    out = handle(torch.einsum, ("ij,jk->ik", [a, b]), {})
+    assert out.dtype == torch.bfloat16 and mode.on_device.has(out)
+    out.float().sum().backward()
+    assert a.grad is not None and b.grad is not None and a.grad.dtype == torch.float32
 
 
 def test_a_gradient_penalty_differentiates_through_the_float32_math():

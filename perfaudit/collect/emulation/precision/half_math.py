@@ -23,10 +23,11 @@ from torch.profiler import record_function
 from ....probe_schema import ASIDE_RANGE as ASIDE
 from ....probe_schema import HALF_MATH_RANGE as RANGE
 
-# the matrix ops a script calls from Python (nn.Linear, nn.Conv*, `@`), as a TorchFunctionMode sees them
+# the matrix ops a script calls from Python (nn.Linear, nn.Conv*, `@`, einsum: its products are bmm's, which
+# autocast casts), as a TorchFunctionMode sees them
 MATRIX_FUNCTIONS = (F.linear, torch.matmul, Tensor.matmul, Tensor.__matmul__, torch.mm, Tensor.mm, torch.bmm,
                     Tensor.bmm, torch.addmm, torch.baddbmm, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d,
-                    F.conv_transpose2d, F.conv_transpose3d)
+                    F.conv_transpose2d, F.conv_transpose3d, torch.einsum)
 # each one's argument that is only added to the product (a bias): no other gradient needs it
 _ADDED = {F.linear: 2, F.conv1d: 2, F.conv2d: 2, F.conv3d: 2, F.conv_transpose1d: 2, F.conv_transpose2d: 2,
           F.conv_transpose3d: 2, torch.addmm: 0, torch.baddbmm: 0}
@@ -178,6 +179,8 @@ def half_math_handler(mode, dtype: torch.dtype):
 
     def handle(func, args, kwargs):
         on_device = mode.on_device
+        if func is torch.einsum and len(args) == 2 and isinstance(args[1], (list, tuple)):
+            args = (args[0], *args[1])  # its operands as one list: each an input of its own
         if "out" in kwargs or not any(type(a) is Tensor and on_device.has(a) for a in args) or any(
                 isinstance(a, Tensor) and a.dtype == torch.float64 for a in args):  # CUDA's autocast: device
             return func(*args, **kwargs)  # tensors only, and no float64 (torch's own path says what it does)
