@@ -22,7 +22,8 @@ class _NoMemory:
     memory = None
 
 
-@pytest.mark.parametrize("func, shapes", [(F.linear, [(8, 32), (16, 32), (16,)]),
+@pytest.mark.parametrize("func, shapes", [(F.linear, [(8, 32), (16, 32), (16,)]), (F.linear, [(2, 5, 32), (16, 32)]),
+                                          (torch.mm, [(6, 9), (9, 4)]),
                                           (F.conv2d, [(2, 3, 8, 8), (4, 3, 3, 3), (4,)]),
                                           (torch.bmm, [(2, 5, 7), (2, 7, 3)]),
                                           (torch.einsum, ["bhqd,bhkd->bhqk", (2, 3, 5, 8), (2, 3, 6, 8)])])

@@ -91,6 +91,10 @@ class InFloat32(torch.autograd.Function):
         needs, graph = ctx.needs_input_grad[4:], torch.is_grad_enabled()  # graph: backward's own is wanted
         with record_function(f"{RANGE}({ctx.dtype})"), _cpu_autocast_off(), \
                 _inside_kernel(ctx.placement, []) as made:
+            if not graph and not ctx.kwargs and ctx.func in _PRODUCTS:
+                result = _product_grads(ctx, grad, needs)
+                made.extend(r for r in result if r is not None)
+                return (None, None, None, None, *result)
             with record_function(ASIDE), torch.enable_grad():
                 inputs = list(ctx.others)
                 for i in ctx.at:  # an input no gradient needs, not kept: zeros of its shape stand for it
@@ -111,6 +115,35 @@ class InFloat32(torch.autograd.Function):
                     result[i] = g.to(ctx.dtype)
             made.extend(r for r in result if r is not None)
         return (None, None, None, None, *result)
+
+
+_PRODUCTS = {F.linear, torch.mm, Tensor.mm, torch.bmm, Tensor.bmm}
+
+
+def _product_grads(ctx, grad: Tensor, needs) -> list:
+    """A linear layer's or a (batched) matrix product's input gradients from their formulas, in float32 (two
+    products, as a GPU's backward makes them), in the inputs' 16-bit type: not the forward again under autograd.
+    The inputs kept (InFloat32.forward) are the ones these need."""
+    saved = dict(zip(ctx.kept, ctx.saved_tensors))
+    with record_function(ASIDE):
+        g = grad.float()
+        wide = {i: t.float() for i, t in saved.items()}
+    result: list = [None] * len(needs)
+    if ctx.func is F.linear:
+        rows = g.reshape(-1, g.shape[-1])
+        if needs[0]:
+            result[0] = g @ wide[1]
+        if needs[1]:
+            result[1] = rows.T @ wide[0].reshape(-1, wide[0].shape[-1])
+        if len(needs) > 2 and needs[2]:
+            result[2] = rows.sum(0)
+    else:
+        if needs[0]:
+            result[0] = g @ wide[1].transpose(-1, -2)
+        if needs[1]:
+            result[1] = wide[0].transpose(-1, -2) @ g
+    with record_function(ASIDE):
+        return [r.to(ctx.dtype) if r is not None else None for r in result]
 
 
 def in_float32(func, args, kwargs: dict, dtype: torch.dtype, placement, cache: dict) -> Tensor:
