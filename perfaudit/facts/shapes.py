@@ -4,6 +4,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter
 
+from ..projection.work import op_flops
+from .flops.counted import counted_ops
 from .registry import Context, Missing, fact
 from .sites import Site, site_from_probe
 
@@ -30,8 +32,9 @@ def _signature(ctx: Context, names: set[str]) -> list[tuple]:
 
 
 @fact("shapes.conv", "Convolution input shapes across the recorded steps (one a busy CPU delayed too): "
-                     "conv count per step, and "
-                     "whether the shapes were the same in every step.", needs=("shapes",))
+                     "conv count per step, whether the shapes were the same in every step, and the "
+                     "convolutions' share of the step's matrix FLOPs (flops_share_pct, from the shapes).",
+      needs=("shapes",))
 def conv_shapes(ctx: Context) -> dict:
     ctx.need_trace()
     signatures = _signature(ctx, CONV_OPS)
@@ -40,7 +43,15 @@ def conv_shapes(ctx: Context) -> dict:
         raise Missing("no convolutions in the measured steps")
     distinct = len(set(signatures))
     return {"per_step": convs, "distinct_signatures": distinct, "fixed": distinct == 1,
-            "steps": len(signatures)}
+            "steps": len(signatures), "flops_share_pct": _conv_flops_share(ctx)}
+
+
+def _conv_flops_share(ctx: Context) -> float | None:
+    """The convolutions' share of the FLOPs the measured steps' matrix, convolution and attention ops carry (%):
+    a patch embedding in a transformer is about 1 %, a ResNet's convolutions all of it."""
+    flops = [(op.name in CONV_OPS, op_flops(op)) for op in counted_ops(ctx)]
+    total = sum(f for _, f in flops)
+    return 100.0 * sum(f for conv, f in flops if conv) / total if total else None
 
 
 @fact("shapes.varying", "How often the input shapes of matmul/conv/embedding ops changed between steps: "
