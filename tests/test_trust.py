@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -549,3 +550,22 @@ def test_the_optimizer_time_is_taken_from_the_steps_the_figures_are_made_of():
     assert [s.number for s in ctx.steps] == [2, 3, 5, 6, 7]
     sgd = _step_ops(ctx)["SGD"]
     assert sgd["ms_per_step"] == pytest.approx(0.3) and sgd["ops_per_step"] == pytest.approx(4)
+
+
+def test_empty_cache_is_counted_over_the_measured_steps_only(sample_report, run_dir, tmp_path):
+    """A recording holds steps the report does not measure (the window's warm-up, steps left out as unlike the
+    rest): MEM001's calls per step are the measured steps' own. A script with gradient accumulation that called
+    empty_cache() each micro-batch was told 3.2 calls a step for its 2, the window's extra steps counted in."""
+    sample_report("empty_cache_bad.py")
+    trace = run_trace_json(Path(run_dir) / "empty_cache_bad" / "trace.json.gz")
+    [entry] = trace["perfaudit"]["probes"]["empty_cache"]
+    measured = sum(entry["by_step"].values())
+    entry["by_step"].update({"-1": 4, "999": 4})  # calls in steps that were recorded but are not measured
+    entry["window_calls"] = measured + 8
+    edited = tmp_path / "trace.json.gz"
+    edited.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    out = tmp_path / "report.json"
+    proc = perfaudit("analyze", str(edited), "-f", f"json={out}")
+    assert out.exists(), proc.stderr
+    [finding] = [f for f in json.loads(out.read_text())["findings"] if f["rule"] == "MEM001"]
+    assert "called 1.0 time(s) per step" in finding["message"], finding["message"]

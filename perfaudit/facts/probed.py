@@ -1,6 +1,7 @@
 """Patterns only the live process shows: DataParallel wrappers, empty_cache() calls (T15, T18)."""
 from __future__ import annotations
 
+from .emulated import in_measured_steps
 from .registry import Context, fact
 from .sites import Site, site_from_probe
 
@@ -20,7 +21,7 @@ def data_parallel_sites(ctx: Context) -> list[Site]:
     return sites
 
 
-@fact("mem.empty_cache_sites", "torch.cuda.empty_cache() calls made inside the recorded window, by line.")
+@fact("mem.empty_cache_sites", "torch.cuda.empty_cache() calls made in the measured steps, by line.")
 def empty_cache_sites(ctx: Context) -> list[Site]:
     n = len(ctx.steps)
     sites = []
@@ -28,7 +29,12 @@ def empty_cache_sites(ctx: Context) -> list[Site]:
         if not entry.get("window_calls"):
             continue
         site = site_from_probe(ctx, entry.get("site"), "torch.cuda.empty_cache()")
-        site.count = entry["window_calls"]
-        site.steps_seen = set(range(min(entry["window_calls"], n)))
+        if "by_step" in entry:  # the window's warm-up and the steps left out (a busy CPU) are not counted
+            by_step = in_measured_steps(ctx, entry)
+            if not by_step:
+                continue
+            site.count, site.steps_seen = sum(by_step.values()), set(by_step)
+        else:  # a record from before perfaudit counted by step
+            site.count, site.steps_seen = entry["window_calls"], set(range(min(entry["window_calls"], n)))
         sites.append(site)
     return sites

@@ -170,10 +170,12 @@ class Probes(LoaderProbes):
     def _empty_cache(self, args, kwargs):
         site = user_site(3) or {}
         key = (site.get("path"), site.get("line"))
-        entry = self.empty_cache.setdefault(key, {"site": site, "calls": 0, "window_calls": 0})
+        entry = self.empty_cache.setdefault(key, {"site": site, "calls": 0, "window_calls": 0, "by_step": {}})
         entry["calls"] += 1
-        if self.window_step() is not None:
+        step = self.window_step()
+        if step is not None:  # by step: the report counts the measured steps' calls alone
             entry["window_calls"] += 1
+            entry["by_step"][str(step)] = entry["by_step"].get(str(step), 0) + 1
 
     # -- module order over one step --------------------------------------------------------------
     def start_module_trace(self) -> None:
