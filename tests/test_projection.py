@@ -124,6 +124,9 @@ def test_a_read_costs_its_round_trip_on_an_idle_gpu_and_its_fix_saves_it(realist
     report = realistic_reports["policy_gradient.py"]["run"]
     sync = next(f for f in report["findings"] if f["rule"] == "SYNC001")
     assert 0.2 <= sync["projected_ms_per_step"] <= 0.5 * report["projection"]["step_ms"], sync
+    # the reads were of device values on the emulated CUDA path, not a CPU-only run's
+    assert any(n.startswith("Seen on the CUDA path (emulated)") for n in sync["notes"]), sync["notes"]
+    assert not any(n.startswith("CPU-only run") for n in sync["notes"]), sync["notes"]
 
 
 def _host_op(name, ts, dur):
