@@ -30,8 +30,7 @@ def with_projected_costs(findings: list[Finding], rules: list[Rule], ctx: Contex
             for i in indices:
                 measured = findings[i].cost.ms_per_step
                 if measured is None and findings[i].evidence.get("projected"):  # seen on the projection only:
-                    scale = rules_by_id[findings[i].rule].spec.get("cost", {}).get("scale", 1.0)  # its host idle
-                    measured = projection["host_idle_ms"] * (scale if isinstance(scale, (int, float)) else 1.0)
+                    measured = _projected_host_ms(rules_by_id[findings[i].rule].spec, projection)
                 if measured:
                     out[i] = _with(findings[i], saving_ms(ctx, "host", measured), step, target)
             continue
@@ -42,6 +41,19 @@ def with_projected_costs(findings: list[Finding], rules: list[Rule], ctx: Contex
             part = w / whole if whole else 1.0 / len(indices)
             out[i] = _with(findings[i], total * part, step, target)
     return out
+
+
+def _projected_host_ms(spec: dict, projection: dict) -> float | None:
+    """The host time a fix seen on the projection alone removes: the projection's figure the rule names
+    (`projected.host_ms`), else its host-bound idle times the rule's `cost.scale`."""
+    key = spec.get("projected", {}).get("host_ms")
+    if key:
+        value: object = projection
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return float(value) if isinstance(value, (int, float)) else None
+    scale = spec.get("cost", {}).get("scale", 1.0)
+    return projection["host_idle_ms"] * (scale if isinstance(scale, (int, float)) else 1.0)
 
 
 def _with(f: Finding, ms: float, step_ms: float, target: str) -> Finding:

@@ -59,7 +59,10 @@ RULE_SCHEMA = {
         "projected": {"type": "object", "additionalProperties": False, "required": ["when", "message"],
                       "properties": {"when": _CONDITION, "message": {"type": "string", "minLength": 1},
                                      # the severity a finding on the model alone gets (default: the rule's)
-                                     "severity": {"enum": ["info", "warning", "error"]}}},
+                                     "severity": {"enum": ["info", "warning", "error"]},
+                                     # the host time its fix removes, a key of the projection (`small_kernels.
+                                     # launch_ms`); default: the projection's host-bound idle times cost.scale
+                                     "host_ms": {"type": "string", "pattern": "^[a-z_]+(\\.[a-z_]+)*$"}}},
         "notes": {"type": "array", "items": {
             "type": "object", "additionalProperties": False, "required": ["text"],
             "properties": {"when": _CONDITION, "text": {"type": "string"}}}},

@@ -101,7 +101,10 @@ def projector(ctx: Context) -> Projector:
                     "while the host waits for data), gpu_busy_share and gpu_busy_pct, host_idle_ms and "
                     "host_idle_share (GPU idle while the host runs Python and launches, of all idle), bottleneck "
                     "(data, host, sync, copies, gpu, communication), error_pct (the model's expected error), "
-                    "method, shares.")
+                    "method, shares; idle_pct (the GPU idle, % of the step); on a CPU run small_kernels: the "
+                    "modelled kernels per step (kernels_per_step), the elementwise ones under 10 µs on the "
+                    "target (per_step, share_pct) and the host's time launching them (launch_ms, "
+                    "launch_share_pct).")
 def projection(ctx: Context) -> dict:
     p = projector(ctx)
     result = p.run()
@@ -116,7 +119,8 @@ def projection(ctx: Context) -> dict:
             "error_pct": result.error_pct, "shares": dict(proj.shares),
             "busy_ms": {k: v / 1e3 for k, v in proj.busy_us.items()},
             "idle_ms": {k: v / 1e3 for k, v in proj.idle_us.items()},
-            "identity": p.recorded_on is not None and p.recorded_on == p.target}
+            "identity": p.recorded_on is not None and p.recorded_on == p.target,
+            "idle_pct": 100.0 * (1.0 - proj.gpu_busy_share), "small_kernels": p.small_kernels()}
 
 
 def saving_ms(ctx: Context, kind: str, host_saved_ms: float = 0.0) -> float:

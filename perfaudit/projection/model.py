@@ -203,6 +203,21 @@ class Projector:
                                   error_pct=self.cal["expected_error_pct"][self._error_kind()])
         return self._result
 
+    def small_kernels(self) -> dict | None:
+        """A CPU run's modelled kernels per step, the short elementwise ones among them (fusion's candidates, as
+        FUSE001 counts them on a GPU trace) and the host's time launching those (ms), as a share of the projected
+        step; None for a GPU trace (its kernels were measured)."""
+        if self.on_gpu or not self.plans:
+            return None
+        launches = [i for p in self.plans for i in p.items if i.kind == "launch"]
+        n = len(self.plans)
+        kernels, small = sum(i.kernels for i in launches) / n, sum(i.small for i in launches) / n
+        host_us = self.cal["host_us_per_kernel" if self.own_cost is not None else "host_us_per_kernel_profiled"]
+        launch_ms = small * host_us / 1e3
+        step_ms = self.run().projection.step_us / 1e3
+        return {"per_step": small, "kernels_per_step": kernels, "share_pct": 100.0 * small / kernels if kernels else 0.0,
+                "launch_ms": launch_ms, "launch_share_pct": 100.0 * launch_ms / step_ms if step_ms else 0.0}
+
     def _error_kind(self) -> str:
         if not self.on_gpu:
             return "cpu_run"

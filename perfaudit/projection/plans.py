@@ -19,6 +19,8 @@ class Item:
                               # own frames and device mode
     round_trip_us: float = 0.0  # a sync's read of the value once the queue drained (the copy back, the wait's
                                 # return): on a GPU a read costs this even when nothing is queued
+    kernels: int = 0          # kernel launches in a modelled launch (a CPU run), and how many of them are
+    small: int = 0            # short elementwise ones on the target (under SMALL_KERNEL_US: fusion's candidates)
 
 
 @dataclass

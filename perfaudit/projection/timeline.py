@@ -23,6 +23,7 @@ from .work import GROUP_OPS, SYNC_OPS, launches, work_of
 WAIT_RUNTIME = ("Synchronize", "cudaMemcpy", "hipMemcpy")   # a runtime call the host waits in
 _TS = attrgetter("ts")
 DATALOADER = "enumerate(DataLoader)#"
+SMALL_KERNEL_US = 10.0   # an elementwise kernel this short is launch-bound: what fusing saves (FUSE001's bound)
 
 
 @dataclass(slots=True)
@@ -234,7 +235,10 @@ def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, t
         out = []
         for op in _groups(root):
             work = work_of(op, tf32_matmul, tf32_conv, bf16_as)
-            out.append(Item("launch", host_us=host_us_per_launch * work.kernels, gpu_us=kernel_us(work)))
+            us = kernel_us(work)
+            small = work.kernels if work.kind == "memory" and us < SMALL_KERNEL_US * work.kernels else 0
+            out.append(Item("launch", host_us=host_us_per_launch * work.kernels, gpu_us=us, kernels=work.kernels,
+                            small=small))
         if not out and launches(root.op.name):
             out.append(Item("host", host_us=host_us_per_launch))
         if _has_sync(root, read_us is not None):
