@@ -129,7 +129,7 @@ class Projector:
             if precision and work.kind in MATH_KINDS and work.precision in ("fp32", "tf32"):
                 work = replace(work, precision=precision)
             return kernel_us(work, target, cal)
-        host_us = cal["host_us_per_kernel" if own_cost is not None else "host_us_per_kernel_profiled"]
+        host_us = self._host_us_per_launch
         read_us = cal.get("read_round_trip_us", 0.0) if self.inputs.marked_syncs else None
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
                                                          self.inputs.tf32_conv, self.inputs.bf16_as, read_us),
@@ -141,6 +141,12 @@ class Projector:
         if self.inputs.batch_bytes:
             plans = _with_copies(plans, lambda: _copy_item(self.inputs, target))
         return plans
+
+    @property
+    def _host_us_per_launch(self) -> float:
+        """The host's time per modelled kernel launch: with perfaudit's own cost taken out of the Python between
+        ops, or (no calibration in the trace) one that holds the profiler's cost too, as that Python does."""
+        return self.cal["host_us_per_kernel" if self.own_cost is not None else "host_us_per_kernel_profiled"]
 
     @property
     def _recorded(self) -> Device:
@@ -212,8 +218,7 @@ class Projector:
         launches = [i for p in self.plans for i in p.items if i.kind == "launch"]
         n = len(self.plans)
         kernels, small = sum(i.kernels for i in launches) / n, sum(i.small for i in launches) / n
-        host_us = self.cal["host_us_per_kernel" if self.own_cost is not None else "host_us_per_kernel_profiled"]
-        launch_ms = small * host_us / 1e3
+        launch_ms = small * self._host_us_per_launch / 1e3
         step_ms = self.run().projection.step_us / 1e3
         return {"per_step": small, "kernels_per_step": kernels, "share_pct": 100.0 * small / kernels if kernels else 0.0,
                 "launch_ms": launch_ms, "launch_share_pct": 100.0 * launch_ms / step_ms if step_ms else 0.0}
