@@ -23,6 +23,7 @@ from ..internal import record_internal_error
 from ..userframes import is_user_file, library_reader, user_site
 from .attention import attend
 from .cuda_shim import cast_to_type
+from .host_outputs import host_output_handlers
 from .sample_moves import sample_moves
 from .tensor_registry import KINDS, KeyedRef, Registry, copied, first_placed, is_cuda, kind_of, tag, tensor_bytes
 
@@ -93,12 +94,12 @@ class Placement(TorchFunctionMode):
             Tensor.record_stream: lambda f, a, k: None,
             Tensor.new_tensor: self._new_tensor,
             Tensor.type: lambda f, a, k: cast_to_type(self, f, a, k),
+            torch._C._nn.scaled_dot_product_attention: lambda f, a, k: attend(self, f, a, k),
+            torch._C._nn._parse_to: lambda f, a, k: f(*a, **k),  # Module.to's parser: a device keyword, no tensor
+            **host_output_handlers(self),
         }
         for func, name in _READS.items():
             self.handlers[func] = self._reader(name)
-        self.handlers[torch._C._nn.scaled_dot_product_attention] = lambda f, a, k: attend(self, f, a, k)
-        # nn.Module.to(device=..., dtype=...) parses its arguments with this: a device keyword, no tensor made
-        self.handlers[torch._C._nn._parse_to] = lambda f, a, k: f(*a, **k)
 
     # -- the mode --------------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -344,7 +345,7 @@ class Placement(TorchFunctionMode):
         self._entry(self.autocast, device_type, user_site(3), device_type=device_type,
                     dtype=str(dtype).replace("torch.", "") if dtype is not None else None, enabled=bool(enabled))
 
-    # -- DataLoader fetches -----------------------------------------------------------------------
+    # -- DataLoader fetches and batches -----------------------------------------------------------
     LEARNING_FETCHES = 2  # fetches a loader makes under the mode before its host work runs without it
 
     def fetch_begins(self, loader) -> tuple:
@@ -371,7 +372,6 @@ class Placement(TorchFunctionMode):
         for state in self._fetches.values():
             state[1] = True
 
-    # -- DataLoader batches ------------------------------------------------------------------------
     def loader_batch(self, batch, depth: int = 0) -> None:
         if isinstance(batch, Tensor):
             self.from_loader.add(batch)
