@@ -271,6 +271,15 @@ class SourceIndex:
             return lines, module.body
         return lines, _function_body(module, def_line, func)
 
+    def function_lines(self, path: str, def_line: int, func: str) -> range | None:
+        """The lines of the function the profiler named (`def_line`, `func`); None without its source."""
+        lines, body = self._body(path, def_line, func)
+        if not body:
+            return None
+        if func == "<module>":
+            return range(1, len(lines) + 1)
+        return range(body[0].lineno, max(s.end_lineno or s.lineno for s in body) + 1)
+
     def calls(self, path: str, def_line: int, func: str, names: set[str]) -> list[CallSite] | None:
         """Calls named in `names` inside the function; None when the source is not available."""
         lines, body = self._body(path, def_line, func)

@@ -31,9 +31,11 @@ DETAIL = {"aten::_local_scalar_dense": "scalar read (.item(), float(), print or 
 
 
 def _sync_items(ctx: Context):
-    """(anchor, counted, ms, detail) for every sync point in the measured steps."""
+    """(anchor, counted, ms, detail) for every sync point in the measured steps, and the ids of the anchors
+    of reads a Python call made (`.item()`, `int(t)`, `bool(t)`, `.cpu()`, `nonzero()`: calls the emulated
+    device sees), as against those an op's own kernel made inside it (a boolean mask's `nonzero`)."""
     host_ops = ctx.host_of("op")
-    items = []
+    items, called = [], set[int]()
     if ctx.is_gpu:
         # a copy from pageable memory waits for itself: COPY001's (pinned memory, non_blocking), as the
         # emulated device reports it; not a read of a device value
@@ -45,13 +47,15 @@ def _sync_items(ctx: Context):
             items.append((op or rt, rt, idle / 1000.0, detail))
     else:
         items += _host_reads(ctx)
+        called.update(id(anchor) for anchor, _, _, _ in items)
         reads = [e for e in host_ops if e.name in SCALAR_OPS | NONZERO_OPS]
         nested = innermost(reads, reads)
-        inside_kernel = _read_inside_another_op(host_ops, reads)
+        inside_kernel, by_call = _read_inside_another_op(host_ops, reads)
+        called |= by_call
         for op in reads:
             if id(op) not in nested and id(op) not in inside_kernel:
                 items.append((op, op, op.dur / 1000.0, DETAIL[op.name]))
-    return items
+    return items, called
 
 
 # Ops through which the user's own read of a value reaches `_local_scalar_dense` (t.item(), bool(t),
@@ -65,15 +69,22 @@ _READ_PATHS = frozenset({"aten::item", "aten::is_nonzero", "aten::equal", "aten:
                          "aten::_assert_async", "aten::masked_scatter_"})
 
 
-def _read_inside_another_op(host_ops: list[Event], reads: list[Event]) -> set[int]:
-    """ids of the scalar reads that an op outside _READ_PATHS made inside its own CPU kernel."""
+# the ops a Python call's read goes through: `.item()`, `int(t)`, `float(t)` (aten::item), `bool(t)`
+_CALLED_READS = frozenset({"aten::item", "aten::is_nonzero"})
+
+
+def _read_inside_another_op(host_ops: list[Event], reads: list[Event]) -> tuple[set[int], set[int]]:
+    """ids of the scalar reads that an op outside _READ_PATHS made inside its own CPU kernel, and ids of those
+    a Python call made (no op around them but the call's own)."""
     ops = [e for e in host_ops if e.name.startswith("aten::")]
-    inside = set()
+    inside, called = set(), set()
     for q, stack in enclosing(ops, reads):
         outer = [e for e in stack if e is not q and e.end >= q.end and e.name not in SCALAR_OPS]
         if outer and outer[0].name not in _READ_PATHS:
             inside.add(id(q))
-    return inside
+        if not outer or outer[0].name in _CALLED_READS:
+            called.add(id(q))
+    return inside, called
 
 
 _HOST_READ = re.compile(rf"^<built-in method ({'|'.join(sorted(HOST_READS - {'item'}))}) of Tensor object")
@@ -99,12 +110,15 @@ def _host_reads(ctx: Context):
 def sync_sites(ctx: Context):
     ctx.need_trace()
     ctx.steps
-    items = _sync_items(ctx)
+    items, called = _sync_items(ctx)
     attributions = ctx.frames.attribute_all([anchor for anchor, _, _, _ in items]) if ctx.frames else {}
     if not ctx.is_gpu and ctx.frames:
         on_device = _device_read_lines(ctx)
         items = [item for item in items if _user_read(attributions.get(id(item[0])))
                  or _read_of_the_device(ctx, attributions.get(id(item[0])), on_device)]
+        if emulated(ctx):
+            items = [item for item in items if id(item[0]) not in called
+                     or _device_read_in(ctx, attributions.get(id(item[0])), on_device)]
     items = [_for_grad_scaler(_for_framework(_for_module(item, att), att), att) for item in items
              for att in [attributions.get(id(item[0]))]]
     collector = SiteCollector(ctx, *COPY_FALLBACK)
@@ -238,12 +252,16 @@ def _for_framework(item, att):
 
 def _device_read_lines(ctx: Context) -> dict[str, set[int]]:
     """On the emulated CUDA path, the user's lines (file -> lines) that read a value on the device in the
-    window, directly or through library code they call: the emulation saw each read, wherever it was made."""
+    window, directly or through library code they call: the emulation saw each read, wherever it was made.
+    Not torch's own moves to the CPU (a gradient clip's per-device groups): there only because the emulated
+    device's tensors live on the CPU."""
     if not emulated(ctx):
         return {}
     lines: dict[str, set[int]] = {}
     for r in (ctx.probes.get("cuda_emulation") or {}).get("reads") or []:
         site = r.get("site") if isinstance(r, dict) and r.get("window_calls") else None
+        if site and r.get("api") in _NOT_READS and str((r.get("inside") or {}).get("reader")).startswith("torch/"):
+            continue
         if isinstance(site, dict) and isinstance(site.get("path"), str) and isinstance(site.get("line"), int):
             lines.setdefault(ctx.source.resolve(site["path"]) or site["path"], set()).add(site["line"])
     return lines
@@ -260,12 +278,31 @@ def _read_of_the_device(ctx: Context, att, lines: dict[str, set[int]]) -> bool:
         where = where.replace("\\", "/")
         if (where.startswith("torch/") or "/torch/" in where) and not _grad_scalers(att):
             return False
-    path = ctx.source.resolve(att.frame.path) or att.frame.path
-    if path not in lines:  # a frame named by its file alone (the profiler's Python events): the probe's path
-        tail = "/" + path.replace("\\", "/").lstrip("./")
-        path = next((k for k in lines if k.replace("\\", "/").endswith(tail)), path)
+    path = _probe_path(lines, ctx.source.resolve(att.frame.path) or att.frame.path)
     call = f"{att.via.rsplit('.', 1)[-1]}("
     return any(call in ctx.source.line_text(path, line) for line in lines.get(path, ()))
+
+
+def _device_read_in(ctx: Context, att, lines: dict[str, set[int]]) -> bool:
+    """On the emulated CUDA path, whether a read a Python call made (which the emulated device sees, in the
+    user's code or a module's) was of a device value: the device saw one in the user's function that made it.
+    None seen there: the call read a host tensor (a GRU's `int(batch_sizes[0])` of a packed sequence, whose
+    batch sizes live on the CPU on a GPU too; `.cpu()` of a host tensor), which waits for nothing on a GPU."""
+    if att is None:
+        return True
+    path = ctx.source.resolve(att.frame.path) or att.frame.path
+    span = ctx.source.function_lines(path, att.frame.line, att.frame.func)
+    if span is None:
+        return True  # the source is not here: the read stays, as on a plain CPU run
+    return any(line in span for line in lines.get(_probe_path(lines, path), ()))
+
+
+def _probe_path(lines: dict[str, set[int]], path: str) -> str:
+    """`path` as the probe names it: a frame named by its file alone (the profiler's Python events) too."""
+    if path in lines:
+        return path
+    tail = "/" + path.replace("\\", "/").lstrip("./")
+    return next((k for k in lines if k.replace("\\", "/").endswith(tail)), path)
 
 
 def _user_read(att) -> bool:
