@@ -69,7 +69,7 @@ class SiteCollector:
                 path = self.ctx.source.display_path(f.path)
                 key = (path, tuple(c.line for c in calls))
                 site = self.sites.get(key) or Site(path, calls[0].line, f.func, calls[0].code,
-                                                   detail, exact, extra={"lines": [c.line for c in calls],
+                                                   detail, exact, extra={"lines": list(dict.fromkeys(c.line for c in calls)),
                                                                          "calls": calls})
             site.count += 1
             site.ms += ms
