@@ -5,6 +5,7 @@ warning or above may stand on an unmarked line. `python tests/test_realistic.py`
 the README quotes."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -60,6 +61,15 @@ def test_a_helper_that_builds_every_stage_has_each_of_its_layers_counted(realist
     layers were once counted as one: 3, shown as "0.6/step" over five steps)."""
     bn = next(f for f in realistic_reports["unet_segmentation.py"]["run"]["findings"] if f["rule"] == "BN001")
     assert [(loc["line"], loc["count_per_step"]) for loc in bn["locations"]] == [(50, 5.0), (53, 5.0)], bn
+
+
+def test_a_worker_count_from_the_scripts_option_is_changed_through_that_option(realistic_reports):
+    """unet_segmentation.py builds its loader with `num_workers=args.workers` (`--workers`, default 0): DATA001
+    says to pass the option, with the count it recommends, and how to audit that run."""
+    data = next(f for f in realistic_reports["unet_segmentation.py"]["run"]["findings"] if f["rule"] == "DATA001")
+    note = next((n for n in data["notes"] if "option" in n), "")
+    assert re.search(r"`--workers` \(at (\S*/)?unet_segmentation.py:24\)", note), data["notes"]
+    assert re.search(r"`perfaudit run unet_segmentation.py -- --workers \d+` audits that run", note), note
 
 
 def figures(reports: dict) -> dict:

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import math
+import os
 from statistics import median
 
+from ..static.batch_option import loader_option
 from .registry import Context, Missing, fact
 from .sites import Site
 from .steps import phase_times, phases_less_waits, typical_phases
@@ -156,7 +158,21 @@ def data_loader(ctx: Context) -> dict:
         "line": site.get("line"),
         # its Dataset returns tensors on the GPU: worker processes cannot make them, pinning cannot pin them
         "on_device": bool((loader or {}).get("batches_on_device")),
+        **_workers_option(ctx, site, recommended),
     }
+
+
+def _workers_option(ctx: Context, site: dict, workers: int) -> dict:
+    """The script's own option that sets the loader's num_workers (`num_workers=args.workers` read back to its
+    `add_argument("--workers", ...)`): the way to change it is to pass the option, not to edit the loader."""
+    path = ctx.source.resolve(site["path"]) if isinstance(site.get("path"), str) else None
+    found = loader_option(path, site["line"], "num_workers") if path and isinstance(site.get("line"), int) else None
+    if path is None or found is None:
+        return {"workers_option": "", "workers_option_at": "", "workers_option_run": ""}
+    script = ctx.meta.get("script")
+    name = os.path.basename(script if isinstance(script, str) else path)
+    return {"workers_option": found[0], "workers_option_at": f"{ctx.source.display_path(path)}:{found[1]}",
+            "workers_option_run": f"perfaudit run {name} -- {found[0]} {workers}"}
 
 
 @fact("data.loader_sites", "The DataLoader construction line, as a site carrying the wait per step.")
