@@ -85,6 +85,22 @@ _COMPREHENSIONS: dict[str, type[ast.expr]] = {"<listcomp>": ast.ListComp, "<setc
 
 
 _MOVES = {"to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16", "double", "requires_grad_"}
+# builtins that read a tensor's value (`float(loss)`): as methods (`mask.float()`) they are casts, no read
+_BARE_READS = frozenset({"float", "int", "bool"})
+# tensor methods whose result is a boolean mask
+_MASK_METHODS = frozenset({"eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite", "logical_and",
+                           "logical_or", "logical_not", "logical_xor", "bool"})
+
+
+def _boolean(node: ast.AST) -> bool:
+    """Whether an expression makes a boolean mask: a comparison, `~`/`&`/`|`/`^` of one, a boolean method."""
+    if isinstance(node, ast.Compare):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
+        return True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+        return _boolean(node.left) or _boolean(node.right)
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MASK_METHODS
 
 
 def _function_body(module: ast.Module, line: int, func: str) -> list | None:
@@ -280,14 +296,17 @@ class SourceIndex:
             return range(1, len(lines) + 1)
         return range(body[0].lineno, max(s.end_lineno or s.lineno for s in body) + 1)
 
-    def calls(self, path: str, def_line: int, func: str, names: set[str]) -> list[CallSite] | None:
-        """Calls named in `names` inside the function; None when the source is not available."""
+    def calls(self, path: str, def_line: int, func: str, names: set[str],
+              bare: frozenset[str] = frozenset()) -> list[CallSite] | None:
+        """Calls named in `names` inside the function (those in `bare` only as `name(...)`, not as a method);
+        None when the source is not available."""
         lines, body = self._body(path, def_line, func)
         if body is None:
             return None
         sites = []
         for node, in_loop in _walk_own(body):
-            if isinstance(node, ast.Call) and call_name(node) in names:
+            if isinstance(node, ast.Call) and call_name(node) in names and not (
+                    isinstance(node.func, ast.Attribute) and node.func.attr in bare):
                 receiver = ast.unparse(node.func.value)[:200] if isinstance(node.func, ast.Attribute) else ""
                 sites.append(CallSite(node.lineno, call_name(node) or "", lines[node.lineno - 1].strip(),
                                       literal_kwargs(node), ast.unparse(node)[:200], in_loop, receiver,
@@ -325,13 +344,18 @@ class SourceIndex:
         return sorted(set(self._ran(path, looped or sites)), key=lambda s: s.line)
 
     def masks(self, path: str, def_line: int, func: str) -> list[CallSite]:
-        """`x[x > 0]`-style boolean-mask indexing: the result's size is only known on the device."""
+        """Boolean-mask indexing, read (`x[x > 0]`, `w[mask, None]`) or written (`out[mask] = v`): the result's
+        size, or the indices written, are only known on the device. A mask is a comparison, `~`, `&`, `|` or a
+        boolean method written in the index, or a name the function assigns one to (`mask = idx == e`)."""
         lines, body = self._body(path, def_line, func)
+        nodes = list(_walk_own(body or []))
+        named = {t.id for node, _ in nodes if isinstance(node, ast.Assign) and _boolean(node.value)
+                 for t in node.targets if isinstance(t, ast.Name)}
         sites = []
-        for node, in_loop in _walk_own(body or []):
-            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and (
-                    isinstance(node.slice, ast.Compare)
-                    or (isinstance(node.slice, ast.UnaryOp) and isinstance(node.slice.op, ast.Invert))):
+        for node, in_loop in nodes:
+            if isinstance(node, ast.Subscript) and any(
+                    _boolean(i) or (isinstance(i, ast.Name) and i.id in named)
+                    for i in (node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice])):
                 sites.append(CallSite(node.lineno, "mask", lines[node.lineno - 1].strip(), in_loop=in_loop,
                                       end_line=node.end_lineno or node.lineno))
         looped = [s for s in sites if s.in_loop]
@@ -354,7 +378,7 @@ class SourceIndex:
         else:
             searches = [set(fallback)] if fallback else []
         for candidates in searches:
-            sites = self.calls(path, def_line, func, candidates)
+            sites = self.calls(path, def_line, func, candidates, bare=frozenset() if via else _BARE_READS)
             if sites:
                 return sites, True
         if via is None:

@@ -216,3 +216,42 @@ def test_the_caching_allocator_replay_keeps_its_books(ops):
     free_blocks = [b for pool in a._pools.values() for _, _, b in pool]
     assert sum(b.size for b in free_blocks) == a.reserved
     assert all(b.prev is None and b.next is None for b in free_blocks)  # merged back: one block per segment
+
+
+
+_STATEMENTS = {  # a statement of a step function -> True: it indexes with a mask; a name: with that name, a mask
+    # where the function assigns it one (the first four statements)
+    "mask = idx == e": False, "keep = ~done": False, "sel = (a > 0) & (b < 1)": False, "m = x.isfinite()": False,
+    "y = x[mask]": "mask", "out[mask] = v": "mask", "w = weight[mask, None]": "mask", "z = x[x > 0]": True,
+    "u = x[~done]": True, "s = x[keep]": "keep", "t = x[sel]": "sel", "r = x[m]": "m",
+    "p = x[idx]": False, "q = x[:, 0]": False, "c = (idx == e).float().mean()": False, "n = mask.int().sum()": False,
+    "f = float(loss)": False, "if mask.any():\n    pass": False, "y = x.float()": False,
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_STATEMENTS)), max_size=10), st.booleans())
+def test_a_sync_with_no_call_of_its_own_is_placed_at_its_mask_or_read(statements, in_loop):
+    """A device read made inside an op (a boolean mask's nonzero) is placed at the lines that index with a mask,
+    whether the mask is written in the index or assigned to a name first, read or written; `.float()` and
+    `.int()` are casts, never the `float(t)` read a scalar sync is placed at."""
+    from perfaudit.calls import NONZERO_CALLS, SCALAR_READ_CALLS
+    from perfaudit.source import SourceIndex
+    indent = "        " if in_loop else "    "
+    body = ["def step(x, idx, e, done, a, b, weight, v, loss, out):"] + (["    for _ in range(2):"] if in_loop else [])
+    lines, at = {}, len(body) + 1
+    for statement in statements:
+        lines[at] = statement
+        body.append(indent + statement.replace("\n", "\n" + indent))
+        at += statement.count("\n") + 1
+    assigned = {s.split(" = ")[0] for s in statements if _STATEMENTS[s] is False and " = " in s}
+    with tempfile.TemporaryDirectory() as tmp:  # a file of its own: sources are parsed once per path
+        path = Path(tmp) / "train.py"
+        path.write_text("\n".join(body + [indent + "pass"]) + "\n")
+        source = SourceIndex((tmp,))
+        masks, exact = source.locate(str(path), 1, "step", None, NONZERO_CALLS, ("mask",))
+        reads, _ = source.locate(str(path), 1, "step", None, SCALAR_READ_CALLS, ("branch",))
+    kind = {n: _STATEMENTS[s] for n, s in lines.items()}
+    wanted = {n for n, k in kind.items() if k is True or (isinstance(k, str) and k in assigned)}
+    assert ({c.line for c in masks} == wanted) if wanted else (not exact and [c.line for c in masks] == [1])
+    assert not {c.line for c in reads} & {n for n, s in lines.items() if ".float()" in s or ".int()" in s}
