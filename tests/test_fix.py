@@ -121,6 +121,22 @@ def test_a_multi_line_call_keeps_its_layout_and_its_comments(tmp_path):
         ''')
 
 
+@pytest.mark.parametrize("deterministic", [False, True, None])
+def test_the_cudnn_flag_is_left_to_a_script_that_asks_for_reproducible_runs(tmp_path, deterministic):
+    """CUDNN001's edit turns benchmarking on, except in a script that sets cudnn.deterministic = True (the
+    reproducibility recipe): there it is refused with the reason, and the file is left as it was."""
+    path = _write(tmp_path, """\
+        import torch
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        """)
+    plan = plan_fixes([_finding("CUDNN001", path, 3, kind="cudnn_benchmark_on",
+                                params={"deterministic": deterministic})], str(tmp_path))
+    if deterministic:
+        assert not plan.files and "cudnn.deterministic = True" in plan.not_fixed[0].reason, plan.not_fixed
+    else:
+        assert plan.files[0].fixed.splitlines()[2] == "torch.backends.cudnn.benchmark = True", plan.files
+
 def test_torchs_own_per_step_checks_are_turned_off_where_they_were_asked_for(tmp_path):
     """SYNC001 on torch's reads (the emulated device saw them at these lines): the clip's non-finite check and
     a distribution's argument checks are turned off at the call; a flag the script computes is its own, and

@@ -16,7 +16,7 @@ from . import (  # noqa: F401
 )
 from .distributed import comm, ddp, ranks  # noqa: F401
 from .flops import counted, mfu  # noqa: F401
-from .gpu import busy, copies, memory, memory_estimate, sync  # noqa: F401
+from .gpu import busy, copies, cudnn, memory, memory_estimate, sync  # noqa: F401
 from .registry import FACTS, Context, Missing, fact
 from .sites import Site
 

@@ -1,4 +1,4 @@
-"""Input shapes across steps: cudnn.benchmark advice and varying batch shapes (T08, T13)."""
+"""Input shapes across steps: fixed convolution shapes (cudnn.benchmark, T08) and varying batch shapes (T13)."""
 from __future__ import annotations
 
 from bisect import bisect_right
@@ -7,7 +7,6 @@ from collections import Counter
 from ..projection.work import op_flops
 from .flops.counted import counted_ops
 from .registry import Context, Missing, fact
-from .sites import Site, site_from_probe
 
 CONV_OPS = {"aten::convolution", "aten::cudnn_convolution", "aten::_convolution", "aten::mkldnn_convolution"}
 SHAPED_OPS = CONV_OPS | {"aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::embedding"}
@@ -71,49 +70,3 @@ def varying_shapes(ctx: Context) -> dict:
                 break
     return {"share_pct": 100.0 * len(differing) / len(signatures), "distinct": len(set(signatures)),
             "example": example}
-
-
-@fact("cudnn.flag_sites", "Where torch.backends.cudnn.benchmark is set in the script's source (True "
-                          "anywhere: `set_true`), else where it should go: before the optimizer is built.")
-def cudnn_flag_sites(ctx: Context) -> list[Site]:
-    script = ctx.meta.get("script")
-    assigned = ctx.source.attribute_assignments(script, "cudnn.benchmark") if isinstance(script, str) else []
-    set_true = any(value is True for _, value in assigned)
-    ran = [f for f in ctx.probes.get("flag_sets", []) if f.get("flag") == "cudnn.benchmark" and f.get("site")]
-    if "flag_sets" in ctx.probes:  # `perfaudit run` saw which assignments ran: a branch not taken is not a site
-        n = len(ctx.steps)
-        if ran:
-            last = ran[-1]  # the value the script trained with was set here
-            site = site_from_probe(ctx, last["site"], "cudnn.benchmark set here", set_true=set_true)
-            site.count, site.steps_seen = n, set(range(n))
-            return [site]
-        if assigned and isinstance(script, str):  # set only on paths this run did not take (a determinism block)
-            block = ctx.source.enclosing_block_line(script, assigned[0][0])  # ... the flag goes before that block
-            site = site_from_probe(ctx, {"path": script, "line": block}, "cudnn.benchmark set only on a path "
-                                   "this run did not take: set it before that block", set_true=set_true)
-            site.count, site.steps_seen = n, set(range(n))
-            return [site]
-    if assigned:
-        line = next((line for line, value in assigned if value is not True), assigned[0][0])
-        site = site_from_probe(ctx, {"path": script, "line": line}, "cudnn.benchmark set here", set_true=set_true)
-    else:
-        built = next((o.get("site") for o in ctx.probes.get("optimizers", []) if o.get("site")), None)
-        site = site_from_probe(ctx, built, "set cudnn.benchmark before training (here the optimizer is built)",
-                               set_true=False)
-    n = len(ctx.steps)
-    site.count, site.steps_seen = n, set(range(n))
-    return [site]
-
-
-@fact("cudnn.set_true_in_source", "Whether the script's source sets cudnn.benchmark = True somewhere "
-                                  "(under `if torch.cuda.is_available():`, say), whatever this run did.")
-def cudnn_set_true_in_source(ctx: Context) -> bool:
-    return bool(ctx.get("cudnn.flag_sites")[0].extra.get("set_true"))
-
-
-@fact("env.cudnn_benchmark", "torch.backends.cudnn.benchmark as the script left it.")
-def cudnn_benchmark(ctx: Context) -> bool:
-    env = ctx.probes.get("environment")
-    if not env or "cudnn_benchmark" not in env:
-        raise Missing("no live-process probes (the cudnn.benchmark flag is only seen by `perfaudit run`)")
-    return bool(env["cudnn_benchmark"])

@@ -103,11 +103,16 @@ class _CudnnFlag(BlockTransformer):
 
     def __init__(self, lines, params):
         super().__init__(lines, params)
-        self.done = False
+        # a script that asks for reproducible convolutions (cudnn.deterministic = True) keeps its choice
+        self.kept = self.VALUE and bool(params.get("deterministic"))
+        self.done = self.kept
+        if self.kept and lines:
+            self.outcome.refused.append((min(lines), "the script sets cudnn.deterministic = True: benchmarking may "
+                                                     "pick other algorithms from run to run; yours to weigh"))
 
     def leave_Assign(self, original, updated):
         target = updated.targets[0].target if len(updated.targets) == 1 else None
-        if target is None or not dotted(target).endswith("cudnn.benchmark") or self.hit(original) is None:
+        if self.kept or target is None or not dotted(target).endswith("cudnn.benchmark") or self.hit(original) is None:
             return updated
         self.done = True
         self.changed(original, f"torch.backends.cudnn.benchmark = {self.VALUE}")
