@@ -229,6 +229,19 @@ def test_a_scripts_own_error_is_reported_as_the_scripts(tmp_path):
     assert len([p for p in (tmp_path / "run").parent.iterdir() if p.name.startswith("run")]) == 1
 
 
+def test_a_cuda_only_script_under_device_cpu_is_told_how_its_cuda_path_runs(tmp_path):
+    """An older script that calls `torch.cuda.set_device` unconditionally fails under `--device cpu` (no CUDA
+    device here): the report says the script needs one, where, and the option that runs its CUDA path."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "torch.cuda.set_device(0)\n"
+        "model = torch.nn.Linear(4, 2).cuda()\n")
+    report, _, console = _run(tmp_path, script, "--device", "cpu")
+    assert report["run"]["outcome"]["outcome"] == "raised"
+    note = next(n for n in report["notes"] if "needs a CUDA device" in n)
+    assert "(at train.py:2)" in note and "--device emulate-cuda" in note and "needs a CUDA device" in console
+
 def test_pinning_a_dataset_of_device_tensors_fails_as_on_a_gpu(tmp_path):
     """A Dataset that returns CUDA tensors under `DataLoader(pin_memory=True)` raises "cannot pin" on any GPU;
     the emulated device raised nothing (it pinned them), so a fix or a script that does this passed. Now it

@@ -171,6 +171,13 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
         notes.append(f"the script raised {outcome.get('exception')}{where} on the emulated CUDA device, after its "
                      "window: a call there that the emulation serves differently from a GPU may be the cause, not "
                      "the script (the measured window is reported; `--device cpu` runs the script as it runs here)")
+    if (options.device == "cpu" and outcome.get("outcome") == Outcome.RAISED and not outcome.get("steps_recorded")
+            and re.search(r"cuda|nvidia", f"{outcome.get('exception')} {outcome.get('message')}", re.IGNORECASE)):
+        site = outcome.get("site") or {}
+        where = f" (at {os.path.basename(site['path'])}:{site['line']})" if site.get("path") else ""
+        notes.append(f"the script needs a CUDA device{where}, which `--device cpu` does not give it: `--device "
+                     "emulate-cuda` runs its CUDA path on an emulated device here (the default does so for a script "
+                     "it sees use CUDA)")
     if outcome.get("as_on_a_gpu"):
         notes.append("the emulated CUDA device raised this error as a GPU raises it: the script fails the same way "
                      "on a GPU")
