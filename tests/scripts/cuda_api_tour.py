@@ -15,6 +15,10 @@ print(torch.cuda.get_device_name(0), props.total_memory, torch.cuda.get_device_c
 assert torch.cuda.is_bf16_supported()
 device = torch.device("cuda", torch.cuda.current_device())
 torch.backends.cudnn.benchmark = True
+sampler = torch.Generator(device=device).manual_seed(0)  # seeded sampling on the device (diffusion code)
+assert sampler.device.type == "cuda" and torch.Generator().device.type == "cpu"
+assert torch.randn(4, device=device, generator=sampler).is_cuda
+print(f"utilization {torch.cuda.utilization()} %", file=sys.stderr)  # NVML's readings, as monitoring code logs
 
 model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 16 * 16, 10)).to(device)
 assert next(model.parameters()).is_cuda and next(model.parameters()).device.type == "cuda"

@@ -93,6 +93,35 @@ class _DeviceContext(contextlib.nullcontext):
         self.idx = 0
 
 
+_RealGenerator = torch.Generator
+
+
+class _Generator(_RealGenerator):
+    """torch.Generator(device="cuda"): a CPU generator (the device's tensors are drawn on the CPU) that says it
+    is the device's, so seeded sampling code (`torch.Generator(device=device).manual_seed(0)`) runs its GPU
+    branch; a generator for the host is torch's own."""
+
+    def __new__(cls, device="cpu", **kwargs):
+        cuda = _is_cuda(device)
+        made = _RealGenerator.__new__(cls, "cpu" if cuda else device, **kwargs)
+        made._emulated_cuda = cuda
+        return made
+
+    def __init__(self, device="cpu", **kwargs):
+        pass  # made in __new__
+
+    @property
+    def device(self):
+        return torch.device("cuda", 0) if self._emulated_cuda else _RealGenerator.device.__get__(self)
+
+
+def _is_cuda(device) -> bool:
+    try:
+        return torch.device(device).type == "cuda"
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
 def _properties(device=None):
     return types.SimpleNamespace(name=DEVICE_NAME, major=8, minor=0, total_memory=TOTAL_MEMORY,
                                  multi_processor_count=108, is_integrated=False, is_multi_gpu_board=False,
@@ -281,11 +310,14 @@ def install(recorder) -> None:
         "initial_seed": zero, "get_rng_state": lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
         "get_rng_state_all": lambda: [torch.zeros(16, dtype=torch.uint8)], "set_rng_state": nothing,
         "set_rng_state_all": nothing,
+        # NVML's readings (torch asks nvidia-ml-py): an emulated device has none to give
+        "utilization": zero, "memory_usage": zero, "temperature": zero, "power_draw": zero, "clock_rate": zero,
     }
     for name, value in served.items():
         setattr(cuda, name, _own(value, name))
     for name, dtype in LEGACY_TYPES.items():
         setattr(cuda, name, _legacy_type(name, dtype))
+    torch.Generator = _Generator  # type: ignore[misc]
     cudnn = torch.backends.cudnn
     cudnn.is_available = lambda: True
     cudnn.version = lambda: CUDNN_VERSION
