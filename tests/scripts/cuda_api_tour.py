@@ -4,6 +4,7 @@ import sys
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import DataLoader, TensorDataset
 
 assert torch.cuda.is_available() and torch.cuda.device_count() == 1, "no CUDA path"
@@ -19,6 +20,16 @@ sampler = torch.Generator(device=device).manual_seed(0)  # seeded sampling on th
 assert sampler.device.type == "cuda" and torch.Generator().device.type == "cpu"
 assert torch.randn(4, device=device, generator=sampler).is_cuda
 print(f"utilization {torch.cuda.utilization()} %", file=sys.stderr)  # NVML's readings, as monitoring code logs
+torch.cuda.memory._record_memory_history(max_entries=1000)  # a memory-profiling script's history and snapshot
+assert "segments" in torch.cuda.memory._snapshot()
+torch.cuda.memory._record_memory_history(enabled=None)
+torch.cuda.nvtx.range_push("attention")  # ranges for Nsight
+q = torch.randn(2, 4, 16, 8, device=device, requires_grad=True)
+with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):  # a GPU kernel the CPU lacks
+    nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+with torch.cuda.nvtx.range("inner"):
+    torch.cuda.nvtx.mark("marked")
+torch.cuda.nvtx.range_pop()
 
 model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 16 * 16, 10)).to(device)
 assert next(model.parameters()).is_cuda and next(model.parameters()).device.type == "cuda"

@@ -37,13 +37,13 @@ def attend(placement, func, args: tuple, kwargs: dict):
     inputs = [t for t in (q, k, v) if isinstance(t, Tensor)]
     on_device = any(placement.on_device.has(t) for t in inputs)
     if not on_device or len(inputs) < 3 or not _math_path(a):
-        out = func(*args, **kwargs)
+        out = _run(func, args, kwargs, on_device)
     else:
         memory = placement.memory
         if memory is not None:
             memory.in_kernel(True)
         try:
-            out = func(*args, **kwargs)
+            out = _run(func, args, kwargs, on_device)
             if isinstance(out, Tensor) and out.dim() == 4:  # a GPU kernel's output is laid out (B, S, H, D)
                 out = out.transpose(1, 2).contiguous().transpose(1, 2)
         finally:
@@ -55,6 +55,19 @@ def attend(placement, func, args: tuple, kwargs: dict):
         placement.device_ops += 1
         placement.on_device.add(out)
     return out
+
+
+def _run(func, args: tuple, kwargs: dict, on_device: bool):
+    """The call; on the device, with the CPU's own kernels when the script chose only a GPU's
+    (`sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION)`: the CPU has no memory-efficient kernel)."""
+    try:
+        return func(*args, **kwargs)
+    except RuntimeError as exc:
+        if not on_device or "No viable backend" not in str(exc):
+            raise
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
+        return func(*args, **kwargs)
 
 
 def _saved_as_a_kernel_saves(placement, out: Tensor, inputs: list) -> None:

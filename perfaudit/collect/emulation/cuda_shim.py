@@ -122,6 +122,28 @@ def _is_cuda(device) -> bool:
         return False
 
 
+class _Nvtx:
+    """NVTX's ranges and marks (torch.cuda.nvtx, for Nsight): a CPU build has none; here they nest and do nothing."""
+
+    def __init__(self):
+        self.depth, self.handles = 0, 0
+
+    def rangePushA(self, message) -> int:
+        self.depth += 1
+        return self.depth - 1
+
+    def rangePop(self) -> int:
+        self.depth = max(self.depth - 1, 0)
+        return self.depth
+
+    def rangeStartA(self, message) -> int:
+        self.handles += 1
+        return self.handles
+
+    def rangeEnd(self, handle) -> None: pass
+    def markA(self, message) -> None: pass
+
+
 def _properties(device=None):
     return types.SimpleNamespace(name=DEVICE_NAME, major=8, minor=0, total_memory=TOTAL_MEMORY,
                                  multi_processor_count=108, is_integrated=False, is_multi_gpu_board=False,
@@ -318,6 +340,14 @@ def install(recorder) -> None:
     for name, dtype in LEGACY_TYPES.items():
         setattr(cuda, name, _legacy_type(name, dtype))
     torch.Generator = _Generator  # type: ignore[misc]
+    torch.cuda.nvtx._nvtx = _Nvtx()  # type: ignore[assignment]
+    # the allocator's memory history (a memory-profiling script's): nothing recorded, an empty snapshot
+    history = {"_record_memory_history": nothing, "_snapshot": lambda *args, **kwargs: {"segments": [], "device_traces": [[]]},
+               "memory_snapshot": lambda *args, **kwargs: [], "get_allocator_backend": lambda: "native"}
+    for name, value in history.items():
+        setattr(cuda.memory, name, _own(value, name))
+        if hasattr(cuda, name):
+            setattr(cuda, name, getattr(cuda.memory, name))
     cudnn = torch.backends.cudnn
     cudnn.is_available = lambda: True
     cudnn.version = lambda: CUDNN_VERSION
