@@ -242,6 +242,20 @@ def test_a_cuda_only_script_under_device_cpu_is_told_how_its_cuda_path_runs(tmp_
     note = next(n for n in report["notes"] if "needs a CUDA device" in n)
     assert "(at train.py:2)" in note and "--device emulate-cuda" in note and "needs a CUDA device" in console
 
+def test_a_cuda_call_that_fails_on_both_paths_before_the_window_is_said_so(tmp_path):
+    """A CUDA call the emulated device does not serve, which the CPU path cannot make either (a CUDA graph pool,
+    made before training): both runs fail at that line before any step, and the note says so, not "after its
+    window"."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "pool = torch.cuda.graph_pool_handle()\n"
+        "model = torch.nn.Linear(4, 2).cuda()\n")
+    report, _, _ = _run(tmp_path, script)
+    assert report["run"]["outcome"]["outcome"] == "raised"
+    note = next(n for n in report["notes"] if "the script raised" in n)
+    assert "at train.py:2 before its window, on the emulated CUDA device and on its CPU path alike" in note, note
+
 def test_pinning_a_dataset_of_device_tensors_fails_as_on_a_gpu(tmp_path):
     """A Dataset that returns CUDA tensors under `DataLoader(pin_memory=True)` raises "cannot pin" on any GPU;
     the emulated device raised nothing (it pinned them), so a fix or a script that does this passed. Now it

@@ -168,9 +168,14 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
             and outcome.get("outcome") == Outcome.RAISED and emulation_may_cause(outcome)):
         site = outcome.get("site") or {}
         where = f" at {os.path.basename(site['path'])}:{site['line']}" if site.get("path") else ""
-        notes.append(f"the script raised {outcome.get('exception')}{where} on the emulated CUDA device, after its "
-                     "window: a call there that the emulation serves differently from a GPU may be the cause, not "
-                     "the script (the measured window is reported; `--device cpu` runs the script as it runs here)")
+        if (outcome.get("steps_recorded") or 0) > (outcome.get("warmup") or 0):
+            notes.append(f"the script raised {outcome.get('exception')}{where} on the emulated CUDA device, after its "
+                         "window: a call there that the emulation serves differently from a GPU may be the cause, not "
+                         "the script (the measured window is reported; `--device cpu` runs the script as it runs here)")
+        else:  # run again on its CPU path, it failed there the same way
+            notes.append(f"the script raised {outcome.get('exception')}{where} before its window, on the emulated CUDA "
+                         "device and on its CPU path alike: the script's own error, or a CUDA call there that the "
+                         "emulated device does not serve (please report it to perfaudit)")
     if (options.device == "cpu" and outcome.get("outcome") == Outcome.RAISED and not outcome.get("steps_recorded")
             and re.search(r"cuda|nvidia", f"{outcome.get('exception')} {outcome.get('message')}", re.IGNORECASE)):
         site = outcome.get("site") or {}

@@ -17,12 +17,14 @@ def same_failure(emulated: dict, plain: dict) -> bool:
 
 
 _CUDA_WORDS = re.compile(r"cuda|cudnn|nccl|nvidia|gpu|torch\.backends|emulat", re.I)
-_EMULATION_FRAMES = re.compile(r"perfaudit[/\\]collect[/\\]emulation[/\\](?:placement|tensor_registry|cuda_shim|emulate)\.py")
+_EMULATION_FRAMES = re.compile(r"perfaudit[/\\]collect[/\\]emulation[/\\](?:placement|tensor_registry|cuda_shim|emulate)\.py"
+                               r"|torch[/\\]cuda[/\\]")  # torch's CUDA package, which a CPU build stubs out
 
 
 def emulation_may_cause(outcome: dict) -> bool:
     """Whether the emulated device may be what failed: the error names CUDA (a call it does not serve),
-    or the emulation's own code is on the traceback. Otherwise the error is the script's own."""
+    or the emulation's own code or torch's CUDA package is on the traceback. Otherwise the error is the
+    script's own."""
     if outcome.get("as_on_a_gpu"):  # raised as a GPU raises it (cuda_shim.gpu_error): the script's
         return False
     text = f"{outcome.get('exception') or ''} {outcome.get('message') or ''}"
