@@ -30,6 +30,8 @@ with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):  # a GPU kernel the CPU lacks
 with torch.cuda.nvtx.range("inner"):
     torch.cuda.nvtx.mark("marked")
 torch.cuda.nvtx.range_pop()
+torch.cuda.profiler.start()  # Nsight's capture range, through the CUDA runtime's bindings
+torch.cuda.profiler.stop()
 
 model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 16 * 16, 10)).to(device)
 assert next(model.parameters()).is_cuda and next(model.parameters()).device.type == "cuda"

@@ -220,6 +220,12 @@ def nothing(*args, **kwargs) -> None:
     return None
 
 
+# the CUDA runtime's Python bindings (torch.cuda.cudart()): Nsight's capture range (torch.cuda.profiler.start()),
+# host memory registration; every call succeeds
+_CUDART = types.SimpleNamespace(cudaError=types.SimpleNamespace(success=0), cudaProfilerStart=zero,
+                                cudaProfilerStop=zero, cudaHostRegister=zero, cudaHostUnregister=zero)
+
+
 def _own(value, name: str):
     """A function object of its own for each name: torch._dynamo maps torch's functions by identity
     and refuses one object under two names."""
@@ -341,6 +347,8 @@ def install(recorder) -> None:
         setattr(cuda, name, _legacy_type(name, dtype))
     torch.Generator = _Generator  # type: ignore[misc]
     torch.cuda.nvtx._nvtx = _Nvtx()  # type: ignore[assignment]
+    cuda._cudart = _CUDART
+    cuda.cudart = cuda.profiler.cudart = _own(lambda: _CUDART, "cudart")
     # the allocator's memory history (a memory-profiling script's): nothing recorded, an empty snapshot
     history = {"_record_memory_history": nothing, "_snapshot": lambda *args, **kwargs: {"segments": [], "device_traces": [[]]},
                "memory_snapshot": lambda *args, **kwargs: [], "get_allocator_backend": lambda: "native"}
