@@ -10,8 +10,8 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..collect.emulation.outcome import emulation_may_cause
 from ..collect.inprocess.notebook import relocate, write_script
+from ..collect.run.emulated_failure import emulation_may_cause
 from ..collect.run.runner import RunOptions, RunResult, check_script, run_script
 from ..engine.loader import Rule, builtin_rules_dir, load_rules
 from ..errors import LaunchError, TraceError, WriteError

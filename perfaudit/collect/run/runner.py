@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from ...files import write_failure_of
 from ...outcome import Outcome, is_failure
-from ..emulation.outcome import emulation_failure, same_failure
+from .emulated_failure import emulation_failure, same_failure
 from .leftovers import phase_reached, progress_record, salvage_trace
 from .options import RunOptions, RunResult
 from .processes import become_subreaper, kill_group, kill_orphans, own_children, signal_run

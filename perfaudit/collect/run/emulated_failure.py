@@ -7,7 +7,7 @@ import os
 import re
 
 from ...outcome import Outcome
-from ..run.options import RunOptions, RunResult
+from .options import RunOptions, RunResult
 
 
 def same_failure(emulated: dict, plain: dict) -> bool:
