@@ -137,6 +137,25 @@ def test_the_cudnn_flag_is_left_to_a_script_that_asks_for_reproducible_runs(tmp_
     else:
         assert plan.files[0].fixed.splitlines()[2] == "torch.backends.cudnn.benchmark = True", plan.files
 
+@pytest.mark.parametrize("given,wanted", [("", "logger=False, benchmark=True)"),
+                                          (", benchmark=False", "logger=False, benchmark=True)"),
+                                          (", benchmark=args.bench", None)])
+def test_a_lightning_trainer_takes_the_cudnn_flag_as_its_option(tmp_path, given, wanted):
+    """Under Lightning, CUDNN001 sits at the Trainer (which sets the flag for its run, over any assignment made
+    before it): the edit passes `benchmark=True` there, turns a literal False over, and leaves a computed value
+    to the user with the reason."""
+    path = _write(tmp_path, f"""\
+        import lightning as L
+        trainer = L.Trainer(max_epochs=3, logger=False{given})
+        trainer.fit(model)
+        """)
+    plan = plan_fixes([_finding("CUDNN001", path, 2, kind="cudnn_benchmark_on")], str(tmp_path))
+    if wanted:
+        assert plan.files[0].fixed.splitlines()[1].endswith(wanted), plan.files[0].fixed
+        assert "cudnn.benchmark" not in plan.files[0].fixed
+    else:
+        assert not plan.files and "set it to True there" in plan.not_fixed[0].reason, plan.not_fixed
+
 def test_torchs_own_per_step_checks_are_turned_off_where_they_were_asked_for(tmp_path):
     """SYNC001 on torch's reads (the emulated device saw them at these lines): the clip's non-finite check and
     a distribution's argument checks are turned off at the call; a flag the script computes is its own, and

@@ -87,6 +87,10 @@ def test_lightning_on_the_emulated_device_reports_the_branch_its_accelerator_cho
     assert any("-- --accelerator gpu" in n and "lightning_cnn.py:65" in n for n in cpu["notes"]), cpu["notes"]
     assert gpu["run"]["device"] == "cpu, CUDA path emulated" and gpu["run"]["outcome"]["outcome"] == "window_complete"
     assert _placed(cpu) <= _placed(gpu), (_placed(cpu), _placed(gpu))
+    # cuDNN's flag is the Trainer's option under Lightning: at the line that builds it, said as that option
+    cudnn = next(f for f in gpu["findings"] if f["rule"] == "CUDNN001")
+    trainer = next(n for n, line in enumerate(script.read_text().splitlines(), 1) if "L.Trainer(" in line)
+    assert cudnn["location"]["line"] == trainer and "`L.Trainer(..., benchmark=True)`" in cudnn["fix"], cudnn
 
 
 def test_the_lightning_callback_counts_steps_from_lightnings_hooks_and_logs_its_figures(lightning_runs):

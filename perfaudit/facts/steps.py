@@ -202,6 +202,13 @@ def run_training(ctx: Context) -> bool:
     return source in ("optimizer", "closure", "backward")
 
 
+@fact("run.framework", "The training framework whose loop drove the steps (Lightning, Hugging Face "
+                       "Transformers), else an empty string.")
+def run_framework(ctx: Context) -> str:
+    framework = (ctx.meta.get("window") or {}).get("framework") if isinstance(ctx.meta.get("window"), dict) else None
+    return str(framework.get("name") or "") if isinstance(framework, dict) else ""
+
+
 @fact("run.has_stacks", "Whether the trace was recorded with Python stacks (with_stack=True).")
 def run_has_stacks(ctx: Context) -> bool:
     return ctx.need_trace().has_stacks

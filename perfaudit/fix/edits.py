@@ -152,6 +152,19 @@ class _CudnnFlag(BlockTransformer):
 class CudnnOn(_CudnnFlag):
     VALUE = True
 
+    def leave_Call(self, original, updated):
+        """A Lightning Trainer at the located line takes `benchmark=True` (it sets the flag for its run, over
+        an assignment before it); a `benchmark=` the script computes is left to the user."""
+        if self.done or call_attr(original) != "Trainer" or self.hit(original) is None or has_star(original):
+            return updated
+        self.done = True
+        given = keyword(original, "benchmark")
+        if given is not None and not (isinstance(given.value, cst.Name) and given.value.value in ("False", "None")):
+            self.refused(original, "the Trainer's benchmark= comes from the script's own code: set it to True there")
+            return updated
+        self.changed(original, "Trainer(..., benchmark=True)")
+        return set_kwarg(updated, "benchmark", cst.Name("True"))
+
 
 @edit("cudnn_benchmark_off")
 class CudnnOff(_CudnnFlag):

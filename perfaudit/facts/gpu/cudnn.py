@@ -2,12 +2,16 @@
 the script sets benchmark, or where it should go."""
 from __future__ import annotations
 
+import ast
+
+from ...calls import call_name
 from ..registry import Context, Missing, fact
 from ..sites import Site, site_from_probe
 
 
 @fact("cudnn.flag_sites", "Where torch.backends.cudnn.benchmark is set in the script's source (True "
-                          "anywhere: `set_true`), else where it should go: before the optimizer is built.")
+                          "anywhere: `set_true`), else where it should go: the Lightning Trainer that drove the "
+                          "steps, or before the optimizer is built.")
 def cudnn_flag_sites(ctx: Context) -> list[Site]:
     script = ctx.meta.get("script")
     assigned = ctx.source.attribute_assignments(script, "cudnn.benchmark") if isinstance(script, str) else []
@@ -29,6 +33,9 @@ def cudnn_flag_sites(ctx: Context) -> list[Site]:
     if assigned:
         line = next((line for line, value in assigned if value is not True), assigned[0][0])
         site = site_from_probe(ctx, {"path": script, "line": line}, "cudnn.benchmark set here", set_true=set_true)
+    elif (trainer := _lightning_trainer_line(ctx, script)) is not None:
+        site = site_from_probe(ctx, {"path": script, "line": trainer}, "pass benchmark=True to the Trainer",
+                               set_true=False)
     else:
         built = next((o.get("site") for o in ctx.probes.get("optimizers", []) if o.get("site")), None)
         site = site_from_probe(ctx, built, "set cudnn.benchmark before training (here the optimizer is built)",
@@ -36,6 +43,15 @@ def cudnn_flag_sites(ctx: Context) -> list[Site]:
     n = len(ctx.steps)
     site.count, site.steps_seen = n, set(range(n))
     return [site]
+
+
+def _lightning_trainer_line(ctx: Context, script) -> int | None:
+    """Where the script builds the Lightning Trainer that drove the steps (its `benchmark=` sets the flag)."""
+    if ctx.get("run.framework") != "Lightning" or not isinstance(script, str):
+        return None
+    tree = ctx.source.tree(script)
+    calls = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and call_name(n) == "Trainer"] if tree else []
+    return min(calls, default=None)
 
 
 @fact("cudnn.set_true_in_source", "Whether the script's source sets cudnn.benchmark = True somewhere "
