@@ -28,8 +28,12 @@ FRAMEWORK_OPTIMIZER_OPTIONS = {"transformers": ("optim", {"adamw_torch": "adamw_
 # (in _inner_training_loop up to transformers 4.x, _run_epoch from 5.0)
 _NAN_INF_FILTER = ("the Hugging Face Trainer's nan/inf filter reading the loss",
                    "TrainingArguments(logging_nan_inf_filter=False)")
+# (a model's forward given an attention mask reads whether it holds any padding, to run SDPA causal without it)
+_MASK_CHECK = ("Hugging Face Transformers checking the attention mask for padding (every forward given one)",
+               "attention_mask=None where no token is padding (every batch of full-length sequences)")
 FRAMEWORK_READS = {("transformers/trainer.py", "_inner_training_loop"): _NAN_INF_FILTER,
-                   ("transformers/trainer.py", "_run_epoch"): _NAN_INF_FILTER}
+                   ("transformers/trainer.py", "_run_epoch"): _NAN_INF_FILTER,
+                   ("transformers/masking_utils.py", "_ignore_causal_mask_sdpa"): _MASK_CHECK}
 # reads of a device value torch's own functions make every step when asked to check it, at the user's call:
 # (file, function that reads) -> what it is and the argument that turns it off
 _NONFINITE = ("clip_grad_norm_(error_if_nonfinite=True) checks the total norm on the host", "error_if_nonfinite=False")

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REALISTIC_SCRIPTS as SCRIPTS
-from conftest import RealisticReports
+from conftest import ROOT, RealisticReports
 from markers import located, marked, markers, quiet_lines
 
+REALISTIC = ROOT / "tests" / "realistic"
 pytestmark = pytest.mark.timing  # shares and waits measured in the run decide the findings
 
 
@@ -70,6 +71,16 @@ def test_a_worker_count_from_the_scripts_option_is_changed_through_that_option(r
     note = next((n for n in data["notes"] if "option" in n), "")
     assert re.search(r"`--workers` \(at (\S*/)?unet_segmentation.py:24\)", note), data["notes"]
     assert re.search(r"`perfaudit run unet_segmentation.py -- --workers \d+` audits that run", note), note
+
+
+def test_a_libraries_own_read_in_the_models_forward_names_the_option_that_removes_it(realistic_reports):
+    """hf_custom_loop.py gives GPT-2 an all-ones attention mask: every forward reads it on the host (Transformers'
+    check for padding, to run SDPA causal without it). SYNC001 names that read and the argument that removes it."""
+    path = REALISTIC / "hf_custom_loop.py"
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "model(**batch)" in text)
+    sync = next(f for f in realistic_reports["hf_custom_loop.py"]["run"]["findings"] if f["rule"] == "SYNC001")
+    at = next(loc for loc in sync["locations"] if loc["line"] == line)
+    assert "attention mask for padding" in at["detail"] and "attention_mask=None" in at["detail"], at
 
 
 def figures(reports: dict) -> dict:
