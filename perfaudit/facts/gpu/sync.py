@@ -186,11 +186,13 @@ def sync_needed(ctx: Context) -> str | None:
 
 
 def _for_module(item, att):
-    """A sync torch makes inside a module the user called belongs to that call, said as such."""
+    """A sync torch (or the library that defines the module) makes inside a module the user called belongs to
+    that call, said as such."""
     if att is None or att.module is None:
         return item
     anchor, counted, ms, detail = item
-    return anchor, counted, ms, f"made by torch inside {att.module}.forward for this call: {detail}"
+    library = att.reader.path.replace("\\", "/").split("/")[0] if att.reader is not None else "torch"
+    return anchor, counted, ms, f"made by {library or 'torch'} inside {att.module}.forward for this call: {detail}"
 
 
 GRAD_SCALER = "GradScaler's found-inf check in scaler.step()"
