@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from ..projection.work import precision
 from ..static.gpu_switch import amp_switch
 from ..trace.op_names import MM_OPS
 from .flops.counted import op_flops
@@ -141,7 +142,9 @@ def fp32_math_sites(ctx: Context) -> list[Site]:
             return []  # mixed precision is on for this step
     ops = [e for e in ctx.need_trace().named(MATH_OPS.__contains__, kind="op") if ctx.step_of(e.ts) is not None]
     attributions = ctx.frames.attribute_all(ops) if ctx.frames else {}
-    forward = [e for e in ops if id(e) in attributions and attributions[id(e)].via != "backward"]
+    # in float32: a model kept in 16 bits (`model.to(torch.bfloat16)`) runs its math in them without autocast
+    forward = [e for e in ops if id(e) in attributions and attributions[id(e)].via != "backward"
+               and precision(e, tf32=False) == "fp32"]
     if sum(op_flops(e) for e in forward) / len(ctx.steps) < MIN_GFLOP_PER_STEP * 1e9:
         return []
     collector = SiteCollector(ctx)
