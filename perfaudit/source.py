@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from .calls import call_name, creates_on_host, literal, literal_kwargs
+from .calls import SCALAR_READ_CALLS, call_name, creates_on_host, literal, literal_kwargs
 
 _FORMAT_VIAS = {"__format__", "__repr__", "__str__", "_str", "_tensor_str"}
 _FORMAT_CALLS = {"print", "format", "str", "repr"}
@@ -85,8 +85,6 @@ _COMPREHENSIONS: dict[str, type[ast.expr]] = {"<listcomp>": ast.ListComp, "<setc
 
 
 _MOVES = {"to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16", "double", "requires_grad_"}
-# builtins that read a tensor's value (`float(loss)`): as methods (`mask.float()`) they are casts, no read
-_BARE_READS = frozenset({"float", "int", "bool"})
 # tensor methods whose result is a boolean mask
 _MASK_METHODS = frozenset({"eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite", "logical_and",
                            "logical_or", "logical_not", "logical_xor", "bool"})
@@ -378,7 +376,8 @@ class SourceIndex:
         else:
             searches = [set(fallback)] if fallback else []
         for candidates in searches:
-            sites = self.calls(path, def_line, func, candidates, bare=frozenset() if via else _BARE_READS)
+            # float(t), int(t), bool(t) read a value as builtins; as methods (`mask.float()`) they are casts
+            sites = self.calls(path, def_line, func, candidates, bare=frozenset() if via else SCALAR_READ_CALLS)
             if sites:
                 return sites, True
         if via is None:

@@ -60,18 +60,19 @@ def cudnn_set_true_in_source(ctx: Context) -> bool:
     return bool(ctx.get("cudnn.flag_sites")[0].extra.get("set_true"))
 
 
+def _flag(ctx: Context, name: str) -> bool:
+    env = ctx.probes.get("environment")
+    if not env or name not in env:
+        raise Missing(f"no live-process probes (the {name.replace('_', '.')} flag is only seen by `perfaudit run`)")
+    return bool(env[name])
+
+
 @fact("env.cudnn_deterministic", "torch.backends.cudnn.deterministic as the script left it (True: it asks for "
                                  "reproducible convolutions).")
 def cudnn_deterministic(ctx: Context) -> bool:
-    env = ctx.probes.get("environment")
-    if not env or "cudnn_deterministic" not in env:
-        raise Missing("no live-process probes (the cudnn.deterministic flag is only seen by `perfaudit run`)")
-    return bool(env["cudnn_deterministic"])
+    return _flag(ctx, "cudnn_deterministic")
 
 
 @fact("env.cudnn_benchmark", "torch.backends.cudnn.benchmark as the script left it.")
 def cudnn_benchmark(ctx: Context) -> bool:
-    env = ctx.probes.get("environment")
-    if not env or "cudnn_benchmark" not in env:
-        raise Missing("no live-process probes (the cudnn.benchmark flag is only seen by `perfaudit run`)")
-    return bool(env["cudnn_benchmark"])
+    return _flag(ctx, "cudnn_benchmark")

@@ -56,9 +56,9 @@ def _sync_items(ctx: Context):
         for op in reads:
             if id(op) not in nested and id(op) not in inside_kernel:
                 items.append((op, op, op.dur / 1000.0, DETAIL[op.name]))
-        # compiled code runs with the emulated device's mode set aside: it saw none of the reads made there
-        regions = sorted(ctx.need_trace().named(lambda name: name.startswith(REGION)), key=lambda e: (e.ts, -e.dur))
-        called -= {id(q) for q, stack in enclosing(regions, [anchor for anchor, _, _, _ in items]) if stack}
+        if emulated(ctx):  # compiled code runs with the emulated device's mode set aside: it saw no read there
+            regions = sorted(ctx.need_trace().named(lambda name: name.startswith(REGION)), key=lambda e: (e.ts, -e.dur))
+            called -= {id(q) for q, stack in enclosing(regions, [anchor for anchor, _, _, _ in items]) if stack}
     return items, called
 
 
