@@ -141,6 +141,7 @@ class SourceIndex:
         for entry in executed or ():
             lines = self.executed.setdefault(self.unalias(entry["path"]), {})
             lines[entry["line"]] = lines.get(entry["line"], 0) + int(entry.get("count") or 1)
+        self._module_names: dict[tuple[str, str], frozenset[str]] = {}  # a whole file's walk, asked per op
 
     def _ran(self, path: str, sites: list[CallSite]) -> list[CallSite]:
         """The sites whose lines ran in the traced step; all of them when that is not known (a foreign
@@ -249,6 +250,12 @@ class SourceIndex:
         """Names the file binds to instances of the module class `cls` (`encoder = nn.TransformerEncoder(…)`,
         `self.encoder = …`, `model = nn.Sequential(…).to(device)`), so that `encoder(x)` and
         `self.encoder(x)` are found as calls of it."""
+        key = (path, cls)
+        if key not in self._module_names:
+            self._module_names[key] = frozenset(self._bound_to(path, cls))
+        return set(self._module_names[key])
+
+    def _bound_to(self, path: str, cls: str) -> set[str]:
         parsed = self._parsed(path)
         names = set()
         for node in ast.walk(parsed[0]) if parsed else ():

@@ -32,6 +32,15 @@ _RUNTIME_KEPT = ("Launch", "Memcpy", "Memset", "Synchronize", "Malloc", "Free", 
 _NO_ARGS: dict = {}  # shared by every event without kept args; never mutated
 _names: dict[str, str] = {}  # one string object per distinct event name
 _HEAD_LIMIT = 64 << 20  # metadata before traceEvents larger than this is not a Kineto trace
+# load_trace(op_shapes=WHEN_EMULATED): the op shapes kept where the trace's own metadata (read before its events)
+# says perfaudit recorded it on the emulated CUDA device, whose projection reads them
+WHEN_EMULATED = "when emulated"
+
+
+def _op_args(other_ops: tuple | str, trace: Trace) -> tuple:
+    if other_ops == WHEN_EMULATED:
+        return ANY_OP_ARGS if emulated_run(trace) else ()
+    return other_ops  # type: ignore[return-value]
 
 
 def _read_head(stream) -> tuple[dict, bytes, str]:
@@ -171,13 +180,13 @@ def _events(stream, prefix: str, trace: Trace, other_ops: tuple = ()):
             host(ev)
 
 
-def _parse_once(path: str, repair: bool, other_ops: tuple = ()) -> Trace:
+def _parse_once(path: str, repair: bool, other_ops: tuple | str = ()) -> Trace:
     with _open(path) as f:
         stream = _Repair(f) if repair else f
         meta, head, prefix = _read_head(stream)
         trace = Trace(path=path, meta=meta)
         reader = io.BufferedReader(_Prepend(head, stream), 1 << 20)
-        _events(reader, prefix, trace, other_ops)
+        _events(reader, prefix, trace, _op_args(other_ops, trace))
         if prefix == "traceEvents.item":
             _meta_after_events(f, meta)
         if repair:
@@ -186,7 +195,7 @@ def _parse_once(path: str, repair: bool, other_ops: tuple = ()) -> Trace:
     return trace
 
 
-def _try_fast(path: str, other_ops: tuple) -> Trace | None:
+def _try_fast(path: str, other_ops: tuple | str) -> Trace | None:
     """The trace by the fast path, or None: then the general parser reads it (and names any error)."""
     try:
         return _parse_fast(path, other_ops)
@@ -194,7 +203,7 @@ def _try_fast(path: str, other_ops: tuple) -> Trace | None:
         return None
 
 
-def _parse_general(path: str, other_ops: tuple = ()) -> Trace:
+def _parse_general(path: str, other_ops: tuple | str = ()) -> Trace:
     import ijson  # the general path only: a trace in Kineto's layout never needs it
     try:
         try:
@@ -297,7 +306,7 @@ def _after_bracket(buf: bytes, stream) -> bytes:
         buf += chunk
 
 
-def _parse_fast(path: str, other_ops: tuple = ()) -> Trace:
+def _parse_fast(path: str, other_ops: tuple | str = ()) -> Trace:
     with _open(path) as f:
         meta, head, prefix = _read_head(f)
         if prefix != "traceEvents.item":
@@ -305,24 +314,26 @@ def _parse_fast(path: str, other_ops: tuple = ()) -> Trace:
         trace = Trace(path=path, meta=meta)
         key = head.find(b'"traceEvents"')
         after: list[bytes] = []
-        _fast_events(f, _after_bracket(head[key + len(b'"traceEvents"'):], f), trace, after, other_ops)
+        _fast_events(f, _after_bracket(head[key + len(b'"traceEvents"'):], f), trace, after,
+                     _op_args(other_ops, trace))
         meta_after_list(after[0], meta)
     trace.unreadable_meta = meta.pop(streams.UNREADABLE_META, [])
     return trace
 
 
-def load_trace(path: str, fast_path: bool = True, op_shapes: bool = False) -> Trace:
+def load_trace(path: str, fast_path: bool = True, op_shapes: bool | str = False) -> Trace:
     """Parse a trace file into the model: the fast path for Kineto's layout, the general streaming
     parser for anything else (identical results). A pipe (`-` for standard input, /dev/stdin, a FIFO) is
     read into a temporary file first. `op_shapes`: keep every op's input shapes and dtypes (a projection
-    from a CPU trace reads them; a GPU trace's kernels say what they cost). Raises TraceError with a
-    one-line reason."""
+    from a CPU trace reads them; a GPU trace's kernels say what they cost; WHEN_EMULATED: where the trace was
+    recorded on the emulated CUDA device). Raises TraceError with a one-line reason."""
     path = os.fspath(path)
     read_as_input(path)
     spooled = _spool(path)
     try:
         with collection_paused():
-            trace = _load(spooled or path, fast_path, ANY_OP_ARGS if op_shapes else ())
+            kept = op_shapes if op_shapes == WHEN_EMULATED else ANY_OP_ARGS if op_shapes else ()
+            trace = _load(spooled or path, fast_path, kept)
     finally:
         if spooled:
             os.remove(spooled)
@@ -331,7 +342,7 @@ def load_trace(path: str, fast_path: bool = True, op_shapes: bool = False) -> Tr
     return trace
 
 
-def _load(path: str, fast_path: bool, other_ops: tuple) -> Trace:
+def _load(path: str, fast_path: bool, other_ops: tuple | str) -> Trace:
     trace = _try_fast(path, other_ops) if fast_path else None
     if trace is None:
         trace = _parse_general(path, other_ops)

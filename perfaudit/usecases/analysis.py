@@ -21,7 +21,7 @@ from ..policy.config import checked_target
 from ..policy.gate import GateOptions
 from ..trace import Trace, load_trace
 from ..trace.gc_pause import collection_paused
-from ..trace.model import emulated_run
+from ..trace.parser import WHEN_EMULATED
 from ..trace.run_record import add_late_entries, record_beside
 
 _TRACE_PATTERNS = ("*.json", "*.json.gz")
@@ -225,9 +225,9 @@ def analyze_one(path: str, rules: list[Rule], source_roots: tuple[str, ...], job
     trace itself is dropped afterwards, so memory does not grow with the number of ranks. `op_times`: the
     summary carries the time per op or kernel name too (what `diff` compares)."""
     try:
-        trace = load_trace(path, op_shapes=target not in ("auto", "none") and _size(path) <= OP_SHAPES_MAX_BYTES)
-        if not trace.has_gpu and target == "auto" and emulated_run(trace):
-            trace = load_trace(path, op_shapes=True)  # a CPU run of a CUDA path: projected from op shapes
+        named = target not in ("auto", "none") and _size(path) <= OP_SHAPES_MAX_BYTES
+        # by default, a CPU run of a CUDA path is projected from its op shapes: the trace's header says which
+        trace = load_trace(path, op_shapes=True if named else WHEN_EMULATED if target == "auto" else False)
     except TraceError as exc:
         return TraceResult(path, error=exc)
     add_late_entries(trace, record_beside(path))  # a run folder's trace: what its run added after writing it
