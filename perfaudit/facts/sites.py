@@ -53,6 +53,7 @@ class SiteCollector:
         `attributions` are the anchors' frames when the caller has them already."""
         if attributions is None:
             attributions = self.ctx.frames.attribute_all([item[0] for item in items]) if self.ctx.frames else {}
+        located: dict[tuple, tuple] = {}  # one search of the source per call site, not per op it made
         for anchor, counted, ms, detail in items:
             step = self.ctx.site_step_of(counted.ts)
             if step is None:  # not a measured step, or one without a line to give it: see Site.over_steps
@@ -63,9 +64,12 @@ class SiteCollector:
                 site = self.sites.get(key) or Site(None, None, None, "", detail, exact=False)
             else:
                 f = att.frame
-                fallback, forms = (hints or {}).get(detail, (self.fallback, self.forms))
-                calls, exact = self.ctx.source.locate(f.path, f.line, f.func, att.via, fallback, forms,
-                                                       att.via_path)
+                where = (f.path, f.line, f.func, att.via, att.via_path, detail)
+                if where not in located:
+                    fallback, forms = (hints or {}).get(detail, (self.fallback, self.forms))
+                    located[where] = self.ctx.source.locate(f.path, f.line, f.func, att.via, fallback, forms,
+                                                            att.via_path)
+                calls, exact = located[where]
                 path = self.ctx.source.display_path(f.path)
                 key = (path, tuple(c.line for c in calls))
                 site = self.sites.get(key) or Site(path, calls[0].line, f.func, calls[0].code,
