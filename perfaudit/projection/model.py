@@ -132,7 +132,8 @@ class Projector:
         host_us = self._host_us_per_launch
         read_us = cal.get("read_round_trip_us", 0.0) if self.inputs.marked_syncs else None
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
-                                                         self.inputs.tf32_conv, self.inputs.bf16_as, read_us),
+                                                         self.inputs.tf32_conv, self.inputs.bf16_as, read_us,
+                                                         cal.get("launch_us", 0.0)),
                      own_cost, self.undisturbed, self.freed, self.host_waited)
         if self.inputs.workers and not self.inputs.worker_ms_per_batch:
             _hand_off_only(plans)

@@ -18,6 +18,7 @@ from ..trace.model import Event, Step, Trace
 from .kernels import Work
 from .overhead import OwnCost
 from .plans import Item, StepPlan, clip_outliers, take_out, take_out_own_rest, take_out_usual_own, take_out_waits
+from .rnn import BACKWARD, GATES, SEQUENCE, rnn_shape, rnn_us, sequence_ranges
 from .work import GROUP_OPS, SYNC_OPS, launches, work_of
 
 WAIT_RUNTIME = ("Synchronize", "cudaMemcpy", "hipMemcpy")   # a runtime call the host waits in
@@ -30,6 +31,8 @@ SMALL_KERNEL_US = 10.0   # an elementwise kernel this short is launch-bound: wha
 class _Node:
     op: Event
     children: list = field(default_factory=list)
+    rnn: Event | None = None   # a backward node of a recurrent layer's inner ops: the layer's backward, once
+    quiet: bool = False        # … and its other nodes: no kernels of their own on a GPU (rnn.py)
 
 
 def _forest(ops: list[Event]) -> list[_Node]:
@@ -55,6 +58,12 @@ def _groups(node: _Node, half: str | None = None) -> list[Event]:
     16-bit op (probe_schema.HALF_MATH_RANGE) the matrix ops are of `half`, its type, and what it set aside (its
     float32 copies, the backward's recomputation) is no GPU's work."""
     name = node.op.name
+    if node.rnn is not None:
+        return [node.rnn]
+    if node.quiet:
+        return []
+    if name in GATES and rnn_shape(node.op) is not None:  # one cuDNN call, not the CPU's loop of small ops
+        return [_typed(node.op, half) if half is not None else node.op]
     if name.startswith(HALF_MATH_RANGE):
         half = "c10::Half" if "float16" in name and "bfloat16" not in name else "c10::BFloat16"
     elif name in (ASIDE_RANGE, SYNC_RANGE):
@@ -118,6 +127,8 @@ class _Index:
         self.op_starts = [e.ts for e in self.ops]
         self.data = [e for e in trace.host if e.name.startswith(DATALOADER)]
         self.data_starts = [e.ts for e in self.data]
+        self.rnn = sequence_ranges(self.ops) if any(e.name in GATES for e in self.ops) else {}
+        self.rnn_backward: set[int] = set()   # the layers whose backward a node already stands for
 
     def roots(self, step: Step) -> list[_Node]:
         """The root ops of every thread that start in the step, in time order."""
@@ -126,6 +137,13 @@ class _Index:
             by_thread[(ev.pid, ev.tid)].append(ev)
         roots = [r for ops in by_thread.values() for r in _forest(ops)]
         roots.sort(key=lambda n: n.op.ts)
+        for root in roots if self.rnn else ():
+            number = root.op.args.get(SEQUENCE) if root.op.name.startswith("autograd::") else None
+            layer = self.rnn.get(number) if type(number) is int else None
+            if layer is not None:
+                root.quiet = id(layer) in self.rnn_backward
+                root.rnn = None if root.quiet else msgspec.structs.replace(layer, name=layer.name + BACKWARD)
+                self.rnn_backward.add(id(layer))
         return roots
 
     def data_ranges(self, step: Step) -> list[tuple[float, float]]:
@@ -180,7 +198,7 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
         roots = _outside(index.roots(step), data)  # a fetch's own ops are the host's work: the data item
         for root in roots:
             op = root.op
-            if op.ts > cursor:
+            if op.ts > cursor and not root.quiet:  # between a recurrent layer's backward nodes: the CPU's engine
                 items.extend(_gap_items(cursor, op.ts, data, freed, own_cost))
             expanded = expand(root)
             if op.ts < cursor:  # inside what was already counted (another thread): no host time of its own
@@ -224,16 +242,22 @@ def _outside(roots: list[_Node], ranges: list[tuple[float, float]]) -> list[_Nod
 
 # -- a CPU trace: each op's kernels from its shapes ---------------------------------------------------------------
 def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, tf32_matmul: bool = False,
-                tf32_conv: bool = True, bf16_as: str = "bf16", read_us: float | None = None
-                ) -> Callable[[_Node], list[Item]]:
+                tf32_conv: bool = True, bf16_as: str = "bf16", read_us: float | None = None,
+                launch_us: float = 0.0) -> Callable[[_Node], list[Item]]:
     """A root op on the GPU: the host dispatches and launches each kernel (`host_us_per_launch`, not the
     CPU's compute, which the op's recorded time is), the kernels run for what the model says, and an op
     that reads a device value on the host waits for the queue. `read_us`: where the run marked its reads of
     device values (the emulated device), only those wait, then this long for the value to come back;
-    unmarked (a plain CPU run), every op that would read a value back waits, for the queue alone."""
+    unmarked (a plain CPU run), every op that would read a value back waits, for the queue alone. A recurrent
+    layer is one op dispatched, whose kernels cuDNN launches (`launch_us` each)."""
     def expand(root: _Node) -> list[Item]:
         out = []
         for op in _groups(root):
+            layer = rnn_us(op, kernel_us, tf32_conv) if op.name.removesuffix(BACKWARD) in GATES else None
+            if layer is not None:
+                us, n = layer
+                out.append(Item("launch", host_us=host_us_per_launch + launch_us * (n - 1), gpu_us=us, kernels=n))
+                continue
             work = work_of(op, tf32_matmul, tf32_conv, bf16_as)
             us = kernel_us(work)
             small = work.kernels if work.kind == "memory" and us < SMALL_KERNEL_US * work.kernels else 0

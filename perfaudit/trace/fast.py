@@ -35,6 +35,7 @@ class RawArgs(msgspec.Struct, gc=False):
     total_reserved: Any = msgspec.field(default=_UNSET, name="Total Reserved")
     block_bytes: Any = msgspec.field(default=_UNSET, name="Bytes")   # a [memory] event's (de)allocation
     addr: Any = msgspec.field(default=_UNSET, name="Addr")
+    sequence: Any = msgspec.field(default=_UNSET, name="Sequence number")  # a backward node's forward op's
 
 
 # the RawArgs field of each JSON key

@@ -13,7 +13,12 @@ FLOP_OPS = MM_OPS | CONV_OPS | ATTENTION_OPS | ATTENTION_BACKWARD_OPS  # facts.f
 # padding and dilation too
 _SHAPED = ("aten::cudnn_convolution", "aten::_convolution", "aten::mkldnn_convolution", "aten::linear",
            "aten::matmul", "aten::embedding", *sorted(FLOP_OPS - CONV_OPS))
+# recurrent layers: their flags too (layers, directions, batch_first), and the sequence number their backward shares
+RNN_OPS = ("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu")
 OP_ARGS: dict[str, tuple[str, ...]] = {**dict.fromkeys(_SHAPED, ("Input Dims", "Input type")),
-                                       **dict.fromkeys(CONV_OPS, ("Input Dims", "Input type", "Concrete Inputs"))}
-# every other op's shapes and dtypes, kept only when asked (a projection from a CPU trace reads each op's bytes)
-ANY_OP_ARGS: tuple[str, ...] = ("Input Dims", "Input type")
+                                       **dict.fromkeys(CONV_OPS, ("Input Dims", "Input type", "Concrete Inputs")),
+                                       **dict.fromkeys(RNN_OPS, ("Input Dims", "Input type", "Concrete Inputs",
+                                                                 "Sequence number"))}
+# every other op's shapes and dtypes, kept only when asked (a projection from a CPU trace reads each op's bytes),
+# and its sequence number (a recurrent layer's backward nodes are found by theirs: projection/rnn.py)
+ANY_OP_ARGS: tuple[str, ...] = ("Input Dims", "Input type", "Sequence number")

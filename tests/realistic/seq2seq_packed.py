@@ -99,7 +99,7 @@ def train_epoch(model, loader, optimizer, criterion, clip=1.0):
 
 if __name__ == "__main__":
     model = Seq2Seq().to(DEVICE)
-    loader = DataLoader(ReverseTask(), batch_size=64, shuffle=True, collate_fn=collate)  # expect-lint: DATA001
+    loader = DataLoader(ReverseTask(), batch_size=64, shuffle=True, collate_fn=collate)  # expect: DATA001
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     criterion = nn.CrossEntropyLoss(ignore_index=PAD)
     for epoch in range(100):
