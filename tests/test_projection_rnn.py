@@ -14,6 +14,7 @@ from perfaudit.api import analyze
 from perfaudit.projection import devices
 from perfaudit.projection.kernels import kernel_us
 from perfaudit.projection.rnn import RnnShape, rnn_shape, rnn_us
+from perfaudit.projection.work import op_flops
 from perfaudit.trace.model import Event
 
 # nn.LSTM(2, 64, num_layers=2, batch_first=True) on a [128, 48, 2] batch (a forecasting script's)
@@ -59,17 +60,20 @@ _value = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from(["aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::gru_backward"]),
+@given(st.sampled_from(["aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::gru_backward", "aten::_cudnn_rnn_backward",
+                        "aten::mkldnn_rnn_layer_backward"]),
        st.fixed_dictionaries({}, optional={"Input Dims": _value, "Input type": _value, "Concrete Inputs": _value}),
        st.integers(0, 2))
 def test_hostile_recorded_arguments_give_no_shape_or_a_finite_time(name, args, base):
     """A trace is the user's file: whatever a recurrent op's recorded arguments hold, the model answers None or
-    a finite, non-negative time (mixed with a real layer's, to reach past the first checks)."""
+    a finite, non-negative time, and finite FLOPs (mixed with a real layer's, to reach past the first checks)."""
     real = [LSTM, GRU_PACKED, {}][base]
     op = _op(name, {**real, **args})
     rnn_shape(op)
     timed = rnn_us(op, _model)
     assert timed is None or (math.isfinite(timed[0]) and timed[0] >= 0 and timed[1] > 0)
+    flops = op_flops(op)
+    assert math.isfinite(flops) and flops >= 0
 
 
 def test_a_gru_scripts_projection_launches_what_cudnn_would(realistic_reports):
@@ -82,3 +86,32 @@ def test_a_gru_scripts_projection_launches_what_cudnn_would(realistic_reports):
     cpu_ops = sum(1 for e in events if e.get("cat") == "cpu_op" and str(e.get("name")).startswith("aten::")) / steps
     projection = analyze([path]).traces[0].projection
     assert projection["small_kernels"]["kernels_per_step"] < 0.1 * cpu_ops, (projection["small_kernels"], cpu_ops)
+
+
+def test_a_recurrent_layers_flops_are_counted_live_forward_and_backward():
+    """torch's FlopCounterMode counts no LSTM (a forecaster's report said 0.00 GFLOP a step): perfaudit's live
+    count adds every time step's products with each weight matrix, and twice that backward."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from perfaudit.collect.probes.flops import flop_formulas
+    lstm = torch.nn.LSTM(2, 64, num_layers=2, batch_first=True)
+    with FlopCounterMode(display=False, custom_mapping=flop_formulas()) as counter:
+        out, _ = lstm(torch.randn(128, 48, 2))
+        forward = counter.get_total_flops()
+        out.sum().backward()
+    weights = 4 * 64 * (2 + 64) + 4 * 64 * (64 + 64)   # w_ih and w_hh of both layers
+    assert forward == 2 * 128 * 48 * weights and counter.get_total_flops() == 3 * forward
+
+
+def test_a_traces_recurrent_ops_carry_the_flops_the_live_count_gives():
+    """A trace recorded elsewhere has no live count: its LSTM's forward op, and the backward op cuDNN (on a GPU)
+    or oneDNN (on a CPU) records, give the same FLOPs from their shapes (a forecaster's by-module row had its
+    LSTM missing, its head "100 % of forward FLOPs")."""
+    weights = 4 * 64 * (2 + 64) + 4 * 64 * (64 + 64)
+    assert op_flops(_op("aten::lstm", LSTM)) == 2 * 128 * 48 * weights
+    cudnn = {"Input Dims": [[48, 128, 2], [[256, 2], [256, 64], [256], [256], [256, 64], [256, 64], [256], [256]],
+                            [], [], [2, 128, 64], [2, 128, 64]]}
+    assert op_flops(_op("aten::_cudnn_rnn_backward", cudnn)) == 2 * op_flops(_op("aten::lstm", LSTM))
+    layer = {"Input Dims": [[48, 128, 2], [256, 2], [256, 64], [256], [256], [128, 64], [128, 64]]}
+    assert op_flops(_op("aten::mkldnn_rnn_layer_backward", layer)) == 4 * 128 * 48 * 4 * 64 * (2 + 64)

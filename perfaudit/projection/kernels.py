@@ -14,6 +14,8 @@ import yaml
 from .devices import Device
 
 MATH_KINDS = ("matmul", "conv", "attention")
+# the math precision of a recorded 16- or 8-bit dtype (float32: fp32, or tf32 where allowed)
+PRECISION = {"c10::Half": "fp16", "c10::BFloat16": "bf16", "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8"}
 
 
 @dataclass(frozen=True, slots=True)

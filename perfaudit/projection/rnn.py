@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from math import isfinite
 
 from ..trace.model import Event
 from ..trace.op_names import RNN_OPS
-from .kernels import Work
-from .work import PRECISION
+from .kernels import PRECISION, Work
 
 GATES = dict(zip(RNN_OPS, (4, 3, 1, 1)))   # aten::lstm, gru, rnn_tanh, rnn_relu: the gates' matrices
 BACKWARD = "_backward"   # the name suffix of the stand-in for a layer's backward (`aten::lstm_backward`)
@@ -110,6 +110,32 @@ def rnn_us(op: Event, kernel_us: Callable[[Work], float], tf32: bool = True) -> 
         us += s.directions * (sum(whole) + s.steps * step)
         kernels += s.directions * (len(whole) + 2 * s.steps)
     return us, kernels
+
+
+def rnn_flops(op: Event) -> float:
+    """FLOPs of a recurrent layer's op from its recorded shapes (torch's convention, a multiply-add two): every
+    time step of every sequence multiplies each weight matrix, forward; twice that backward (cuDNN's or oneDNN's
+    backward op, given its input and weights); 0 when the shapes do not say."""
+    if op.name in GATES:
+        s = rnn_shape(op)
+        if s is None:
+            return 0.0
+        width = s.gates * s.hidden
+        return float(sum(2 * s.tokens * s.directions * width * ((s.features if layer == 0 else s.directions * s.hidden)
+                                                                 + s.hidden) for layer in range(s.layers)))
+    dims = op.args.get("Input Dims")
+    if not isinstance(dims, list) or len(dims) < 3:
+        return 0.0
+    x = _dims(dims[0])
+    weights = dims[1] if op.name == "aten::_cudnn_rnn_backward" else dims[1:3]
+    matrices = [w for w in (_dims(w) for w in (weights if isinstance(weights, list) else [])) if w and len(w) == 2]
+    if x is None or len(x) < 2 or not matrices:
+        return 0.0
+    tokens = 1.0
+    for d in x[:-1]:
+        tokens *= d
+    total = 4.0 * tokens * sum(w[0] * w[1] for w in matrices)
+    return total if isfinite(total) else 0.0
 
 
 def sequence_ranges(ops: list[Event]) -> dict[int, Event]:

@@ -7,8 +7,9 @@ from __future__ import annotations
 from math import prod
 
 from ..trace.model import Event
-from ..trace.op_names import ATTENTION_BACKWARD_OPS, ATTENTION_OPS, CONV_OPS, MM_OPS
-from .kernels import Work
+from ..trace.op_names import ATTENTION_BACKWARD_OPS, ATTENTION_OPS, CONV_OPS, MM_OPS, RNN_BACKWARD_OPS, RNN_OPS
+from .kernels import PRECISION, Work
+from .rnn import rnn_flops
 
 # ops whose whole subtree is one piece of math on the GPU (a CPU convolution's slow path calls matmuls)
 SDPA = "aten::scaled_dot_product_attention"
@@ -30,7 +31,6 @@ REDUCTIONS = ("sum", "mean", "amax", "amin", "max", "min", "norm", "var", "std",
 ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
                  "short int": 2, "bool": 1, "unsigned char": 1, "signed char": 1, "c10::Float8_e4m3fn": 1,
                  "c10::Float8_e5m2": 1, "c10::complex<float>": 8, "c10::complex<double>": 16}
-PRECISION = {"c10::Half": "fp16", "c10::BFloat16": "bf16", "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8"}
 
 
 def _attention(q, k, v) -> float:
@@ -96,6 +96,8 @@ def op_flops(op) -> float:
             return _attention(dims[0], dims[1], dims[2])
         if name in ATTENTION_BACKWARD_OPS:  # scores recomputed, then four products: 2.5x the forward
             return 2.5 * _attention(dims[1], dims[2], dims[3])
+        if name in RNN_OPS or name in RNN_BACKWARD_OPS:
+            return rnn_flops(op)
     except (TypeError, ValueError, IndexError):
         return 0.0
     return 0.0

@@ -17,9 +17,10 @@ _MAX_MODULES = 12  # the modules by FLOPs kept in the record
 MAX_CALLS = 16     # outermost module calls noted in the step (a GAN's generator and critic, a loss module …)
 
 
-def _cpu_attention_formulas() -> dict:
-    """torch counts scaled_dot_product_attention's CUDA kernels, not the CPU one it dispatches to here:
-    the same formulas for it (its inputs are the query, key and value; its backward's first the gradient)."""
+def flop_formulas() -> dict:
+    """What torch's FlopCounterMode lacks. It counts scaled_dot_product_attention's CUDA kernels, not the CPU one
+    it dispatches to here: the same formulas for it (its inputs are the query, key and value; its backward's first
+    the gradient). And the recurrent layers (_rnn_formulas)."""
     from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
     aten = torch.ops.aten
     formulas = {}
@@ -29,7 +30,30 @@ def _cpu_attention_formulas() -> dict:
     if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward"):
         formulas[aten._scaled_dot_product_flash_attention_for_cpu_backward] = (
             lambda grad, q, k, v, *args, out_shape=None, **kwargs: sdpa_backward_flop_count(grad, q, k, v))
-    return formulas
+    return formulas | _rnn_formulas()
+
+
+def _rnn_tokens_weights(x, weights) -> int:
+    """A recurrent layer's multiply-adds, doubled: every time step of every sequence (a padded [T, B, F] input's
+    T x B, a packed [N, F] one's N) multiplies each of its weight matrices (w_ih, w_hh per layer and direction)."""
+    tokens = 1
+    for d in x[:-1]:
+        tokens *= d
+    return 2 * tokens * sum(w[0] * w[1] for w in weights if len(w) == 2)
+
+
+def _rnn_formulas() -> dict:
+    """torch counts no recurrent layer (cuDNN's on a GPU, oneDNN's LSTM on a CPU: the emulated device's): their
+    GEMMs, forward, and twice them backward (the inputs' and the weights' gradients)."""
+    aten = torch.ops.aten
+    found = {name: getattr(aten, name) for name in ("_cudnn_rnn", "_cudnn_rnn_backward", "mkldnn_rnn_layer",
+                                                     "mkldnn_rnn_layer_backward") if hasattr(aten, name)}
+    forms = {"_cudnn_rnn": lambda x, weights, *a, out_shape=None, **k: _rnn_tokens_weights(x, weights),
+             "_cudnn_rnn_backward": lambda x, weights, *a, out_shape=None, **k: 2 * _rnn_tokens_weights(x, weights),
+             "mkldnn_rnn_layer": lambda x, w_ih, w_hh, *a, out_shape=None, **k: _rnn_tokens_weights(x, [w_ih, w_hh]),
+             "mkldnn_rnn_layer_backward": lambda x, w_ih, w_hh, *a, out_shape=None, **k:
+                 2 * _rnn_tokens_weights(x, [w_ih, w_hh])}
+    return {op: forms[name] for name, op in found.items()}
 
 
 def _eager(module):
@@ -143,7 +167,7 @@ class FlopProbe:
             backward = False
             modules: dict[str, int] = {}
             for (module, args, kwargs), model in zip(self.calls, models):
-                with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas()) as counter:
+                with FlopCounterMode(display=False, custom_mapping=flop_formulas()) as counter:
                     output = model(*tree_map(detach, args), **tree_map(detach, kwargs))
                     forward += counter.get_total_flops()
                     loss = _scalar(output)

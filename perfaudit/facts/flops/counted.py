@@ -7,11 +7,12 @@ from collections import defaultdict
 
 from ...projection import devices
 from ...projection.work import op_flops
-from ...trace.op_names import ATTENTION_BACKWARD_OPS, ATTENTION_OPS, CONV_OPS, FLOP_OPS, MM_OPS
+from ...trace.op_names import ATTENTION_BACKWARD_OPS, ATTENTION_OPS, CONV_OPS, FLOP_OPS, MM_OPS, RNN_OPS
 from ..registry import Context, Missing, fact
 from .split import module_split
 
-_FUSED = CONV_OPS | ATTENTION_OPS | ATTENTION_BACKWARD_OPS  # a matmul inside one of these is part of it
+# a matmul inside one of these is part of it (a CPU's GRU: its loop of matmuls)
+_FUSED = CONV_OPS | ATTENTION_OPS | ATTENTION_BACKWARD_OPS | frozenset(RNN_OPS)
 
 
 def counted_ops(ctx: Context) -> list:
