@@ -62,7 +62,7 @@ def _groups(node: _Node, half: str | None = None) -> list[Event]:
         return [node.rnn]
     if node.quiet:
         return []
-    if name in GATES and rnn_shape(node.op) is not None:  # one cuDNN call, not the CPU's loop of small ops
+    if name in GATES and rnn_shape(node.op) is not None:  # one cuDNN call (a CPU's: not its loop of small ops)
         return [_typed(node.op, half) if half is not None else node.op]
     if name.startswith(HALF_MATH_RANGE):
         half = "c10::Half" if "float16" in name and "bfloat16" not in name else "c10::BFloat16"
@@ -127,7 +127,8 @@ class _Index:
         self.op_starts = [e.ts for e in self.ops]
         self.data = [e for e in trace.host if e.name.startswith(DATALOADER)]
         self.data_starts = [e.ts for e in self.data]
-        self.rnn = sequence_ranges(self.ops) if any(e.name in GATES for e in self.ops) else {}
+        # a CPU trace's recurrent layers (a GPU trace records cuDNN's one call and its one backward node)
+        self.rnn = sequence_ranges(self.ops) if not trace.has_gpu and any(e.name in GATES for e in self.ops) else {}
         self.rnn_backward: set[int] = set()   # the layers whose backward a node already stands for
 
     def roots(self, step: Step) -> list[_Node]:
