@@ -40,9 +40,9 @@ def _model(work):
 
 def test_a_recurrent_layers_shape_is_read_from_its_padded_and_packed_forms():
     assert rnn_shape(_op("aten::lstm", LSTM)) == RnnShape(steps=48, tokens=128 * 48, batch=128, features=2,
-                                                          hidden=64, gates=4, layers=2, directions=1)
+                                                          hidden=64, gates=4, layers=2, directions=1, state=64)
     assert rnn_shape(_op("aten::gru", GRU_PACKED)) == RnnShape(steps=21, tokens=886, batch=64, features=128,
-                                                               hidden=128, gates=3, layers=1, directions=2)
+                                                               hidden=128, gates=3, layers=1, directions=2, state=128)
     assert rnn_shape(_op("aten::lstm", {})) is None and rnn_shape(_op("aten::addmm", LSTM)) is None
 
 
@@ -97,11 +97,11 @@ def test_a_recurrent_layers_flops_are_counted_live_forward_and_backward():
     from perfaudit.collect.probes.flops import flop_formulas
     lstm = torch.nn.LSTM(2, 64, num_layers=2, batch_first=True)
     with FlopCounterMode(display=False, custom_mapping=flop_formulas()) as counter:
-        out, _ = lstm(torch.randn(128, 48, 2))
+        out, _ = lstm(torch.randn(8, 12, 2))
         forward = counter.get_total_flops()
         out.sum().backward()
     weights = 4 * 64 * (2 + 64) + 4 * 64 * (64 + 64)   # w_ih and w_hh of both layers
-    assert forward == 2 * 128 * 48 * weights and counter.get_total_flops() == 3 * forward
+    assert forward == 2 * 8 * 12 * weights and counter.get_total_flops() == 3 * forward
 
 
 def test_a_traces_recurrent_ops_carry_the_flops_the_live_count_gives():
@@ -115,3 +115,19 @@ def test_a_traces_recurrent_ops_carry_the_flops_the_live_count_gives():
     assert op_flops(_op("aten::_cudnn_rnn_backward", cudnn)) == 2 * op_flops(_op("aten::lstm", LSTM))
     layer = {"Input Dims": [[48, 128, 2], [256, 2], [256, 64], [256], [256], [128, 64], [128, 64]]}
     assert op_flops(_op("aten::mkldnn_rnn_layer_backward", layer)) == 4 * 128 * 48 * 4 * 64 * (2 + 64)
+
+
+def test_an_lstm_with_a_projection_recurs_over_its_projected_state():
+    """nn.LSTM(2, 64, proj_size=16): h is 16 wide, the recurrence multiplies it and the next layer reads it."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from perfaudit.collect.probes.flops import flop_formulas
+    lstm = torch.nn.LSTM(2, 64, num_layers=2, batch_first=True, proj_size=16)
+    params = [list(p.shape) for p in lstm._flat_weights]
+    args = {**LSTM, "Input Dims": [[128, 48, 2], [[2, 128, 16], [2, 128, 64]], params, [], [], [], [], [], []]}
+    shape = rnn_shape(_op("aten::lstm", args))
+    assert (shape.hidden, shape.state) == (64, 16)
+    with FlopCounterMode(display=False, custom_mapping=flop_formulas()) as counter:
+        lstm(torch.randn(128, 48, 2))
+    assert op_flops(_op("aten::lstm", args)) == counter.get_total_flops()

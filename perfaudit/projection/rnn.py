@@ -31,6 +31,8 @@ class RnnShape:
     gates: int
     layers: int
     directions: int
+    state: int       # the hidden state's width: what the recurrence multiplies, and the next layer's input per
+                     # direction (the hidden size, or an LSTM's proj_size)
 
 
 LARGEST = 1 << 40   # a dimension beyond this is no recorded tensor's (a hostile trace's): not modelled
@@ -76,9 +78,9 @@ def rnn_shape(op: Event) -> RnnShape | None:
             return None
         steps = x[1] if len(flags) > 5 and flags[5] == "True" else x[0]
         tokens = x[0] * x[1]
-    if min(steps, tokens, batch, hidden, weight[1]) <= 0:
+    if min(steps, tokens, batch, hidden, weight[1], hx[2]) <= 0:
         return None
-    return RnnShape(steps, tokens, batch, weight[1], hidden, gates, layers, 2 if bidirectional else 1)
+    return RnnShape(steps, tokens, batch, weight[1], hidden, gates, layers, 2 if bidirectional else 1, hx[2])
 
 
 def _precision(op: Event, tf32: bool) -> str:
@@ -101,12 +103,12 @@ def rnn_us(op: Event, kernel_us: Callable[[Work], float], tf32: bool = True) -> 
         return kernel_us(Work("matmul", flops=2.0 * m * n * k, bytes=float((m * k + k * n + m * n) * size),
                               precision=precision, gemm=(1, m, n, k)))
     rows = max(s.tokens // s.steps, 1)   # a time step's rows (a packed sequence's on average)
-    step = gemm(rows, width, s.hidden) + kernel_us(Work("memory", bytes=float(3 * rows * width * size)))
+    step = gemm(rows, width, s.state) + kernel_us(Work("memory", bytes=float(3 * rows * width * size)))
     us, kernels = 0.0, 0
     for layer in range(s.layers):
-        inputs = s.features if layer == 0 else s.directions * s.hidden
+        inputs = s.features if layer == 0 else s.directions * s.state
         whole = [gemm(s.tokens, width, inputs)] if not backward else [
-            gemm(s.tokens, inputs, width), gemm(width, inputs, s.tokens), gemm(width, s.hidden, s.tokens)]
+            gemm(s.tokens, inputs, width), gemm(width, inputs, s.tokens), gemm(width, s.state, s.tokens)]
         us += s.directions * (sum(whole) + s.steps * step)
         kernels += s.directions * (len(whole) + 2 * s.steps)
     return us, kernels
@@ -121,8 +123,9 @@ def rnn_flops(op: Event) -> float:
         if s is None:
             return 0.0
         width = s.gates * s.hidden
-        return float(sum(2 * s.tokens * s.directions * width * ((s.features if layer == 0 else s.directions * s.hidden)
-                                                                 + s.hidden) for layer in range(s.layers)))
+        projected = s.hidden * s.state if s.state != s.hidden else 0   # an LSTM's proj_size: h = W_hr h
+        return float(sum(2 * s.tokens * s.directions * (width * ((s.features if layer == 0 else s.directions * s.state)
+                                                                 + s.state) + projected) for layer in range(s.layers)))
     dims = op.args.get("Input Dims")
     if not isinstance(dims, list) or len(dims) < 3:
         return 0.0
