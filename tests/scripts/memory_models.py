@@ -39,9 +39,9 @@ def build(kind: str, device, foreach=None, attention_dropout=0.1):
         optimizer = torch.optim.AdamW(model.to(device).parameters(), lr=1e-3, foreach=foreach)
         batch = (torch.randint(0, vocab, (4, 512)), torch.randint(0, vocab, (4, 512)))
     elif kind == "mlp":
-        model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
+        model = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
         optimizer = torch.optim.AdamW(model.to(device).parameters(), lr=1e-3, foreach=foreach)
-        batch = (torch.randn(512, 1024), torch.randint(0, 10, (512,)))
+        batch = (torch.randn(256, 512), torch.randint(0, 10, (256,)))
     elif kind == "rnn":
         model = LSTMModel(vocab=1000, dim=256)
         optimizer = torch.optim.Adam(model.to(device).parameters(), lr=1e-3, foreach=foreach)
@@ -55,7 +55,7 @@ def build(kind: str, device, foreach=None, attention_dropout=0.1):
                               nn.Conv2d(64, 128, 3, padding=1, bias=False), nn.BatchNorm2d(128), nn.ReLU(),
                               nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
         optimizer = torch.optim.SGD(model.to(device).parameters(), lr=0.1, momentum=0.9, foreach=foreach)
-        batch = (torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,)))
+        batch = (torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,)))
     return model, optimizer, batch
 
 
