@@ -204,6 +204,35 @@ def test_a_faster_gpu_shrinks_the_math_not_the_loading_and_the_fixes_follow(tmp_
     assert "then biggest saving on H100 SXM (projected)" in console and "projected on H100 SXM:" in console
 
 
+@pytest.mark.parametrize("trace, target", [("hta/trace_diff_control_a100_rank3.json.gz", "auto"),
+                                           ("hta/trace_diff_test_v100_rank1.json.gz", "H100 SXM"),
+                                           ("cuda_legacy_rnn.py", "auto"), ("cuda_legacy_loop.py", "A100")])
+def test_the_half_precision_what_if_retimes_each_launch_as_a_full_replan_would(realistic_reports, monkeypatch,
+                                                                                trace, target):
+    """AMP001's projected saving replays the steps with the float32 matrix math in 16 bits: each launch timed
+    again from the kernel it measured (a GPU trace) or the op it was modelled on (a CPU run, a recurrent layer's
+    cuDNN call too), rather than every step planned again (a third of the projection's cost on a large trace).
+    The two must give the same steps, to the microsecond."""
+    from perfaudit import api
+    from perfaudit.projection import model
+    seen = []
+    run = model.Projector.run
+
+    def compared(self):
+        for half in ("bf16", "fp16"):
+            seen.append((simulate(self._plans(half)), simulate(self._plans_in(half)), self.plans))
+        return run(self)
+    monkeypatch.setattr(model.Projector, "run", compared)
+    path = TRACES / trace if trace.endswith(".gz") else Path(realistic_reports[trace]["run_dir"]) / "trace.json.gz"
+    api.analyze([str(needs_shared(path))], target=target)
+    assert seen
+    for replanned, retimed, plans in seen:
+        assert retimed.step_us == pytest.approx(replanned.step_us, rel=1e-9)
+        assert retimed.per_step_us == pytest.approx(replanned.per_step_us, rel=1e-9)
+        assert retimed.busy_us == pytest.approx(replanned.busy_us, rel=1e-9)
+    assert any(r.busy_us["compute"] < simulate(p).busy_us["compute"] for r, _, p in seen)  # the math got faster
+
+
 def test_projection_is_off_with_target_none_and_an_unknown_gpu_is_one_clear_line(tmp_path):
     report, _ = _analyze(needs_shared(RESNET), "--target", "none", tmp_path=tmp_path)
     assert report["projection"] is None and all(f["projected_ms_per_step"] is None for f in report["findings"])

@@ -4,6 +4,7 @@ ops' shapes (a CPU trace); and what a fix would save there, by replaying the ste
 applied (`what_if`)."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -14,7 +15,7 @@ from .kernels import MATH_KINDS, Work, calibration, kernel_us, retargeted_us
 from .overhead import in_python_time
 from .plans import fetch_at_most
 from .simulate import Pipeline, Projection, scaled, simulate, sync_idle_capped
-from .timeline import Item, StepPlan, from_kernels, from_shapes, plan, window
+from .timeline import Item, Launched, StepPlan, from_kernels, from_shapes, kernels_retimed, plan, shapes_retimed, window
 from .work import work_of
 
 HALF = "bf16"   # what autocast's matrix math runs in, for the precision what-if
@@ -120,15 +121,10 @@ class Projector:
     def _plans(self, precision: str | None = None) -> list[StepPlan]:
         own_cost = self.own_cost
         if self.on_gpu:
-            return plan(self.trace, self.steps, from_kernels(self.trace, self._kernel_scale(precision),
+            return plan(self.trace, self.steps, from_kernels(self._launched, self._kernel_scale(precision),
                                                              self._copy_scale(), self._op_ratio(precision)), own_cost,
                         self.undisturbed, host_waited=self.host_waited)
-        target, cal = self.target, self.cal
-
-        def model(work: Work) -> float:
-            if precision and work.kind in MATH_KINDS and work.precision in ("fp32", "tf32"):
-                work = replace(work, precision=precision)
-            return kernel_us(work, target, cal)
+        cal, model = self.cal, self._model(precision)
         host_us = self._host_us_per_launch
         read_us = cal.get("read_round_trip_us", 0.0) if self.inputs.marked_syncs else None
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
@@ -140,8 +136,34 @@ class Projector:
         if self.inputs.plain_fetch_ms is not None:
             fetch_at_most(plans, self.inputs.plain_fetch_ms * 1e3)
         if self.inputs.batch_bytes:
-            plans = _with_copies(plans, lambda: _copy_item(self.inputs, target))
+            plans = _with_copies(plans, lambda: _copy_item(self.inputs, self.target))
         return plans
+
+    def _plans_in(self, precision: str) -> list[StepPlan]:
+        """The plans with their float32 matrix math in `precision`: what `_plans(precision)` makes, each launch
+        timed again from what it was timed from rather than every step planned again."""
+        if self.on_gpu:
+            gpu_us = kernels_retimed(self._launched, self._kernel_scale(precision), self._op_ratio(precision))
+        else:
+            gpu_us = shapes_retimed(self._model(precision), self.inputs.tf32_matmul, self.inputs.tf32_conv,
+                                    self.inputs.bf16_as)
+        return [StepPlan(p.number, p.measured_us, [i.timed(gpu_us(i)) if i.source is not None else i for i in p.items])
+                for p in self.plans]
+
+    def _model(self, precision: str | None) -> Callable[[Work], float]:
+        """A modelled op's kernels' time on the target, its float32 matrix math in `precision` if given."""
+        target, cal = self.target, self.cal
+
+        def model(work: Work) -> float:
+            if precision and work.kind in MATH_KINDS and work.precision in ("fp32", "tf32"):
+                work = replace(work, precision=precision)
+            return kernel_us(work, target, cal)
+        return model
+
+    @functools.cached_property
+    def _launched(self) -> Launched:
+        """A GPU trace's kernels by the runtime call that launched them (built once for every plan)."""
+        return Launched(self.trace)
 
     @property
     def _host_us_per_launch(self) -> float:
@@ -191,6 +213,8 @@ class Projector:
             after = work
             if precision and work.kind in MATH_KINDS and work.precision in ("fp32", "tf32"):
                 after = replace(work, precision=precision)
+            elif src == dst:  # on the GPU it ran on, an op the precision leaves alone keeps its measured time
+                return None
             there = retargeted_us(us, work, after, src, dst, cal)
             return there / us if there is not None else None
         return ratio
@@ -251,27 +275,30 @@ class Projector:
     def _replay(self, kind: str, host_saved_us: float) -> Projection:
         if kind == "precision":  # autocast's 16-bit type: bf16 where the target has it, else fp16
             half = HALF if HALF in self.target.tflops else "fp16"
-            return simulate(self._plans(half), _pipeline(self.inputs))
-        plans = []
+            return simulate(self._plans_in(half), _pipeline(self.inputs))
+        pipeline = _pipeline(self.inputs)
+        if kind == "data":
+            return simulate(self.plans, None, without=frozenset({"data"}))
+        if kind == "sync":
+            return simulate(self.plans, pipeline, without=frozenset({"sync"}))
+        if kind == "host":
+            totals = [sum(i.host_us for i in p.items if i.kind == "host") or 1.0 for p in self.plans]
+            return simulate(self.plans, pipeline, host_scale=[max(1 - host_saved_us / t, 0.0) for t in totals])
+        if kind != "copies":
+            raise ValueError(f"no what-if named {kind!r} (one of {', '.join(WHAT_IFS)})")
+        plans = []  # each pageable copy made pinned and non-blocking, the sync torch makes after it gone
         for p in self.plans:
             items = []
-            host_total = sum(i.host_us for i in p.items if i.kind == "host") or 1.0
             previous: Item | None = None
             for item in p.items:
                 before, previous = previous, item
-                if kind == "copies" and item.kind == "sync" and before is not None and before.pageable:
-                    continue  # the sync torch makes after a pageable copy goes with it
-                if kind == "data" and item.kind == "data":
+                if item.kind == "sync" and before is not None and before.pageable:
                     continue
-                if kind == "sync" and item.kind == "sync":
-                    continue
-                if kind == "copies" and item.kind == "copy" and item.pageable:
+                if item.kind == "copy" and item.pageable:
                     item = replace(item, blocking=False, pageable=False, gpu_us=item.gpu_us * self._pinned_ratio())
-                if kind == "host" and item.kind == "host":
-                    item = replace(item, host_us=item.host_us * max(1 - host_saved_us / host_total, 0.0))
                 items.append(item)
             plans.append(StepPlan(p.number, p.measured_us, items))
-        return simulate(plans, None if kind == "data" else _pipeline(self.inputs))
+        return simulate(plans, pipeline)
 
     def _pinned_ratio(self) -> float:
         """A pageable copy's time made pinned: the target link's pageable rate over its pinned rate."""

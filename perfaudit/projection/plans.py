@@ -21,6 +21,12 @@ class Item:
                                 # return): on a GPU a read costs this even when nothing is queued
     kernels: int = 0          # kernel launches in a modelled launch (a CPU run), and how many of them are
     small: int = 0            # short elementwise ones on the target (under SMALL_KERNEL_US: fusion's candidates)
+    source: object = None     # what a launch's GPU time was taken from (timeline.py), for a what-if to time it again
+
+    def timed(self, gpu_us: float) -> Item:
+        """The same item with another GPU time (positional: a what-if makes thousands)."""
+        return Item(self.kind, self.host_us, gpu_us, self.stream, self.blocking, self.pageable, self.own_us,
+                    self.round_trip_us, self.kernels, self.small, self.source)
 
 
 @dataclass

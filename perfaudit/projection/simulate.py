@@ -32,62 +32,71 @@ class Projection:
     shares: dict = field(default_factory=dict)   # each bottleneck class's share of the step
 
 
-class _Clock:
-    def __init__(self):
-        self.host = 0.0
-        self.compute_free = 0.0   # the compute stream (kernels, copies on it)
-        self.comm_free = 0.0      # the collectives' stream
-        self.busy = {"compute": [], "communication": [], "copies": []}
-        self.host_spans = []      # (start, end, what): what the host is doing when the GPU idles
-        self.after_sync = False
-
-
-def _launch(c: _Clock, item, kind: str) -> None:
-    c.host += item.host_us
-    if kind == "communication":
-        start = max(c.host, c.comm_free, c.compute_free)
-        c.comm_free = start + item.gpu_us
+def _busy(spans: list, start: float, end: float) -> None:
+    """A stream's busy span: its starts never go back, so one that meets the last span extends it."""
+    if spans and start <= spans[-1][1]:
+        if end > spans[-1][1]:
+            spans[-1][1] = end
     else:
-        start = max(c.host, c.compute_free)
-        c.compute_free = start + item.gpu_us
-    if item.gpu_us > 0:
-        c.busy[kind].append((start, start + item.gpu_us))
+        spans.append([start, end])
 
 
-def simulate(plans: list[StepPlan], pipeline: Pipeline | None = None) -> Projection:
-    c = _Clock()
-    ends, fetched, first_fetch = [], 0, None
-    for plan in plans:
+def simulate(plans: list[StepPlan], pipeline: Pipeline | None = None, without: frozenset[str] = frozenset(),
+             host_scale: list[float] | None = None) -> Projection:
+    """The plans replayed; a what-if as the plans would be with it, without copying them: the items of the
+    kinds in `without` left out (syncs, DataLoader fetches), each step's Python time times its `host_scale`.
+    The hot loop of every projection (a replay per fix): the clocks are local variables."""
+    host = compute_free = comm_free = 0.0   # the host; the compute stream (kernels, copies); the collectives'
+    busy: dict[str, list] = {"compute": [], "communication": [], "copies": []}
+    host_spans: list[list] = []             # [start, end, what]: what the host is doing when the GPU idles
+    after_sync = False
+    workers = pipeline.workers if pipeline is not None else 0
+    ends, fetched, first_fetch = [], 0, 0.0
+    for n, plan in enumerate(plans):
+        scale = host_scale[n] if host_scale is not None else 1.0
         for item in plan.items:
-            t0 = c.host
-            what = "sync" if c.after_sync else "host"
-            if item.kind == "host":
-                c.host += item.host_us
-            elif item.kind == "launch":
-                _launch(c, item, "communication" if item.stream == "comm" else "compute")
-                c.after_sync = False
-            elif item.kind == "copy":
-                _launch(c, item, "copies")
-                c.after_sync = False
-                if item.blocking:
-                    c.host = max(c.host, c.compute_free)
-                    c.after_sync = True
-            elif item.kind == "sync":
-                c.host = max(c.host, c.compute_free, c.comm_free) + item.round_trip_us
-                c.after_sync = True
-            elif item.kind == "data":
-                what = "data"
-                if pipeline and pipeline.workers > 0:
-                    first_fetch = c.host if first_fetch is None else first_fetch
-                    fetched += 1
-                    ready = first_fetch + fetched * pipeline.batch_us / pipeline.workers
-                    c.host = max(c.host, ready)
+            kind = item.kind
+            if kind in without:
+                continue
+            t0 = host
+            what = "sync" if after_sync else "host"
+            if kind == "launch" or kind == "copy":
+                host += item.host_us
+                gpu = item.gpu_us
+                if kind == "launch" and item.stream == "comm":
+                    start = max(host, comm_free, compute_free)
+                    comm_free = start + gpu
+                    stream = "communication"
                 else:
-                    c.host += item.host_us
-            if c.host > t0:
-                c.host_spans.append((t0, c.host, what))
-        ends.append(max(c.host, c.compute_free, c.comm_free))
-    return _summarise(c, plans, ends)
+                    start = host if host > compute_free else compute_free
+                    compute_free = start + gpu
+                    stream = "copies" if kind == "copy" else "compute"
+                if gpu > 0:
+                    _busy(busy[stream], start, start + gpu)
+                after_sync = False
+                if kind == "copy" and item.blocking:
+                    host = max(host, compute_free)
+                    after_sync = True
+            elif kind == "host":
+                host += item.host_us * scale
+            elif kind == "sync":
+                host = max(host, compute_free, comm_free) + item.round_trip_us
+                after_sync = True
+            elif kind == "data":
+                what = "data"
+                if workers > 0:
+                    first_fetch = host if fetched == 0 else first_fetch
+                    fetched += 1
+                    host = max(host, first_fetch + fetched * pipeline.batch_us / workers)  # type: ignore[union-attr]
+                else:
+                    host += item.host_us
+            if host > t0:  # what the host does, one span while it goes on doing it
+                if host_spans and host_spans[-1][1] == t0 and host_spans[-1][2] == what:
+                    host_spans[-1][1] = host
+                else:
+                    host_spans.append([t0, host, what])
+        ends.append(max(host, compute_free, comm_free))
+    return _summarise(busy, host_spans, plans, ends)
 
 
 def _union(spans):
@@ -100,12 +109,12 @@ def _union(spans):
     return out
 
 
-def _summarise(c: _Clock, plans: list[StepPlan], ends: list[float]) -> Projection:
+def _summarise(busy_spans: dict[str, list], spans: list[list], plans: list[StepPlan], ends: list[float]) -> Projection:
     n = max(len(plans), 1)
     total = ends[-1] if ends else 0.0
     per_step = [b - a for a, b in zip([0.0] + ends[:-1], ends)]
-    busy = {k: sum(e - s for s, e in _union(v)) / n for k, v in c.busy.items()}
-    busy_all = _union([span for v in c.busy.values() for span in v])
+    busy = {k: sum(e - s for s, e in _union(v)) / n for k, v in busy_spans.items()}
+    busy_all = _union([span for v in busy_spans.values() for span in v])
     idle = {"data": 0.0, "sync": 0.0, "host": 0.0}
     # the GPU's idle stretches, each split by what the host was doing then
     gaps, cursor = [], 0.0
@@ -115,7 +124,7 @@ def _summarise(c: _Clock, plans: list[StepPlan], ends: list[float]) -> Projectio
         cursor = max(cursor, e)
     if total > cursor:
         gaps.append((cursor, total))
-    spans, j = c.host_spans, 0
+    j = 0
     for g0, g1 in gaps:
         while j < len(spans) and spans[j][1] <= g0:
             j += 1

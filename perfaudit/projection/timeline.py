@@ -257,19 +257,32 @@ def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, t
             layer = rnn_us(op, kernel_us, tf32_conv) if op.name.removesuffix(BACKWARD) in GATES else None
             if layer is not None:
                 us, n = layer
-                out.append(Item("launch", host_us=host_us_per_launch + launch_us * (n - 1), gpu_us=us, kernels=n))
+                out.append(Item("launch", host_us=host_us_per_launch + launch_us * (n - 1), gpu_us=us, kernels=n,
+                                source=op))
                 continue
             work = work_of(op, tf32_matmul, tf32_conv, bf16_as)
             us = kernel_us(work)
             small = work.kernels if work.kind == "memory" and us < SMALL_KERNEL_US * work.kernels else 0
             out.append(Item("launch", host_us=host_us_per_launch * work.kernels, gpu_us=us, kernels=work.kernels,
-                            small=small))
+                            small=small, source=op))
         if not out and launches(root.op.name):
             out.append(Item("host", host_us=host_us_per_launch))
         if _has_sync(root, read_us is not None):
             out.append(Item("sync", round_trip_us=read_us or 0.0))
         return out
     return expand
+
+
+def shapes_retimed(kernel_us: Callable[[Work], float], tf32_matmul: bool = False, tf32_conv: bool = True,
+                   bf16_as: str = "bf16") -> Callable[[Item], float]:
+    """A modelled launch's GPU time again (from_shapes's, under another `kernel_us`: a what-if's precision),
+    from the op it was modelled on."""
+    def gpu_us(item: Item) -> float:
+        op = item.source
+        assert isinstance(op, Event)
+        layer = rnn_us(op, kernel_us, tf32_conv) if op.name.removesuffix(BACKWARD) in GATES else None
+        return layer[0] if layer is not None else kernel_us(work_of(op, tf32_matmul, tf32_conv, bf16_as))
+    return gpu_us
 
 
 # -- a GPU trace: the kernels it measured -------------------------------------------------------------------------
@@ -303,32 +316,34 @@ class Launched:
         return out
 
 
-def from_kernels(trace: Trace, scale: Callable[[Event], float], copy_scale: float = 1.0,
-                 op_ratio: Callable[[Event, float], float | None] | None = None) -> Callable[[_Node], list[Item]]:
+OpRatio = Callable[[Event, float], float | None]
+
+
+def _ratios(launched: Launched, op_ratio: OpRatio | None, root: _Node) -> dict[int, float]:
+    """id(runtime call) -> the ratio of the op group that made it."""
+    out: dict[int, float] = {}
+    if op_ratio is None:
+        return out
+    for group in _groups(root):
+        calls = launched.inside(group)
+        us = sum(ev.dur for call in calls for ev in launched.by_corr.get(call.args.get("correlation"), ())
+                 if ev.kind == "kernel")
+        ratio = op_ratio(group, us) if us > 0 else None
+        if ratio is not None:
+            for call in calls:
+                out[id(call)] = ratio
+    return out
+
+
+def from_kernels(launched: Launched, scale: Callable[[Event], float], copy_scale: float = 1.0,
+                 op_ratio: OpRatio | None = None) -> Callable[[_Node], list[Item]]:
     """A root op as the GPU trace measured it: its host time less the time it waited (syncs, blocking
     copies), each kernel it launched with its measured time times its op's factor onto the target
     (`op_ratio(op, its kernels' µs)`, when the op's shapes were recorded), else `scale(kernel)` (1 on the GPU
     it was recorded on); copies times `copy_scale`."""
-    launched = Launched(trace)
-
-    def ratios(root: _Node) -> dict[int, float]:
-        """id(runtime call) -> the ratio of the op group that made it."""
-        out: dict[int, float] = {}
-        if op_ratio is None:
-            return out
-        for group in _groups(root):
-            calls = launched.inside(group)
-            us = sum(ev.dur for call in calls for ev in launched.by_corr.get(call.args.get("correlation"), ())
-                     if ev.kind == "kernel")
-            ratio = op_ratio(group, us) if us > 0 else None
-            if ratio is not None:
-                for call in calls:
-                    out[id(call)] = ratio
-        return out
-
     def expand(root: _Node) -> list[Item]:
         out, waited = [], 0.0
-        by_call = ratios(root)
+        by_call = _ratios(launched, op_ratio, root)
         for call in launched.inside(root.op):
             waits = any(w in call.name for w in WAIT_RUNTIME)
             ratio = by_call.get(id(call))
@@ -336,7 +351,7 @@ def from_kernels(trace: Trace, scale: Callable[[Event], float], copy_scale: floa
                 if ev.kind == "kernel":
                     stream = "comm" if _collective(ev.name) else "compute"
                     out.append(Item("launch", gpu_us=ev.dur * (ratio if ratio is not None else scale(ev)),
-                                    stream=stream))
+                                    stream=stream, source=(ev, call, root)))
                 else:  # memcpy / memset
                     out.append(Item("copy", gpu_us=ev.dur * copy_scale, stream="copy", blocking=waits,
                                     pageable="Pageable" in ev.name))
@@ -353,6 +368,24 @@ def from_kernels(trace: Trace, scale: Callable[[Event], float], copy_scale: floa
             out.insert(0, Item("host", host_us=host))
         return out
     return expand
+
+
+def kernels_retimed(launched: Launched, scale: Callable[[Event], float],
+                    op_ratio: OpRatio | None = None) -> Callable[[Item], float]:
+    """A measured kernel's time again (from_kernels's, under another scale and op ratio: a what-if's
+    precision), its op group's ratio taken once per root op."""
+    by_root: dict[int, dict[int, float]] = {}
+
+    def gpu_us(item: Item) -> float:
+        source = item.source
+        assert isinstance(source, tuple)
+        ev, call, root = source
+        by_call = by_root.get(id(root))
+        if by_call is None:
+            by_call = by_root[id(root)] = _ratios(launched, op_ratio, root)
+        ratio = by_call.get(id(call))
+        return ev.dur * (ratio if ratio is not None else scale(ev))
+    return gpu_us
 
 
 def _collective(name: str) -> bool:
