@@ -35,7 +35,7 @@ class Device:
 def table() -> list[dict]:
     """devices.yaml's entries, as written (one source each)."""
     with open(os.path.join(os.path.dirname(__file__), "devices.yaml"), encoding="utf-8") as f:
-        return yaml.safe_load(f.read())["devices"]
+        return yaml.load(f.read(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["devices"]  # libyaml when present
 
 
 def _tokens(text: str) -> list[str]:

@@ -31,8 +31,9 @@ class Work:
 
 @cache
 def calibration() -> dict:
+    """calibration.yaml, read once (libyaml when present): shared by every caller, so never changed."""
     with open(os.path.join(os.path.dirname(__file__), "calibration.yaml"), encoding="utf-8") as f:
-        return yaml.safe_load(f.read())
+        return yaml.load(f.read(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def wave_utilisation(tiles: int, sms: int) -> float:
