@@ -32,6 +32,7 @@ PROBE_FIELDS: dict[str, dict] = {
                              "worker_cpu_ms_per_batch": _OPT_NUM, "batches_on_device": {"type": "boolean"}}),
     "debug_apis": _list_of({"api": {"type": "string"}, "enabled": {"type": "boolean"}, "site": _SITE}),
     "anomaly_enabled_in_window": {"type": "boolean"},
+    "memory_history_in_window": {"type": "boolean"},
     "empty_cache": _list_of({"site": _SITE, "calls": _INT, "window_calls": _INT},
                             {"by_step": {"type": "object", "additionalProperties": _INT}}),
     "bias_before_norm": _list_of({"layer": {"type": "string"}, "norm": {"type": "string"}, "site": _SITE},

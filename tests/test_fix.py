@@ -231,6 +231,53 @@ def test_what_is_not_mechanical_is_refused_with_its_reason(tmp_path):
     assert "turn `args.debug` off" in reasons[("DEBUG001", "8")]  # the user's debug switch stays theirs
 
 
+def test_the_memory_history_left_on_is_removed_and_a_switch_is_left_to_the_user(tmp_path):
+    path = _write(tmp_path, '''\
+        import torch
+        if torch.cuda.is_available():
+            torch.cuda.memory._record_memory_history(max_entries=100_000)
+        torch.cuda._record_memory_history(enabled="state")
+        torch.cuda.memory._record_memory_history(args.history)
+        torch.cuda.memory._record_memory_history(enabled=None)
+        ''')
+    plan = plan_fixes([_finding("DEBUG001", path, 3, kind="debug_off"), _finding("DEBUG001", path, 4, kind="debug_off"),
+                       _finding("DEBUG001", path, 5, kind="debug_off")], str(tmp_path))
+    assert plan.files[0].fixed == textwrap.dedent('''\
+        import torch
+        if torch.cuda.is_available():
+            pass
+        torch.cuda.memory._record_memory_history(args.history)
+        torch.cuda.memory._record_memory_history(enabled=None)
+        ''')
+    reasons = {n.where.rsplit(":", 1)[1]: n.reason for n in plan.not_fixed}
+    assert list(reasons) == ["5"] and "turn `args.history` off" in reasons["5"]  # the switch is theirs
+
+
+HISTORY_ARGS = st.lists(st.sampled_from(["'all'", "'state'", "None", "True", "False", "flag", "cfg.on", "1", "*a",
+                                         "max_entries=10", "enabled=None", "enabled='all'", "enabled=x",
+                                         "context='alloc'", "stacks='python'", "**kw"]), max_size=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(HISTORY_ARGS, st.sampled_from(["torch.cuda.memory._record_memory_history", "_record_memory_history",
+                                      "torch.cuda._record_memory_history"]), st.booleans())
+def test_the_history_edit_of_any_call_gives_code_that_parses_or_changes_nothing(args, name, nested):
+    """The call as a user's file may write it (any arguments, in any order, in a block or not): the edit
+    removes it, refuses it, or leaves it, and what it writes parses."""
+    import libcst as cst
+    keywords = [a for a in args if "=" in a or a.startswith("**")]
+    call = f"{name}({', '.join([a for a in args if a not in keywords] + keywords)})"
+    source = f"if on:\n    {call}\n" if nested else f"{call}\n"
+    try:
+        cst.parse_module(source)
+    except cst.ParserSyntaxError:
+        return  # not Python: no edit is asked of it
+    edit = EDITS["debug_off"]({2 if nested else 1}, {})
+    fixed = cst.MetadataWrapper(cst.parse_module(source)).visit(edit).code
+    cst.parse_module(fixed)
+    assert (fixed != source) == bool(edit.outcome.changed)
+
+
 def test_files_that_are_not_the_users_or_changed_since_the_run_are_left_alone(tmp_path):
     project = tmp_path / "project"
     project.mkdir()

@@ -14,18 +14,22 @@ API_EFFECT = {
     "gradgradcheck": "numerical second-order gradient checking",
     "torch.profiler.profile": "the script's own torch.profiler",
     "torch.autograd.profiler.profile": "the legacy autograd profiler",
+    "_record_memory_history": "the CUDA allocator's memory history (a stack trace kept per allocation and free)",
 }
 
 
 @fact("debug.apis_on", "Debugging APIs that were enabled while the window ran, with the line that "
-                       "turned each on (anomaly detection, emit_nvtx, gradcheck).")
+                       "turned each on (anomaly detection, emit_nvtx, gradcheck, the CUDA memory history).")
 def debug_apis_on(ctx: Context) -> list[Site]:
     calls = [c for c in ctx.probe("debug_apis") if c.get("enabled")]
     anomaly_on = ctx.probes.get("anomaly_enabled_in_window", False)
+    history_on = ctx.probes.get("memory_history_in_window", False)
     sites: dict[tuple, Site] = {}
     for call in calls:
         if call["api"] in ("set_detect_anomaly", "detect_anomaly") and not anomaly_on:
             continue  # turned on and off again outside the window
+        if call["api"] == "_record_memory_history" and not history_on:
+            continue
         where = call.get("site") or {}
         key = (call["api"], where.get("path"), where.get("line"))
         if key not in sites:
@@ -53,6 +57,19 @@ PROFILERS = {"torch.profiler.profile", "torch.autograd.profiler.profile", "emit_
 def profilers_only(ctx: Context) -> bool:
     sites = ctx.get("debug.apis_on")
     return bool(sites) and all(s.extra.get("api") in PROFILERS for s in sites)
+
+
+@fact("debug.memory_history_on", "Whether the script's CUDA memory history (torch.cuda.memory."
+                                 "_record_memory_history) recorded in the window.")
+def memory_history_on(ctx: Context) -> bool:
+    return any(s.extra.get("api") == "_record_memory_history" for s in ctx.get("debug.apis_on"))
+
+
+@fact("debug.lighter_only", "Whether every debugging API on in the window costs per event rather than per "
+                            "autograd node or evaluation: a profiler perfaudit replaced, the CUDA memory history.")
+def lighter_only(ctx: Context) -> bool:
+    sites = ctx.get("debug.apis_on")
+    return bool(sites) and all(s.extra.get("api") in PROFILERS | {"_record_memory_history"} for s in sites)
 
 
 @fact("debug.anomaly_nodes_per_step", "Backward nodes per step that paid for anomaly detection (0 when "

@@ -24,8 +24,9 @@ FIX_KINDS: dict[str, FixKind] = {
                           "a DataLoader(...) call or a `.to(device)` / `.cuda()` copy"),
     "loader_workers": FixKind("num_workers=<measured recommendation> and persistent_workers=True on the "
                               "DataLoader", False, "a DataLoader(...) call"),
-    "debug_off": FixKind("remove set_detect_anomaly(True), unwrap `with detect_anomaly()` and the autograd "
-                         "profiler/emit_nvtx blocks", True, "a set_detect_anomaly(True) call or a debug `with` block"),
+    "debug_off": FixKind("remove set_detect_anomaly(True) and _record_memory_history(...), unwrap `with "
+                         "detect_anomaly()` and the autograd profiler/emit_nvtx blocks", True,
+                         "a set_detect_anomaly(True) or _record_memory_history(...) call or a debug `with` block"),
     "cudnn_benchmark_on": FixKind("torch.backends.cudnn.benchmark = True before training", True,
                                   "a statement to put `torch.backends.cudnn.benchmark = True` before"),
     "cudnn_benchmark_off": FixKind("torch.backends.cudnn.benchmark = False", True,

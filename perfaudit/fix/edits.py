@@ -62,6 +62,8 @@ class DebugOff(LineTransformer):
         if len(updated.body) != 1 or not isinstance(updated.body[0], cst.Expr) or self.hit(original) is None:
             return updated
         call = updated.body[0].value
+        if isinstance(call, cst.Call) and call_attr(call) == "_record_memory_history":
+            return self._history_off(original, updated, call)
         if isinstance(call, cst.Call) and call_attr(call) == "set_detect_anomaly" and call.args:
             value = call.args[0].value
             if isinstance(value, cst.Name) and value.value == "True":
@@ -71,6 +73,20 @@ class DebugOff(LineTransformer):
                 code = cst.Module([]).code_for_node(value)
                 self.refused(original, f"set_detect_anomaly({code}) was on in this run: turn `{code}` off where "
                                        "it is set (a debug switch is yours to keep)")
+        return updated
+
+    def _history_off(self, original, updated, call):
+        """`_record_memory_history(...)` that turned the recording on ("all" by default, "state", True) goes; one
+        whose `enabled` is a variable is the user's switch."""
+        enabled = next((a.value for a in call.args if a.keyword is None or a.keyword.value == "enabled"), None)
+        if enabled is None or isinstance(enabled, cst.SimpleString) or (
+                isinstance(enabled, cst.Name) and enabled.value == "True"):
+            self.changed(original, "removed _record_memory_history(...): the memory history stays off")
+            return cst.RemoveFromParent()
+        if not (isinstance(enabled, cst.Name) and enabled.value in ("None", "False")):
+            code = cst.Module([]).code_for_node(enabled)
+            self.refused(original, f"_record_memory_history({code}) was on in this run: turn `{code}` off where it "
+                                   "is set (a debug switch is yours to keep)")
         return updated
 
     def leave_With(self, original, updated):

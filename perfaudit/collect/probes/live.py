@@ -21,6 +21,7 @@ from . import worker_timing
 from .ddp import DDPProbe
 from .environment import environment
 from .loader import LoaderProbes, loader_settings
+from .memory_history import MemoryHistory
 
 
 class Probes(LoaderProbes):
@@ -32,6 +33,7 @@ class Probes(LoaderProbes):
         self.debug_calls: list[dict] = []
         self.empty_cache: dict[tuple, dict] = {}
         self.anomaly_in_window = False
+        self.memory_history = MemoryHistory(self.debug_calls)
         self.layer_sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.bias_before_norm: list[dict] = []
         self._biased_layers: dict[int, torch.nn.Module] = {}  # Conv/Linear with a bias that ran in the step
@@ -78,6 +80,7 @@ class Probes(LoaderProbes):
                     lambda a, k: bool(a[1] if len(a) > 1 else k.get("mode", True)))
         self._debug(torch.autograd.detect_anomaly, "__init__", "detect_anomaly", lambda a, k: True)
         neutralise_profilers(self)
+        self.memory_history.install()
         for fn in ("gradcheck", "gradgradcheck"):
             self._debug_function(torch.autograd, fn)
         wrap(torch.cuda, "empty_cache", self._empty_cache)
@@ -302,6 +305,7 @@ class Probes(LoaderProbes):
 
     def sample_window_state(self) -> None:
         self.anomaly_in_window = self.anomaly_in_window or torch.is_anomaly_enabled()
+        self.memory_history.sample()
 
     # -- export ----------------------------------------------------------------------------------
     def snapshot(self, profiling: bool = False) -> dict:
@@ -346,6 +350,7 @@ class Probes(LoaderProbes):
             "dataloaders": loaders,
             "debug_apis": self.debug_calls,
             "anomaly_enabled_in_window": self.anomaly_in_window,
+            "memory_history_in_window": self.memory_history.in_window,
             "empty_cache": list(self.empty_cache.values()),
             "bias_before_norm": self.bias_before_norm,
             "bias_without_norm": self._bias_without_norm(),

@@ -1,0 +1,60 @@
+"""Debugging APIs on the CUDA path (tip T07) that only a GPU run meets: the CUDA allocator's memory history.
+Recorded for a few steps and turned off, as PyTorch's guide to memory snapshots does it, it is no finding; left
+on (the sample memory_history_bad.py, a rule example) it is DEBUG001 at the line that turned it on."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+from conftest import perfaudit, run_trace_json
+
+TRAINER = '''\
+import argparse
+import torch
+from torch import nn
+
+
+class Trainer:
+    def __init__(self, model, device, snapshot):
+        self.model, self.device, self.snapshot = model.to(device), device, snapshot
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+
+    def fit(self, steps, record_steps):
+        x = torch.randn(64, 32, device=self.device)
+        y = torch.randint(0, 4, (64,), device=self.device)
+        for step in range(steps):
+            if step == 0 and record_steps:
+                torch.cuda.memory._record_memory_history(max_entries=10_000)
+            loss = nn.functional.cross_entropy(self.model(x), y)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            if step + 1 == record_steps:
+                torch.cuda.memory._dump_snapshot(self.snapshot)
+                torch.cuda.memory._record_memory_history(enabled=None)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--record-steps", type=int, default=1)
+    p.add_argument("--snapshot", default="memory.pickle")
+    args = p.parse_args()
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+    Trainer(model, torch.device("cuda"), args.snapshot).fit(100_000, args.record_steps)
+'''
+
+
+def test_a_memory_snapshot_of_the_first_step_is_not_a_debugging_api_left_on(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(TRAINER))
+    report_path = tmp_path / "report.json"
+    proc = perfaudit("run", str(script), "--warmup", "2", "--steps", "3", "--out-dir", str(tmp_path / "run"),
+                     "-f", f"json={report_path}", "--", "--snapshot", str(tmp_path / "memory.pickle"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads(report_path.read_text())
+    assert report["run"]["device"] == "cpu, CUDA path emulated"
+    assert not [f for f in report["findings"] if f["rule"] == "DEBUG001"], report["findings"]
+    probes = run_trace_json(tmp_path / "run" / "trace.json.gz")["perfaudit"]["probes"]
+    calls = [c for c in probes["debug_apis"] if c["api"] == "_record_memory_history"]
+    assert [(c["enabled"], c["site"]["line"]) for c in calls] == [(True, 16), (False, 23)]  # the script's own
+    assert probes["memory_history_in_window"] is False
