@@ -58,3 +58,30 @@ def test_a_memory_snapshot_of_the_first_step_is_not_a_debugging_api_left_on(tmp_
     calls = [c for c in probes["debug_apis"] if c["api"] == "_record_memory_history"]
     assert [(c["enabled"], c["site"]["line"]) for c in calls] == [(True, 16), (False, 23)]  # the script's own
     assert probes["memory_history_in_window"] is False
+
+
+def test_on_a_gpu_perfaudits_own_history_never_ends_the_scripts(monkeypatch):
+    """On a GPU the OOM watch keeps a "state" history through the warm-up and turns it off at its end, and the
+    device-memory probe records two steps: a history the script turned on meanwhile (DEBUG001's evidence, and
+    the snapshot the script will dump) is left recording. Without a GPU here: the calls are caught."""
+    import torch
+
+    from perfaudit.collect.probes import gpu_memory, oom
+    calls: list = []
+    monkeypatch.setattr(oom, "history_on", lambda: True)
+    monkeypatch.setattr(gpu_memory, "history_on", lambda: True)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda *a, **k: calls.append(k))
+    for scripts in (True, False):
+        watch = oom.OomWatch(lambda: [], scripts_history=lambda: scripts)
+        watch.keeps_history = True   # the watch's own "state" history, on since CUDA started
+        watch.pause()
+        assert calls == ([] if scripts else [{"enabled": None}])
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    for name in ("current_device", "synchronize", "memory_allocated", "memory_reserved"):
+        monkeypatch.setattr(torch.cuda, name, lambda *a: 0)
+    probe = gpu_memory.GpuMemory(lambda: [], oom.OomWatch(lambda: [], scripts_history=lambda: True))
+    probe._oom.keeps_history = True
+    monkeypatch.setattr(gpu_memory, "saved_tensors_watch", lambda packed: __import__("contextlib").nullcontext())
+    calls.clear()
+    probe.start()
+    assert probe._scripts_history and calls == []   # nothing of perfaudit's own recorded over the script's

@@ -139,7 +139,8 @@ class GpuMemory:
             self._device = torch.cuda.current_device()
             torch.cuda.synchronize()
             self._start, self._start_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
-            self._scripts_history = history_on() and not (self._oom is not None and self._oom.keeps_history)
+            self._scripts_history = history_on() and (self._oom is None or not self._oom.keeps_history
+                                                      or self._oom.scripts_history())
             if not self._scripts_history:
                 try:
                     torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",

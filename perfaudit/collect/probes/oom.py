@@ -106,8 +106,9 @@ def is_out_of_memory(result: dict) -> bool:
 class OomWatch:
     """install() before the script runs; attach(result) adds the snapshot to the script's end if it ran out."""
 
-    def __init__(self, optimizers) -> None:
+    def __init__(self, optimizers, scripts_history=lambda: False) -> None:
         self._optimizers = optimizers  # () -> the live optimizers
+        self.scripts_history = scripts_history  # () -> whether the script turned the history on (memory_history.py)
         self.keeps_history = False     # this watch turned the "state" history on (the script's own is left alone)
         self.paused = False            # ... and turned it off at the end of the warm-up steps
         self.ooms = 0
@@ -135,7 +136,7 @@ class OomWatch:
             return
         self.paused = True
         try:
-            if history_on():
+            if history_on() and not self.scripts_history():  # the script's own recording goes on
                 torch.cuda.memory._record_memory_history(enabled=None)
         except Exception as exc:  # noqa: BLE001
             record_internal_error("OOM watch", exc)

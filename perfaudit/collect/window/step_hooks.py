@@ -90,7 +90,8 @@ class StepHooks:
             emulate.install(self.probes, lambda: self.steps_ended)
         elif gpu_present():  # torch's own counters and allocator history over the same warm-up steps
             optimizers = lambda: [i["_ref"] for i in self.probes.optimizers.values()]  # noqa: E731
-            self.probes.oom_watch = OomWatch(optimizers)  # and what held the memory if the script runs out of it
+            self.probes.oom_watch = OomWatch(optimizers,  # and what held the memory if the script runs out of it
+                                             scripts_history=lambda: self.probes.memory_history.on)
             self.probes.device_memory = GpuMemory(optimizers, self.probes.oom_watch)
             self.probes.add("device_memory", self.probes.device_memory)
             self.probes.add("oom", self.probes.oom_watch)
