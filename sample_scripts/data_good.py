@@ -7,7 +7,9 @@ from torch.utils.data import DataLoader, Dataset
 
 
 class SlowDataset(Dataset):
-    """Stands for reading from storage: 0.2 ms of waiting per sample, little CPU."""
+    """Stands for reading from storage in blocks: 1 ms of waiting every 32 samples, little CPU. The four workers
+    make a 1024-sample batch in about 9 ms of their own time each, well inside the step on any CPU (a step of
+    this model takes 50-100 ms on two cores)."""
 
     def __init__(self):
         self.x, self.y = torch.randn(32768, 64), torch.randn(32768, 1)
@@ -16,7 +18,8 @@ class SlowDataset(Dataset):
         return len(self.x)
 
     def __getitem__(self, i):
-        time.sleep(0.0002)
+        if i % 32 == 0:
+            time.sleep(0.001)
         return self.x[i], self.y[i]
 
 
