@@ -115,7 +115,10 @@ def test_an_amp_script_reports_the_same_whichever_math_ran(tmp_path):
     assert wide["memory"]["by_category"] == native["memory"]["by_category"]
     gpu = [r["projection"]["busy_ms"]["compute"] for r in (native, wide)]
     assert abs(gpu[1] - gpu[0]) <= 0.05 * gpu[0], gpu
-    assert {f["rule"] for f in wide["findings"]} == {f["rule"] for f in native["findings"]}
+    # the same findings, but for the DataLoader's: how long its workers waited for a CPU the training held
+    # depends on how fast each math ran here (DATA002 info appeared where the faster math left them less time)
+    found = [{f["rule"] for f in r["findings"] if f["rule"] not in ("DATA001", "DATA002")} for r in (wide, native)]
+    assert found[0] == found[1] and "SYNC001" in found[0], found
     # the CPU autocast the float32 math turns off inside is perfaudit's, not a region of the script's
     regions = [{(a["device_type"], a["dtype"]) for a in
                 run_trace_json(tmp_path / how / "trace.json.gz")["perfaudit"]["probes"]["cuda_emulation"]["autocast"]}
