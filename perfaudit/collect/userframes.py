@@ -32,6 +32,11 @@ def is_user_file(path: str | None) -> bool:
                 or any(m in path for m in _LIB_MARKERS))
 
 
+def is_own_file(path: str) -> bool:
+    """A file of perfaudit's own package (a probe calling torch itself, not the script)."""
+    return path.startswith(_OWN_DIR)
+
+
 def user_site(depth: int = 2) -> dict | None:
     """The innermost frame of the user's code on the current stack: {path, line, func}. A frame whose
     line number is unknown (None while the interpreter sets it up) is located at its function's first

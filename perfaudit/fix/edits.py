@@ -70,9 +70,7 @@ class DebugOff(LineTransformer):
                 self.changed(original, "removed set_detect_anomaly(True)")
                 return cst.RemoveFromParent()
             if not (isinstance(value, cst.Name) and value.value == "False"):  # a flag: the user's switch
-                code = cst.Module([]).code_for_node(value)
-                self.refused(original, f"set_detect_anomaly({code}) was on in this run: turn `{code}` off where "
-                                       "it is set (a debug switch is yours to keep)")
+                self._switch_kept(original, "set_detect_anomaly", value)
         return updated
 
     def _history_off(self, original, updated, call):
@@ -84,10 +82,14 @@ class DebugOff(LineTransformer):
             self.changed(original, "removed _record_memory_history(...): the memory history stays off")
             return cst.RemoveFromParent()
         if not (isinstance(enabled, cst.Name) and enabled.value in ("None", "False")):
-            code = cst.Module([]).code_for_node(enabled)
-            self.refused(original, f"_record_memory_history({code}) was on in this run: turn `{code}` off where it "
-                                   "is set (a debug switch is yours to keep)")
+            self._switch_kept(original, "_record_memory_history", enabled)
         return updated
+
+    def _switch_kept(self, original, api: str, value) -> None:
+        """A debug API turned on by a variable: the user's switch, refused with where to turn it off."""
+        code = cst.Module([]).code_for_node(value)
+        self.refused(original, f"{api}({code}) was on in this run: turn `{code}` off where it is set (a debug "
+                               "switch is yours to keep)")
 
     def leave_With(self, original, updated):
         if self.hit(original.items[0]) is None or len(updated.items) != 1:

@@ -4,16 +4,14 @@ grows until it is turned off. Noted where the script turned it on or off, and wh
 perfaudit's own memory probes (gpu_memory.py, oom.py) call it too, and those calls are not the script's."""
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
 
-from ..userframes import user_site
+from ..userframes import is_own_file, user_site
 from ..wrap import patch, wrap
 
 API = "_record_memory_history"
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class MemoryHistory:
@@ -33,7 +31,7 @@ class MemoryHistory:
             patch(torch.cuda, API, getattr(memory, API))
 
     def _called(self, args, kwargs) -> None:
-        if sys._getframe(2).f_code.co_filename.startswith(_OWN_DIR):
+        if is_own_file(sys._getframe(2).f_code.co_filename):
             return  # perfaudit's own memory probe
         enabled = args[0] if args else kwargs.get("enabled", "all")  # "all", "state", None; a bool before 2.1
         self.on = enabled not in (None, False)
