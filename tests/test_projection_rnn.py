@@ -22,7 +22,7 @@ LSTM = {"Input Dims": [[128, 48, 2], [[2, 128, 64], [2, 128, 64]], [[256, 2], [2
                                                                     [256, 64], [256], [256]], [], [], [], [], [], []],
         "Input type": ["float", "TensorList", "TensorList", "Scalar", "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"],
         "Concrete Inputs": ["", "", "", "True", "2", "0.1", "True", "False", "True"]}
-# nn.GRU(128, 128, bidirectional=True) on a packed batch of 64 sequences, 21 steps at most (seq2seq_packed.py)
+# nn.GRU(128, 128, bidirectional=True) on a packed batch of 64 sequences, 21 steps at most (a seq2seq tutorial's batch)
 GRU_PACKED = {"Input Dims": [[886, 128], [21], [2, 64, 128], [[384, 128], [384, 128], [384], [384], [384, 128],
                                                               [384, 128], [384], [384]], [], [], [], [], []],
               "Input type": ["float", "long int", "float", "TensorList", "Scalar", "Scalar", "Scalar", "Scalar",

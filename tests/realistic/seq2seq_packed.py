@@ -20,7 +20,7 @@ class ReverseTask(Dataset):
         rnd = random.Random(1)
         self.pairs = []
         for _ in range(n):
-            src = [rnd.randrange(3, vocab) for _ in range(rnd.randint(5, 20))]
+            src = [rnd.randrange(3, vocab) for _ in range(rnd.randint(5, 12))]
             self.pairs.append((src, list(reversed(src))))
 
     def __len__(self):
@@ -99,7 +99,7 @@ def train_epoch(model, loader, optimizer, criterion, clip=1.0):
 
 if __name__ == "__main__":
     model = Seq2Seq().to(DEVICE)
-    loader = DataLoader(ReverseTask(), batch_size=64, shuffle=True, collate_fn=collate)  # expect: DATA001
+    loader = DataLoader(ReverseTask(), batch_size=128, shuffle=True, collate_fn=collate)  # expect: DATA001
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     criterion = nn.CrossEntropyLoss(ignore_index=PAD)
     for epoch in range(100):
