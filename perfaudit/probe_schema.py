@@ -18,7 +18,7 @@ def _list_of(required: dict, optional: dict | None = None) -> dict:
 
 PROBE_FIELDS: dict[str, dict] = {
     "optimizers": _list_of({"class": {"type": "string"}, "site": _SITE},
-                           {"options": {"type": "object"}, "param_tensors": _INT, "param_numel": _INT,
+                           {"options": {"type": "object"}, "param_tensors": _INT, "param_numel": _INT, "param_bytes": _INT,
                             "on_emulated_device": {"type": "boolean"},
                             # the installed package whose code built it (a Trainer), else null
                             "built_in": {"type": ["string", "null"]}}),

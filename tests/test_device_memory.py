@@ -212,8 +212,8 @@ def _optimizers(run_dir: str) -> list[dict]:
 
 def test_parameters_and_optimizer_state_at_the_peak_are_counted_exactly(realistic_reports):
     """Issue 40: on every realistic script that trains on the emulated device with one optimizer, the peak holds
-    the optimizer's parameters to the byte (float32, each tensor's block rounded up to 512 bytes) and its state as
-    its algorithm keeps it: Adam's two moments, SGD's momentum buffer, nothing for plain SGD."""
+    the optimizer's parameters to the byte (in their type, each tensor's block rounded up to 512 bytes) and its
+    state as its algorithm keeps it: Adam's two moments, SGD's momentum buffer, nothing for plain SGD."""
     from conftest import REALISTIC_SCRIPTS
     checked, problems = [], []
     for path in REALISTIC_SCRIPTS:
@@ -223,7 +223,7 @@ def test_parameters_and_optimizer_state_at_the_peak_are_counted_exactly(realisti
         if len(optimizers) != 1 or not optimizers[0].get("param_numel"):
             continue
         opt = optimizers[0]
-        exact, tensors = 4 * opt["param_numel"], opt["param_tensors"]
+        exact, tensors = opt.get("param_bytes", 4 * opt["param_numel"]), opt["param_tensors"]
         held = memory["by_category"]
         moments = {"Adam": 2, "AdamW": 2, "SGD": 1 if (opt.get("options") or {}).get("momentum") else 0}.get(opt["class"])
         if moments is None:

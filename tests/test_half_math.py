@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from conftest import ROOT, perfaudit, run_trace_json
 from perfaudit.collect.emulation.placement import Placement
-from perfaudit.collect.emulation.precision.half_math import half_math_handler, in_float32
+from perfaudit.collect.emulation.precision.half_math import half_math_handler, half_model_handler, in_float32
 from perfaudit.probe_schema import ASIDE_RANGE, HALF_MATH_RANGE
 from perfaudit.projection.timeline import _groups, _Node
 from perfaudit.trace.model import Event
@@ -84,6 +84,33 @@ def test_a_gradient_penalty_differentiates_through_the_float32_math():
         torch.testing.assert_close(got, want, rtol=0.1, atol=0.5)
 
 
+def test_a_16_bit_models_products_take_the_float32_math_and_nothing_else_does(monkeypatch):
+    """A model made 16-bit (`.half()`, bfloat16 weights) runs its products in that type on a GPU, with no autocast:
+    on a slow CPU they are computed in float32 and returned in the type, with the 16-bit op's gradients. Float32
+    math, host tensors and types the op itself would refuse take the mode's own path (Placement.DEFAULT)."""
+    monkeypatch.setenv("PERFAUDIT_HALF_MATH", "float32")
+    mode = Placement()
+    handle = half_model_handler(mode)
+    torch.manual_seed(0)
+    x = torch.randn(8, 32).half()
+    w = torch.randn(16, 32).half().requires_grad_()
+    b = torch.randn(16).half().requires_grad_()
+    assert handle(F.linear, (x, w, b), {}) is mode.DEFAULT  # no operand on the device: a host op
+    mode.on_device.add(w)
+    assert handle(F.linear, (x.float(), w.float()), {}) is mode.DEFAULT  # float32 math
+    assert handle(F.linear, (x, w, b.float()), {}) is mode.DEFAULT  # mixed: the script's call fails as it would
+    out = handle(F.linear, (x, w, b), {})
+    assert out.dtype == torch.float16 and mode.on_device.has(out) and mode.device_ops == 1
+    out.float().square().sum().backward()
+    got = [w.grad.clone(), b.grad.clone()]
+    w.grad = b.grad = None
+    F.linear(x, w, b).float().square().sum().backward()  # the CPU's own float16 kernels
+    torch.testing.assert_close(out, F.linear(x, w, b), rtol=0.01, atol=0.05)
+    for mine, theirs in zip(got, [w.grad, b.grad]):
+        assert mine.dtype == torch.float16
+        torch.testing.assert_close(mine, theirs, rtol=0.02, atol=0.5)
+
+
 def _op(name, ts, dur, types=None):
     return Event("op", name, ts, dur, 1, 1, {"Input type": types} if types else {})
 
@@ -99,9 +126,9 @@ def test_the_projection_counts_the_matrix_op_as_16_bit_and_sets_aside_the_copies
     assert _groups(gemm)[0].args["Input type"] == ["float"] * 3  # outside the range: as recorded
 
 
-def _amp_run(tmp_path, how: str) -> dict:
+def _amp_run(tmp_path, how: str, script: str = "fp16_scaler_trainer.py") -> dict:
     out = tmp_path / f"{how}.json"
-    proc = perfaudit("run", str(ROOT / "tests" / "realistic" / "fp16_scaler_trainer.py"), "--out-dir",
+    proc = perfaudit("run", str(ROOT / "tests" / "realistic" / script), "--out-dir",
                      str(tmp_path / how), "-f", f"json={out}", env={"PERFAUDIT_HALF_MATH": how})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return json.loads(out.read_text())
@@ -124,3 +151,18 @@ def test_an_amp_script_reports_the_same_whichever_math_ran(tmp_path):
                 run_trace_json(tmp_path / how / "trace.json.gz")["perfaudit"]["probes"]["cuda_emulation"]["autocast"]}
                for how in ("native", "float32")]
     assert regions[0] == regions[1] == {("cuda", "float16")}
+
+
+def test_a_model_kept_in_bfloat16_reports_the_same_whichever_math_ran(tmp_path):
+    """A GPT fine-tuned with bfloat16 weights and no autocast (bf16_weights_lm.py), emulated: its products
+    computed in float32 (the path of a CPU whose 16-bit math is slow: its step was 55x the CPU branch's) or in the
+    CPU's own bfloat16 kernels, the run holds the same device memory, projects the same GPU compute, finds the
+    same, and no rule calls its math FP32."""
+    native, wide = (_amp_run(tmp_path, how, "bf16_weights_lm.py") for how in ("native", "float32"))
+    assert wide["memory"]["by_category"] == native["memory"]["by_category"]
+    peaks = [r["memory"]["peak_allocated_bytes"] for r in (native, wide)]
+    assert abs(peaks[1] - peaks[0]) <= 0.02 * peaks[0], peaks  # the allocator's blocks, split in another order
+    gpu = [r["projection"]["busy_ms"]["compute"] for r in (native, wide)]
+    assert abs(gpu[1] - gpu[0]) <= 0.05 * gpu[0], gpu
+    found = [{f["rule"] for f in r["findings"]} for r in (wide, native)]
+    assert found[0] == found[1] and not found[0] & {"AMP001", "AMP002"}, found

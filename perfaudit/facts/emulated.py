@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 
+from ..probe_schema import HALF_MATH_RANGE
 from ..projection.work import precision
 from ..static.gpu_switch import amp_switch
+from ..trace.nesting import enclosing
 from ..trace.op_names import MM_OPS
 from .flops.counted import op_flops
 from .registry import Context, Missing, fact
@@ -140,11 +142,15 @@ def fp32_math_sites(ctx: Context) -> list[Site]:
         used = entry.get("enabled", True) and entry["device_type"] == "cuda" and entry.get("dtype") in ("float16", "bfloat16")
         if used and set(entry.get("by_step") or {}) & measured:
             return []  # mixed precision is on for this step
-    ops = [e for e in ctx.need_trace().named(MATH_OPS.__contains__, kind="op") if ctx.step_of(e.ts) is not None]
+    trace = ctx.need_trace()
+    ops = [e for e in trace.named(MATH_OPS.__contains__, kind="op") if ctx.step_of(e.ts) is not None]
     attributions = ctx.frames.attribute_all(ops) if ctx.frames else {}
-    # in float32: a model kept in 16 bits (`model.to(torch.bfloat16)`) runs its math in them without autocast
+    # in float32: a model kept in 16 bits (`model.to(torch.bfloat16)`) runs its math in them without autocast,
+    # computed in float32 inside a 16-bit op's range where this CPU's 16-bit math is slow (half_math.py)
+    half = trace.named(lambda name: name.startswith(HALF_MATH_RANGE), kind="annotation")
+    in_half = {id(op) for op, outer in enclosing(half, ops) if outer} if half else set()
     forward = [e for e in ops if id(e) in attributions and attributions[id(e)].via != "backward"
-               and precision(e, tf32=False) == "fp32"]
+               and precision(e, tf32=False) == "fp32" and id(e) not in in_half]
     if sum(op_flops(e) for e in forward) / len(ctx.steps) < MIN_GFLOP_PER_STEP * 1e9:
         return []
     collector = SiteCollector(ctx)

@@ -24,9 +24,11 @@ from ..userframes import is_user_file, library_reader, user_site
 from .attention import attend
 from .cuda_shim import cast_to_type
 from .host_outputs import host_output_handlers
+from .host_reads import KERNEL_READS, READS
 from .sample_moves import sample_moves
 from .tensor_registry import KINDS, KeyedRef, Registry, copied, first_placed, is_cuda, kind_of, tag, tensor_bytes
 
+DEFAULT = object()  # a handler's answer when the mode's own path is to make the call (Placement.DEFAULT)
 CUDA = torch.device("cuda", 0)
 CPU = torch.device("cpu")
 Tensor = torch.Tensor
@@ -45,21 +47,10 @@ _FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm, torch.zero
 if not hasattr(_device_context, "CURRENT_DEVICE"):
     _device_context = types.SimpleNamespace(CURRENT_DEVICE=None)  # type: ignore[assignment]
 _DEFAULT_DEVICE_FACTORIES = frozenset(getattr(torch.utils._device, "_device_constructors", set)())
-# reads of a device value by the host: each waits for the device (tip T01)
-_READS = {Tensor.item: ".item()", Tensor.tolist: ".tolist()", Tensor.__bool__: "bool(tensor)",
-          Tensor.__int__: "int(tensor)", Tensor.__float__: "float(tensor)", Tensor.__index__: "index(tensor)",
-          Tensor.__format__: "format(tensor)", Tensor.__repr__: "print(tensor)", Tensor.numpy: ".numpy()",
-          Tensor.nonzero: ".nonzero()", torch.nonzero: "torch.nonzero", torch.masked_select: "masked_select",
-          Tensor.masked_select: ".masked_select()"}
-# torch calls whose kernel reads a device argument on the host, on every device: (what, its position, keyword,
-# reads per call). torch.normal checks that a tensor std is >= 0 (`std.min().ge(0).item()`) twice, in the op and
-# in its kernel's template (torch 2.11 on an H200, 2.13 on the CPU); Normal.sample calls it every step
-_KERNEL_READS = {torch.normal: ("torch.normal(std=tensor)", 1, "std", 2)}
-
-
 class Placement(TorchFunctionMode):
     """The emulated device's bookkeeping: the mode, the registries of tensors, and the records the report
     reads (snapshot())."""
+    DEFAULT = DEFAULT
 
     def __init__(self):
         super().__init__()
@@ -98,7 +89,7 @@ class Placement(TorchFunctionMode):
             torch._C._nn._parse_to: lambda f, a, k: f(*a, **k),  # Module.to's parser: a device keyword, no tensor
             **host_output_handlers(self),
         }
-        for func, name in _READS.items():
+        for func, name in READS.items():
             self.handlers[func] = self._reader(name)
 
     # -- the mode --------------------------------------------------------------------------------
@@ -107,7 +98,9 @@ class Placement(TorchFunctionMode):
         # event of the profiler's Python tracer): dicts read with `in` and `[]`, types through KINDS
         handlers = self.handlers
         if func in handlers:
-            return handlers[func](func, args, kwargs or {})
+            out = handlers[func](func, args, kwargs or {})
+            if out is not DEFAULT:  # a handler may leave a call to the bookkeeping below
+                return out
         default = _device_context.CURRENT_DEVICE  # `with torch.device("cuda")`, torch.set_default_device
         if default is not None and default.type == "cuda" and func in _DEFAULT_DEVICE_FACTORIES:
             if not kwargs or kwargs.get("device") is None:  # torch's DeviceContext gives it the device, below us
@@ -142,7 +135,7 @@ class Placement(TorchFunctionMode):
                 a = None
             if a is not None:
                 self.device_ops += 1
-                if func in _KERNEL_READS:
+                if func in KERNEL_READS:
                     self._kernel_read(func, args, kwargs)
                 if kind == 1:
                     ref = KeyedRef(out, self.on_device._gone)
@@ -275,7 +268,7 @@ class Placement(TorchFunctionMode):
         return read
 
     def _kernel_read(self, func, args, kwargs) -> None:
-        name, position, keyword, reads = _KERNEL_READS[func]
+        name, position, keyword, reads = KERNEL_READS[func]
         read = args[position] if len(args) > position else (kwargs or {}).get(keyword)
         for _ in range(reads if isinstance(read, Tensor) and self.on_device.has(read) else 0):
             self._read(name, blocking=True)

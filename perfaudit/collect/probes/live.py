@@ -318,9 +318,10 @@ class Probes(LoaderProbes):
                         if isinstance(v, (bool, int, float, str, type(None)))}
             groups = getattr(opt, "param_groups", [])
             n_params = sum(len(g["params"]) for g in groups)
-            numel = sum(p.numel() for g in groups for p in g["params"] if isinstance(p, torch.Tensor))
+            params = [p for g in groups for p in g["params"] if isinstance(p, torch.Tensor)]
             entry = {"class": info["class"], "site": info["site"], "options": defaults, "param_tensors": n_params,
-                     "param_numel": numel, "built_in": info.get("built_in")}
+                     "param_numel": sum(p.numel() for p in params), "built_in": info.get("built_in"),
+                     "param_bytes": sum(p.numel() * p.element_size() for p in params)}
             if self.placement is not None:  # torch chose its implementation as on CUDA for these
                 entry["on_emulated_device"] = any(self.placement.on_device.has(p) for g in opt.param_groups
                                                   for p in g["params"])

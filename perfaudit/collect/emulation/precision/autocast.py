@@ -5,7 +5,8 @@ float32 math). Each CUDA region therefore runs a CPU autocast region inside it, 
 ones); and where the two policies differ, the device's ops follow CUDA's: the ops CUDA's autocast runs in
 float32 (softmax, layer_norm, exp, sum, …: torch's "CUDA Ops that can autocast to float32") get their 16-bit
 inputs cast to float32, as a GPU does, while an enabled CUDA region is innermost. On a CPU whose 16-bit matrix
-products are slow, the region's matrix ops compute in float32 and keep their 16-bit types (half_math.py)."""
+products are slow, the region's matrix ops compute in float32 and keep their 16-bit types (half_math.py), as
+do a 16-bit model's outside any region."""
 from __future__ import annotations
 
 import torch
@@ -13,7 +14,7 @@ from torch import Tensor
 
 from ...internal import record_internal_error
 from ...wrap import patch
-from .half_math import MATRIX_FUNCTIONS, half_math_handler, slow_half
+from .half_math import MATRIX_FUNCTIONS, half_math_handler, half_model_handler, slow_half
 
 _SHADOWS = "_perfaudit_cpu_autocast"
 _HALF = (torch.bfloat16, torch.float16)
@@ -42,6 +43,7 @@ def follow_autocast(mode) -> None:
     functions = float32_functions()
     enabled: list = []   # the CUDA regions entered and not left, innermost last: the CPU's dtype, None if off
     half_handlers: dict = {}
+    half_model = half_model_handler(mode)  # where no slow enabled region decides: a model made 16-bit
 
     def follow() -> None:  # CUDA's float32 policy while an enabled CUDA region is innermost
         dtype = enabled[-1] if enabled else None
@@ -50,16 +52,13 @@ def follow_autocast(mode) -> None:
                 mode.handlers[func] = handler
             else:
                 mode.handlers.pop(func, None)
-        half = None
+        half = half_model
         if dtype is not None and slow_half(dtype):
             if dtype not in half_handlers:
                 half_handlers[dtype] = half_math_handler(mode, dtype)
             half = half_handlers[dtype]
         for func in MATRIX_FUNCTIONS:
-            if half is not None:
-                mode.handlers[func] = half
-            else:
-                mode.handlers.pop(func, None)
+            mode.handlers[func] = half
 
     def __enter__(region):
         entered = enter(region)
@@ -96,13 +95,14 @@ def follow_autocast(mode) -> None:
 
     patch(region_class, "__enter__", __enter__)
     patch(region_class, "__exit__", __exit__)
+    follow()  # outside any region: the handler of a model made 16-bit
 
 
 def _float32_handler(mode):
     def handle(func, args, kwargs):
         on_device = mode.on_device
         if not any(type(a) is Tensor and on_device.has(a) for a in args):  # CUDA's autocast: device tensors only
-            return func(*args, **kwargs)
+            return mode.DEFAULT
         out = func(*(a.float() if type(a) is Tensor and a.dtype in _HALF else a for a in args), **kwargs)
         if isinstance(out, Tensor):
             mode.device_ops += 1

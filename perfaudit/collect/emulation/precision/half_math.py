@@ -216,10 +216,39 @@ def half_math_handler(mode, dtype: torch.dtype):
             args = (args[0], *args[1])  # its operands as one list: each an input of its own
         if "out" in kwargs or not any(type(a) is Tensor and on_device.has(a) for a in args) or any(
                 isinstance(a, Tensor) and a.dtype == torch.float64 for a in args):  # CUDA's autocast: device
-            return func(*args, **kwargs)  # tensors only, and no float64 (torch's own path says what it does)
+            return mode.DEFAULT  # tensors only, and no float64 (torch's own path says what it does)
         out = in_float32(func, args, kwargs, dtype, mode, cache)
         mode.device_ops += 1
         on_device.add(out)
         return out
     handle.cache = cache  # type: ignore[attr-defined]
+    return handle
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def half_model_handler(mode):
+    """The mode's handler for MATRIX_FUNCTIONS where no enabled autocast region decides: a model made 16-bit
+    (`.half()`, `.to(torch.bfloat16)`, a checkpoint loaded in bfloat16) computes its products in that type on a
+    GPU; on a CPU whose products in it are slow (slow_half), InFloat32 computes them in float32 and returns
+    the type. Every other call (float32 math: one check; host tensors; types mixed, which the script's own call
+    refuses; a CPU autocast region the script entered) takes the mode's own path."""
+    def handle(func, args, kwargs):
+        operands = args
+        if func is torch.einsum:
+            operands = args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:]
+        first = operands[0] if operands else None
+        if not isinstance(first, Tensor) or first.dtype not in _HALF:
+            return mode.DEFAULT
+        dtype, tensors = first.dtype, [a for a in operands if isinstance(a, Tensor)]
+        if "out" in kwargs or any(t.dtype != dtype for t in tensors) or _cpu_autocast() or not any(
+                mode.on_device.has(t) for t in tensors) or not slow_half(dtype):
+            return mode.DEFAULT
+        with record_function(f"{RANGE}({dtype})"):
+            out = InFloat32.apply(func, kwargs, dtype, mode, *(args[:1] if func is torch.einsum else ()),
+                                  *operands)
+        mode.device_ops += 1
+        mode.on_device.add(out)
+        return out
     return handle
