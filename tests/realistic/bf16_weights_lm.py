@@ -69,7 +69,7 @@ def main():
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=device.type == "cuda")
     t0 = time.time()
     for it in range(300):
-        x, y = get_batch(data, 64, 32, device)
+        x, y = get_batch(data, 64, 16, device)
         loss = model(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
