@@ -86,3 +86,15 @@ def test_a_traces_library_paths_give_names_or_nothing(path):
         assert "Normal" in names
     if path and "/../" in f"/{path}":
         assert not names
+
+
+def test_an_emulated_run_analysed_away_from_its_script_finds_what_the_run_found(realistic_reports, tmp_path):
+    """bf16_weights_lm.py's batches index a host tensor with its own elements (`data[i:i + block] for i in ix`):
+    host reads, no GPU waits for, which its emulated run does not report. `analyze` of that run's folder from a
+    folder that does not hold the script (its source unread there) reported them as 128 syncs a step: the reads
+    the emulated device saw of device values, line by line, decide it there too."""
+    report = realistic_reports["bf16_weights_lm.py"]
+    out = tmp_path / "a.json"
+    assert perfaudit("analyze", report["run_dir"], "-f", f"json={out}", cwd=tmp_path).returncode == 0
+    analysed = {f["rule"] for f in json.loads(out.read_text())["findings"]}
+    assert "SYNC001" not in analysed and analysed == {f["rule"] for f in report["run"]["findings"]}, analysed

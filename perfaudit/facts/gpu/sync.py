@@ -297,10 +297,11 @@ def _device_read_in(ctx: Context, att, lines: dict[str, set[int]]) -> bool:
     if att is None:
         return True
     path = ctx.source.resolve(att.frame.path) or att.frame.path
+    seen = lines.get(_probe_path(lines, path), ())
     span = ctx.source.function_lines(path, att.frame.line, att.frame.func)
-    if span is None:
-        return True  # the source is not here: the read stays, as on a plain CPU run
-    return any(line in span for line in lines.get(_probe_path(lines, path), ()))
+    if span is None:  # the source is not here (a trace analysed away from its script): the line itself
+        return att.frame.line in seen
+    return any(line in span for line in seen)
 
 
 def _probe_path(lines: dict[str, set[int]], path: str) -> str:
