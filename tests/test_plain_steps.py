@@ -41,6 +41,9 @@ def test_a_run_times_steps_after_its_window_and_states_the_wait_it_timed(realist
     quiet = [s for s in plain if not s["disturbed"]] or plain
     fetches = [s["fetch_ms"] - min(s["fetch_waited_ms"], 0.9 * s["fetch_ms"]) for s in quiet]
     assert stated == pytest.approx(statistics.median(fetches), abs=0.01)
+    # its share is of the step it was timed against, in the heading (the cost) as in the message
+    share = float(re.search(r"\((\d+)% of the step", finding["message"]).group(1))
+    assert abs(100 * finding["cost"]["share_of_step"] - share) <= 0.5, (finding["cost"], finding["message"])
 
 
 @functools.cache

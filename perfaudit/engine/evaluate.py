@@ -207,6 +207,12 @@ def _cost(ev: _Evaluation, step_ms: float) -> Cost:
     if isinstance(estimated, dict):
         estimated = ev.holds_optional(estimated)
     share = ms / step_ms if ms is not None and step_ms else None
+    if ms is not None and "share_pct" in spec:  # timed against another step than the recorded one
+        try:
+            pct = ev.fact(spec["share_pct"])
+        except Missing:
+            pct = None
+        share = pct / 100.0 if isinstance(pct, (int, float)) else share
     return Cost(ms, share, bool(estimated))
 
 

@@ -75,6 +75,9 @@ RULE_SCHEMA = {
                 "scale": _VALUE,
                 "estimated": {"oneOf": [{"type": "boolean"}, _CONDITION]},
                 "unknown_when_zero": {"type": "boolean"},  # nothing measured is no cost figure, not 0 ms
+                # the fact giving the cost's share (%) of the step it was timed against, when that is not the
+                # recorded step (a DataLoader's wait timed in steps run without the profiler)
+                "share_pct": {"type": "string"},
                 # how the fix's saving is projected onto a GPU (--target): the steps replayed with the fix
                 # applied (engine/projected.py)
                 "projects": {"enum": ["data", "sync", "copies", "precision", "host"]},
