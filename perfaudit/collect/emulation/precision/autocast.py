@@ -14,10 +14,10 @@ from torch import Tensor
 
 from ...internal import record_internal_error
 from ...wrap import patch
+from .half_math import HALF_TYPES as _HALF
 from .half_math import MATRIX_FUNCTIONS, half_math_handler, half_model_handler, slow_half
 
 _SHADOWS = "_perfaudit_cpu_autocast"
-_HALF = (torch.bfloat16, torch.float16)
 # CUDA's float32 list (torch.amp docs, "CUDA Ops that can autocast to float32") where the CPU's differs
 _FLOAT32_NAMES = ("pow", "__pow__", "__rpow__", "__rtruediv__", "acos", "asin", "cosh", "sinh", "tan", "erfinv",
                   "exp", "expm1", "log", "log10", "log1p", "log2", "reciprocal", "rsqrt", "sum", "prod", "cumsum",

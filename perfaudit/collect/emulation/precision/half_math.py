@@ -225,7 +225,7 @@ def half_math_handler(mode, dtype: torch.dtype):
     return handle
 
 
-_HALF = (torch.float16, torch.bfloat16)
+HALF_TYPES = (torch.bfloat16, torch.float16)
 
 
 def half_model_handler(mode):
@@ -239,7 +239,7 @@ def half_model_handler(mode):
         if func is torch.einsum:
             operands = args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:]
         first = operands[0] if operands else None
-        if not isinstance(first, Tensor) or first.dtype not in _HALF:
+        if not isinstance(first, Tensor) or first.dtype not in HALF_TYPES:
             return mode.DEFAULT
         dtype, tensors = first.dtype, [a for a in operands if isinstance(a, Tensor)]
         if "out" in kwargs or any(t.dtype != dtype for t in tensors) or _cpu_autocast() or not any(
