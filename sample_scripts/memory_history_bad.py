@@ -5,7 +5,7 @@ from torch import nn
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 if device.type == "cuda":
-    torch.cuda.memory._record_memory_history(max_entries=100_000)  # expect-run: DEBUG001
+    torch.cuda.memory._record_memory_history(max_entries=100_000)  # expect: DEBUG001
 
 model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 10)).to(device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=device.type == "cuda")

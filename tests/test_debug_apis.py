@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 import textwrap
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from conftest import perfaudit, run_trace_json
+from perfaudit.static import lint_source
 
 TRAINER = '''\
 import argparse
@@ -85,3 +89,26 @@ def test_on_a_gpu_perfaudits_own_history_never_ends_the_scripts(monkeypatch):
     calls.clear()
     probe.start()
     assert probe._scripts_history and calls == []   # nothing of perfaudit's own recorded over the script's
+
+
+def test_lint_finds_the_history_left_on_and_leaves_one_turned_off_to_the_run():
+    """`perfaudit lint` (no run) reports the history turned on and never off in the file, a warning as the run
+    gives it; the trainer above, which turns it off after its first step, is the run's to judge."""
+    assert [(h.rule, h.severity) for h in lint_source(textwrap.dedent(TRAINER), "train.py")
+            if h.rule == "DEBUG001"] == []
+    left_on = "import torch\ntorch.cuda.memory._record_memory_history(max_entries=100_000)\n"
+    assert [(h.rule, h.line, h.severity) for h in lint_source(left_on, "t.py")] == [("DEBUG001", 2, "warning")]
+
+
+_SWITCHES = ["", "max_entries=10", "enabled='all'", "'state'", "enabled=None", "None", "enabled=False", "flag",
+             "enabled=args.history", "*opts", "**kw"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(_SWITCHES), max_size=4), st.sampled_from(["torch.cuda.memory.", "", "mem."]))
+def test_lint_of_any_mix_of_history_calls_flags_them_only_when_nothing_turns_it_off(switches, prefix):
+    lines = ["import torch", *(f"{prefix}_record_memory_history({s})" for s in switches)]
+    hits = [h.line for h in lint_source("\n".join(lines) + "\n", "t.py") if h.rule == "DEBUG001"]
+    off = any(s in ("enabled=None", "None", "enabled=False", "flag", "enabled=args.history", "*opts", "**kw")
+              for s in switches)
+    assert hits == ([] if off else list(range(2, 2 + len(switches)))), (switches, hits)

@@ -73,7 +73,7 @@ def lint(paths: list[str], rules: list, notes: list[str] | None = None, unread: 
             if rule is None:
                 continue
             code = lines[hit.line - 1].strip() if hit.line <= len(lines) else ""
-            findings.append(Finding(rule.id, rule.title, tuple(rule.tips), rule.severity, hit.message,
+            findings.append(Finding(rule.id, rule.title, tuple(rule.tips), hit.severity or rule.severity, hit.message,
                                     rule.static_fix, Cost(None, None), (Location(shown, hit.line, code, "static"),),
                                     ("static: seen in the source; `perfaudit run` measures it",),
                                     evidence={"static": True}))

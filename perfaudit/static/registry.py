@@ -13,6 +13,7 @@ class Hit:
     rule: str
     line: int
     message: str
+    severity: str | None = None  # where the rule's own is too strong for what the source alone shows
 
 
 @dataclass

@@ -5,6 +5,7 @@ import ast
 
 from ..calls import call_name, creates_on_host, dict_literal, has_star_kwargs, literal, literal_kwargs
 from .compiled import graph_breaks_in_compiled
+from .debug import memory_history_left_on
 from .registry import CHECKS, Hit, Scope
 
 _LOOPS = (ast.For, ast.While, ast.AsyncFor)
@@ -122,4 +123,5 @@ def check_tree(tree: ast.AST) -> list[Hit]:
     walker = Walker(training_functions(tree))
     walker.visit(tree)
     walker.hits += graph_breaks_in_compiled(tree)  # needs the whole module: which functions are compiled
+    walker.hits += memory_history_left_on(tree)  # and whether the history is turned off anywhere in it
     return sorted({(h.rule, h.line): h for h in walker.hits}.values(), key=lambda h: (h.line, h.rule))
