@@ -205,6 +205,13 @@ def _float(items: list) -> list:
     return [a.float() if isinstance(a, Tensor) and a.is_floating_point() else a for a in items]
 
 
+def _operands_flat(func, args: tuple) -> tuple:
+    """`torch.einsum(eq, [a, b])`, the older form, as `einsum(eq, a, b)`: each operand an input of its own."""
+    if func is torch.einsum and len(args) == 2 and isinstance(args[1], (list, tuple)):
+        return (args[0], *args[1])
+    return args
+
+
 def half_math_handler(mode, dtype: torch.dtype):
     """The mode's handler for MATRIX_FUNCTIONS inside an enabled region of `dtype` on a slow CPU; its `cache`
     (parameters' casts) is cleared when the outermost region ends."""
@@ -212,8 +219,7 @@ def half_math_handler(mode, dtype: torch.dtype):
 
     def handle(func, args, kwargs):
         on_device = mode.on_device
-        if func is torch.einsum and len(args) == 2 and isinstance(args[1], (list, tuple)):
-            args = (args[0], *args[1])  # its operands as one list: each an input of its own
+        args = _operands_flat(func, args)
         if "out" in kwargs or not any(type(a) is Tensor and on_device.has(a) for a in args) or any(
                 isinstance(a, Tensor) and a.dtype == torch.float64 for a in args):  # CUDA's autocast: device
             return mode.DEFAULT  # tensors only, and no float64 (torch's own path says what it does)
@@ -235,9 +241,8 @@ def half_model_handler(mode):
     the type. Every other call (float32 math: one check; host tensors; types mixed, which the script's own call
     refuses; a CPU autocast region the script entered) takes the mode's own path."""
     def handle(func, args, kwargs):
-        operands = args
-        if func is torch.einsum:
-            operands = args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:]
+        args = _operands_flat(func, args)
+        operands = args[1:] if func is torch.einsum else args  # an einsum's equation aside
         first = operands[0] if operands else None
         if not isinstance(first, Tensor) or first.dtype not in HALF_TYPES:
             return mode.DEFAULT
@@ -246,8 +251,7 @@ def half_model_handler(mode):
                 mode.on_device.has(t) for t in tensors) or not slow_half(dtype):
             return mode.DEFAULT
         with record_function(f"{RANGE}({dtype})"):
-            out = InFloat32.apply(func, kwargs, dtype, mode, *(args[:1] if func is torch.einsum else ()),
-                                  *operands)
+            out = InFloat32.apply(func, kwargs, dtype, mode, *args)
         mode.device_ops += 1
         mode.on_device.add(out)
         return out
