@@ -1,8 +1,9 @@
-"""A GRU encoder-decoder with teacher forcing and packed sequences, as seq2seq tutorials write it: a collate
-that sorts by length, `pack_padded_sequence` with the lengths on the CPU (as torch requires on a GPU too), a
-bidirectional encoder, a decoder stepped one token at a time, an outputs buffer made on the host and moved,
-gradient clipping and a loss read every step. On the emulated device the packed batch sizes stay on the host
-(PackedSequence refuses any other), and the GRU's reads of them are no syncs."""
+"""A GRU encoder-decoder with teacher forcing and packed sequences, as seq2seq tutorials write it: sentences
+tokenised and noised per item in the main process, a collate that sorts by length, `pack_padded_sequence`
+with the lengths on the CPU (as torch requires on a GPU too), a bidirectional encoder, a decoder stepped one
+token at a time, an outputs buffer made on the host and moved, gradient clipping and a loss read every step.
+On the emulated device the packed batch sizes stay on the host (PackedSequence refuses any other), and the
+GRU's reads of them are no syncs."""
 import random
 import time
 
@@ -16,18 +17,24 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class ReverseTask(Dataset):
-    def __init__(self, n=2000, vocab=50):
+    """Sentences kept as text, tokenised and noised (words dropped, as denoising seq2seq does) per item."""
+
+    def __init__(self, n=2000, vocab=50, drop=0.1):
         rnd = random.Random(1)
-        self.pairs = []
-        for _ in range(n):
-            src = [rnd.randrange(3, vocab) for _ in range(rnd.randint(5, 12))]
-            self.pairs.append((src, list(reversed(src))))
+        self.words = [f"w{i}" for i in range(vocab)]
+        self.ids = {w: i for i, w in enumerate(self.words)}
+        self.sentences = [" ".join(rnd.choice(self.words[3:]) for _ in range(rnd.randint(5, 12))) for _ in range(n)]
+        self.drop = drop
 
     def __len__(self):
-        return len(self.pairs)
+        return len(self.sentences)
+
+    def encode(self, sentence):
+        return [self.ids[w] for w in sentence.split()]
 
     def __getitem__(self, i):
-        src, tgt = self.pairs[i]
+        tgt = self.encode(self.sentences[i])[::-1]
+        src = [t for t in self.encode(self.sentences[i]) if random.random() >= self.drop] or tgt[-1:]
         return torch.tensor(src + [EOS]), torch.tensor([SOS] + tgt + [EOS])
 
 
