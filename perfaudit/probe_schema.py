@@ -92,7 +92,7 @@ PROBE_FIELDS: dict[str, dict] = {
                               "window_calls": _INT}, {"enabled": {"type": "boolean"},
                                                       "dtype": {"type": ["string", "null"]}}),
         "params_on_device": _INT, "placements": _INT, "device_ops": _INT}},
-    # the device's memory over two warm-up steps: emulated (collect/emulation/device_memory.py) or measured on a
+    # the device's memory over two warm-up steps: emulated (collect/emulation/memory/device_memory.py) or measured on a
     # GPU (collect/probes/gpu_memory.py), when it was tracked
     "device_memory": {"oneOf": [{"type": "null"}, {
         "type": "object", "required": ["peak_allocated_bytes", "peak_reserved_bytes", "by_category", "top_sites"],

@@ -1,4 +1,4 @@
-"""Device memory on the emulated CUDA path (collect/emulation/device_memory.py): one warm-up step's peak, by what
+"""Device memory on the emulated CUDA path (collect/emulation/memory/device_memory.py): one warm-up step's peak, by what
 held it and at which line, checked against torch's own MemTracker run on the same step on the CPU."""
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _memtracker_peak(kind: str) -> int:
     return tracker.get_tracker_snapshot("peak")[cpu]["Total"]
 
 
-@pytest.mark.parametrize("kind", ["mlp", "cnn", "gpt", "rnn", "amp", "accum"])
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "gpt", "transformer", "rnn", "amp", "accum"])
 def test_the_peak_on_the_emulated_device_matches_memtracker(tmp_path, kind):
     out = tmp_path / "r.json"
     proc = perfaudit("run", str(SCRIPT), "--out-dir", str(tmp_path / "run"), "-f", f"json={out}", "-f", "console",
@@ -57,9 +57,10 @@ def test_the_peak_on_the_emulated_device_matches_memtracker(tmp_path, kind):
     held = memory["by_category"]
     params = sum(p.numel() * 4 for p in __import__("memory_models").build(kind, "cpu")[0].parameters())
     assert abs(held["parameters"] - params) <= 512 * 16  # exact but for the 512-byte rounding of each block
-    # the GPT's and the LSTM's peak comes as their backward begins, the gradients set to None just before
+    # the GPTs' and the LSTM's peak comes as their backward begins, the gradients set to None just before
     # (zero_grad); the others' while the last step's gradients are still held, or accumulate
-    assert {"parameters", "optimizer state", *(("gradients",) if kind not in ("gpt", "rnn") else ())} <= set(held), held
+    late = kind in ("gpt", "transformer", "rnn")
+    assert {"parameters", "optimizer state", *(("gradients",) if not late else ())} <= set(held), held
     assert memory["top_sites"] and all(s["file"].endswith("memory_models.py") for s in memory["top_sites"])
     assert "memory" in proc.stdout and "H100 80 GB" in proc.stdout.replace("\n", " ")
 
@@ -119,7 +120,7 @@ def test_the_caching_allocator_replayed_reserves_what_torchs_would():
     """c10's CUDACachingAllocator rules: small blocks share 2 MiB segments, blocks under 10 MiB take 20 MiB
     ones, larger ones their size rounded to 2 MiB; the smallest free block that fits is reused and split; a
     freed block merges with its free neighbours; a request no cached block fits takes a new segment."""
-    from perfaudit.collect.emulation.caching_allocator import CachingAllocator
+    from perfaudit.collect.emulation.memory.caching_allocator import CachingAllocator
     mib = 1 << 20
     a = CachingAllocator()
     small = [a.malloc(100_000) for _ in range(20)]          # 100,352 B each (512-rounded): 20 share 2 MiB
@@ -147,7 +148,7 @@ def test_the_caching_allocator_replayed_reserves_what_torchs_would():
 def test_the_cublas_workspace_follows_the_target_gpu():
     """torch sizes its cuBLAS workspace by the GPU (ATen's CublasHandlePool.cpp): 32 MiB on sm90, 8 MiB +
     128 KiB on the others; a GPU that is not NVIDIA's gets none counted."""
-    from perfaudit.collect.emulation.caching_allocator import cublas_workspace_bytes
+    from perfaudit.collect.emulation.memory.caching_allocator import cublas_workspace_bytes
     from perfaudit.projection import devices
     assert cublas_workspace_bytes(devices.target("H100 SXM").compute_capability) == 32 * 2**20
     assert cublas_workspace_bytes(devices.target("H200").compute_capability) == 32 * 2**20

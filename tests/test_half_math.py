@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from conftest import ROOT, perfaudit, run_trace_json
 from perfaudit.collect.emulation.placement import Placement
-from perfaudit.collect.emulation.precision.half_math import half_math_handler, half_model_handler, in_float32
+from perfaudit.collect.emulation.precision.half_math import MATRIX_FUNCTIONS, half_math_handler, half_model_handler, in_float32
 from perfaudit.probe_schema import ASIDE_RANGE, HALF_MATH_RANGE
 from perfaudit.projection.timeline import _groups, _Node
 from perfaudit.trace.model import Event
@@ -167,3 +167,61 @@ def test_a_model_kept_in_bfloat16_reports_the_same_whichever_math_ran(tmp_path, 
     assert abs(gpu[1] - gpu[0]) <= 0.05 * gpu[0], gpu
     found = [{f["rule"] for f in r["findings"]} for r in (wide, chosen)]
     assert found[0] == found[1] and not found[0] & {"AMP001", "AMP002"}, found
+
+
+def _on_device(mode, *tensors):
+    for t in tensors:
+        mode.on_device.add(t)
+    return tensors
+
+
+def test_a_16_bit_attention_computes_in_float32_and_draws_its_dropout_once(monkeypatch):
+    """scaled_dot_product_attention on 16-bit device tensors (a `.half()` GPT) runs a GPU's 16-bit kernel: on a slow
+    CPU it is computed in float32, in the 16-bit type; backward computes it again, with the dropout mask of the
+    forward (the generator's state kept), so the gradients are those of the output the script saw."""
+    monkeypatch.setenv("PERFAUDIT_HALF_MATH", "float32")
+    mode, sdpa = Placement(), torch._C._nn.scaled_dot_product_attention
+    torch.manual_seed(0)
+    wide = [torch.randn(2, 4, 16, 8) for _ in range(3)]
+    half = _on_device(mode, *(t.half().requires_grad_() for t in wide))
+    torch.manual_seed(5)
+    with torch.profiler.profile() as prof:
+        out = mode.handlers[sdpa](sdpa, half, {"dropout_p": 0.5, "is_causal": True})
+        after = torch.rand(1)  # the generator where the forward left it: backward's draw is given back
+        upstream = torch.randn(out.shape)
+        out.float().backward(upstream)
+    assert out.dtype == torch.float16 and mode.on_device.has(out)
+    # forward and backward in float32, marked for the projection as 16-bit kernels
+    assert sum(e.name.startswith(HALF_MATH_RANGE) for e in prof.events()) == 2
+    reference = [t.half().float().requires_grad_() for t in wide]
+    torch.manual_seed(5)
+    expected = sdpa(*reference, dropout_p=0.5, is_causal=True)
+    assert torch.equal(after, torch.rand(1))
+    expected.backward(upstream)
+    torch.testing.assert_close(out.float(), expected, rtol=0.01, atol=0.01)
+    for mine, theirs in zip(half, reference):
+        assert mine.grad.dtype == torch.float16
+        torch.testing.assert_close(mine.grad.float(), theirs.grad, rtol=0.01, atol=0.01)
+
+
+def test_multihead_attentions_projections_and_attention_are_the_devices_ops(monkeypatch):
+    """`F.multi_head_attention_forward` (nn.MultiheadAttention, nn.TransformerEncoderLayer) reaches the mode as one
+    call: on the device its body runs under the mode, so a 16-bit model's in-projection, attention and
+    out-projection each take the float32 math (a range each for the projection to count as 16-bit kernels)
+    and its output is the CPU's float16 layer's."""
+    monkeypatch.setenv("PERFAUDIT_HALF_MATH", "float32")
+    torch.manual_seed(0)
+    layer = torch.nn.MultiheadAttention(32, 4, batch_first=True).half()
+    x = torch.randn(2, 10, 32).half()
+    expected = layer(x, x, x, need_weights=False)[0]
+    mode = Placement()
+    mode.handlers.update(dict.fromkeys(MATRIX_FUNCTIONS, half_model_handler(mode)))  # as follow_autocast installs it
+    _on_device(mode, x, *layer.parameters())
+    with torch.profiler.profile() as prof, mode:
+        out = layer(x, x, x, need_weights=False)[0]
+        out.float().sum().backward()
+    ranges = [e.name for e in prof.events() if e.name.startswith(HALF_MATH_RANGE)]
+    assert len(ranges) >= 2 * 3, ranges  # forward and backward of in-projection, attention, out-projection
+    assert out.dtype == torch.float16 and mode.on_device.has(out)
+    torch.testing.assert_close(out, expected, rtol=0.02, atol=0.02)
+    assert all(p.grad is not None and p.grad.dtype == torch.float16 for p in layer.parameters())

@@ -197,7 +197,7 @@ def test_hostile_waits_for_a_cpu_give_finite_figures(waited, fetch_waited):
 def test_the_caching_allocator_replay_keeps_its_books(ops):
     """Any sequence of requests and frees: allocated is the live blocks' sizes, reserved the segments
     taken and never less than allocated, and once everything is freed each segment is one free block again."""
-    from perfaudit.collect.emulation.caching_allocator import CachingAllocator, round_size
+    from perfaudit.collect.emulation.memory.caching_allocator import CachingAllocator, round_size
     a, live, taken = CachingAllocator(), [], 0
     for is_malloc, nbytes, pick in ops:
         if is_malloc or not live:

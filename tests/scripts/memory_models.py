@@ -2,7 +2,7 @@
 test measures again with torch's own MemTracker on the CPU (the same step, the optimizer in the
 implementation torch picks for CUDA parameters: foreach): an MLP under AdamW, and a small CNN with
 BatchNorm under SGD with momentum, and a small GPT whose attention has dropout (the CPU then takes
-SDPA's math path, a GPU its fused kernel), an LSTM language model, a smaller MLP under bfloat16 autocast and the
+SDPA's math path, a GPU its fused kernel), the same through nn.TransformerEncoder, an LSTM language model, a smaller MLP under bfloat16 autocast and the
 CNN with its batch in two accumulated micro-batches. `python memory_models.py KIND` trains one of them."""
 import sys
 
@@ -36,6 +36,13 @@ def build(kind: str, device, foreach=None, attention_dropout=0.1):
         vocab, dim = 512, 128
         model = nn.Sequential(nn.Embedding(vocab, dim), *[Block(dim, 4, attention_dropout) for _ in range(2)],
                               nn.LayerNorm(dim), nn.Linear(dim, vocab))
+        optimizer = torch.optim.AdamW(model.to(device).parameters(), lr=1e-3, foreach=foreach)
+        batch = (torch.randint(0, vocab, (4, 512)), torch.randint(0, vocab, (4, 512)))
+    elif kind == "transformer":  # nn.TransformerEncoder: its attention inside nn.MultiheadAttention's one call
+        vocab, dim = 512, 128
+        layer = nn.TransformerEncoderLayer(dim, 4, 4 * dim, dropout=0.1, batch_first=True)
+        layer.self_attn.dropout = attention_dropout
+        model = nn.Sequential(nn.Embedding(vocab, dim), nn.TransformerEncoder(layer, 2), nn.Linear(dim, vocab))
         optimizer = torch.optim.AdamW(model.to(device).parameters(), lr=1e-3, foreach=foreach)
         batch = (torch.randint(0, vocab, (4, 512)), torch.randint(0, vocab, (4, 512)))
     elif kind == "mlp":

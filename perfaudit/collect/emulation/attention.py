@@ -11,8 +11,13 @@ copies nothing, as on a GPU) and log-sum-exp are held until its backward has mad
 """
 from __future__ import annotations
 
+import types
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+from .precision.half_math import HALF_TYPES, cpu_autocast_type, in_float32, slow_half
 
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
@@ -36,15 +41,20 @@ def attend(placement, func, args: tuple, kwargs: dict):
     q, k, v = a.get("query"), a.get("key"), a.get("value")
     inputs = [t for t in (q, k, v) if isinstance(t, Tensor)]
     on_device = any(placement.on_device.has(t) for t in inputs)
-    if not on_device or len(inputs) < 3 or not _math_path(a):
+    half = _slow_half_type(q) if on_device and len(inputs) == 3 else None
+    math = on_device and len(inputs) == 3 and _math_path(a)
+    if half is None and not math:
         out = _run(func, args, kwargs, on_device)
     else:
+        if half is not None:  # float32 math in the 16-bit type; InFloat32 notes its memory as a kernel's
+            out = _in_float32(placement, func, a, half)
         memory = placement.memory
         if memory is not None:
             memory.in_kernel(True)
         try:
-            out = _run(func, args, kwargs, on_device)
-            if isinstance(out, Tensor) and out.dim() == 4:  # a GPU kernel's output is laid out (B, S, H, D)
+            if half is None:
+                out = _run(func, args, kwargs, on_device)
+            if math and isinstance(out, Tensor) and out.dim() == 4:  # a GPU kernel lays it out (B, S, H, D)
                 out = out.transpose(1, 2).contiguous().transpose(1, 2)
         finally:
             if memory is not None:
@@ -55,6 +65,24 @@ def attend(placement, func, args: tuple, kwargs: dict):
         placement.device_ops += 1
         placement.on_device.add(out)
     return out
+
+
+def _slow_half_type(q) -> torch.dtype | None:
+    """The 16-bit type a GPU would attend in (an enabled autocast region's, else the query's) where this CPU's
+    products in it are slow (half_math.slow_half); None where the CPU's own kernel serves."""
+    if not isinstance(q, Tensor) or q.dtype == torch.float64:
+        return None
+    dtype = cpu_autocast_type() or q.dtype
+    return dtype if dtype in HALF_TYPES and slow_half(dtype) else None
+
+
+def _in_float32(placement, func, a: dict, dtype: torch.dtype) -> Tensor:
+    """The call computed in float32 (half_math.InFloat32: backward recomputes it, its dropout drawn again from
+    the same generator state), its inputs and result in `dtype`, as a GPU's 16-bit kernel takes and makes them."""
+    positional = [a["query"], a["key"], a["value"], a.get("attn_mask"), float(a.get("dropout_p") or 0.0),
+                  bool(a.get("is_causal"))]
+    named = {n: a[n] for n in ("scale", "enable_gqa") if n in a}
+    return in_float32(func, positional, named, dtype, placement, {})
 
 
 def _run(func, args: tuple, kwargs: dict, on_device: bool):
@@ -103,3 +131,29 @@ def _saved_as_a_kernel_saves(placement, out: Tensor, inputs: list) -> None:
     node.register_prehook(backward_begins)
     for key, t in {id(t): t for t in inputs if t.requires_grad}.items():
         t.register_hook(made(key))
+
+
+def multi_head(placement, func, args: tuple, kwargs: dict):
+    """`F.multi_head_attention_forward` (nn.MultiheadAttention, nn.Transformer*) reaches the mode as one call,
+    which runs with the mode off: on device tensors its body runs with the mode on, so that its projections and
+    its scaled_dot_product_attention are the device's ops as a GPU runs them (the attention held in memory as a
+    kernel holds it, 16-bit products in float32 on a CPU slow at them)."""
+    if not any(type(t) is Tensor and placement.on_device.has(t) for t in args[:3]):
+        return placement.DEFAULT
+    with placement:
+        return _unchecked(func)(*args, **kwargs)
+
+
+def _unchecked(func):
+    """`func` (a Python function of torch.nn.functional) without its has_torch_function check: under the mode its
+    body runs instead of coming back to the mode. Its module's names read as it calls it, as torch's own are."""
+    names = dict(func.__globals__, has_torch_function=lambda *_: False)
+    copy = types.FunctionType(func.__code__, names, func.__name__, func.__defaults__, func.__closure__)
+    copy.__kwdefaults__ = func.__kwdefaults__
+    return copy
+
+
+def attention_handlers(placement) -> dict:
+    """The mode's handlers of attention calls."""
+    return {torch._C._nn.scaled_dot_product_attention: lambda f, a, k: attend(placement, f, a, k),
+            F.multi_head_attention_forward: lambda f, a, k: multi_head(placement, f, a, k)}

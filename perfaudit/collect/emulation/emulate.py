@@ -17,7 +17,7 @@ import torch
 from ..internal import record_internal_error
 from ..wrap import on_undo, patch
 from . import cuda_shim
-from .device_memory import DeviceMemory
+from .memory.device_memory import DeviceMemory
 from .placement import Placement
 from .precision.autocast import follow_autocast
 

@@ -21,7 +21,7 @@ from torch.profiler import record_function
 from ...probe_schema import SYNC_RANGE
 from ..internal import record_internal_error
 from ..userframes import is_user_file, library_reader, user_site
-from .attention import attend
+from .attention import attention_handlers
 from .cuda_shim import cast_to_type
 from .host_outputs import host_output_handlers
 from .host_reads import KERNEL_READS, READS
@@ -85,9 +85,8 @@ class Placement(TorchFunctionMode):
             Tensor.record_stream: lambda f, a, k: None,
             Tensor.new_tensor: self._new_tensor,
             Tensor.type: lambda f, a, k: cast_to_type(self, f, a, k),
-            torch._C._nn.scaled_dot_product_attention: lambda f, a, k: attend(self, f, a, k),
             torch._C._nn._parse_to: lambda f, a, k: f(*a, **k),  # Module.to's parser: a device keyword, no tensor
-            **host_output_handlers(self),
+            **host_output_handlers(self), **attention_handlers(self),
         }
         for func, name in READS.items():
             self.handlers[func] = self._reader(name)

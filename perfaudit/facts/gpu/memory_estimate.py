@@ -1,9 +1,9 @@
-"""Device memory on the emulated CUDA path (collect/emulation/device_memory.py): the peak of two warm-up steps,
+"""Device memory on the emulated CUDA path (collect/emulation/memory/device_memory.py): the peak of two warm-up steps,
 what held it and the user's lines that made it, with what torch adds on a GPU (cuBLAS workspaces, the CUDA
 context), against the projection's target GPU; the measured counterpart is memory.py."""
 from __future__ import annotations
 
-from ...collect.emulation.caching_allocator import cublas_workspace_bytes
+from ...collect.emulation.memory.caching_allocator import cublas_workspace_bytes
 from ...projection import devices
 from ..emulated import emulated
 from ..registry import Context, Missing, fact
@@ -42,7 +42,7 @@ CUDA_CONTEXT_BYTES = 750 << 20
 @fact("memory.emulated", "On the emulated CUDA path, the device memory of two warm-up steps: peak allocated "
                          "and reserved bytes, what held them at the peak (parameters, gradients, optimizer state, "
                          "activations, batches, temporaries) and the user's lines that made them, against the "
-                         "projection's target GPU, else an H100 80 GB (collect/emulation/device_memory.py).")
+                         "projection's target GPU, else an H100 80 GB (collect/emulation/memory/device_memory.py).")
 def emulated_memory(ctx: Context) -> dict | None:
     seen = ctx.probes.get("device_memory")
     if not emulated(ctx) or not isinstance(seen, dict) or not seen.get("peak_allocated_bytes"):

@@ -19,8 +19,8 @@ import weakref
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..internal import record_internal_error
-from ..userframes import user_site
+from ...internal import record_internal_error
+from ...userframes import user_site
 from .caching_allocator import CachingAllocator
 
 ROUND = 512
