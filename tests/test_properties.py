@@ -220,12 +220,13 @@ def test_the_caching_allocator_replay_keeps_its_books(ops):
 
 
 _STATEMENTS = {  # a statement of a step function -> True: it indexes with a mask; a name: with that name, a mask
-    # where the function assigns it one (the first four statements)
+    # where the function assigns it one (the first six statements)
     "mask = idx == e": False, "keep = ~done": False, "sel = (a > 0) & (b < 1)": False, "m = x.isfinite()": False,
     "y = x[mask]": "mask", "out[mask] = v": "mask", "w = weight[mask, None]": "mask", "z = x[x > 0]": True,
     "u = x[~done]": True, "s = x[keep]": "keep", "t = x[sel]": "sel", "r = x[m]": "m",
     "p = x[idx]": False, "q = x[:, 0]": False, "c = (idx == e).float().mean()": False, "n = mask.int().sum()": False,
-    "f = float(loss)": False, "if mask.any():\n    pass": False, "y = x.float()": False,
+    "nf = torch.tensor(flags, dtype=torch.bool)": False, "bm = lab.to(torch.bool)": False,
+    "g = x[nf]": "nf", "h = x[bm]": "bm", "f = float(loss)": False, "if mask.any():\n    pass": False, "y = x.float()": False,
 }
 
 

@@ -135,6 +135,9 @@ def test_reads_that_feed_host_code_are_told_from_reads_that_only_log():
     assert host_consumer(tree, 10) == "np.asarray"
     for line in (9, 11, 12, 13):                       # a log list, an accumulator, a print, a branch
         assert host_consumer(tree, line) is None, line
+    # the static pass agrees with the run: no "seen in the source only" finding for a read the run left out
+    from perfaudit.static.walk import check_tree
+    assert sorted(h.line for h in check_tree(tree) if h.rule == "SYNC001") == [9, 11, 12, 13]
 
 
 def test_an_optimizer_asked_for_fused_through_kwargs_is_told_apart():

@@ -7,6 +7,7 @@ from ..calls import call_name, creates_on_host, dict_literal, has_star_kwargs, l
 from .compiled import graph_breaks_in_compiled
 from .debug import memory_history_left_on
 from .registry import CHECKS, Hit, Scope
+from .sync import needed_reads_left_out
 
 _LOOPS = (ast.For, ast.While, ast.AsyncFor)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -124,4 +125,5 @@ def check_tree(tree: ast.AST) -> list[Hit]:
     walker.visit(tree)
     walker.hits += graph_breaks_in_compiled(tree)  # needs the whole module: which functions are compiled
     walker.hits += memory_history_left_on(tree)  # and whether the history is turned off anywhere in it
+    walker.hits = needed_reads_left_out(tree, walker.hits)
     return sorted({(h.rule, h.line): h for h in walker.hits}.values(), key=lambda h: (h.line, h.rule))
