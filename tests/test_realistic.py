@@ -102,3 +102,11 @@ if __name__ == "__main__":  # the README's figures
         for p in SCRIPTS:
             print(p.name, check(p, result[p.name]) or "ok")
         print(figures(result))
+
+
+def test_two_optimizers_of_one_class_are_each_named(realistic_reports):
+    """gan.py builds two Adams (the trace names a step's range by class only): OPT001 names both lines, each
+    with its share of the class's step time by its parameter tensors (here equal)."""
+    opt = next(f for f in realistic_reports["gan.py"]["run"]["findings"] if f["rule"] == "OPT001")
+    assert [loc["line"] for loc in opt["locations"]] == [12, 13], opt["locations"]
+    assert opt["locations"][0]["ms_per_step"] == pytest.approx(opt["locations"][1]["ms_per_step"]), opt["locations"]

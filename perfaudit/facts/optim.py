@@ -56,11 +56,9 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
         if built and not any(o["class"] in FOREACH_OPTIMIZERS for o in built):
             return []  # LBFGS and the like: no foreach or fused implementation to suggest
         raise Missing("no Optimizer.step ranges in the measured steps")
-    probes = {o["class"]: o for o in ctx.probes.get("optimizers", [])}
     sites = []
     n = len(ctx.steps)
-    for cls, m in measured.items():
-        probe = probes.get(cls, {})
+    for cls, probe, m in _per_optimizer(ctx, measured):
         options = probe.get("options", {})
         on_device = probe.get("on_emulated_device") is True  # torch took its CUDA choice: the trace shows it
         if (on_device or ctx.is_gpu) and m["mode"] == "foreach" and cls in FUSED_ADVICE \
@@ -92,6 +90,25 @@ def single_tensor_sites(ctx: Context) -> list[Site]:
     return sites
 
 
+
+
+def _per_optimizer(ctx: Context, measured: dict) -> list[tuple[str, dict, dict]]:
+    """(class, its probe, its step figures) per optimizer the script built. The trace names a step's range by
+    class only: two of one class (a GAN's generator and discriminator) share the class's figures in proportion
+    to their parameter tensors, each at the line that built it."""
+    built: dict[str, list[dict]] = {}
+    for probe in ctx.probes.get("optimizers", []):
+        built.setdefault(probe.get("class"), []).append(probe)
+    out = []
+    for cls, m in measured.items():
+        probes = built.get(cls) or [{}]
+        weights = [p.get("param_tensors") or 0 for p in probes]
+        total = sum(weights)
+        for probe, weight in zip(probes, weights):
+            share = weight / total if total else 1 / len(probes)
+            out.append((cls, probe, {**m, "ms_per_step": m["ms_per_step"] * share,
+                                     "ops_per_step": m["ops_per_step"] * share}))
+    return out
 
 
 # the optimizers whose CUDA default (foreach) OPT001 weighs against the fused kernel, on the emulated CUDA
