@@ -131,3 +131,31 @@ def creates_on_host_text(expr: str) -> bool:
     while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not creates_on_host(node):
         node = node.func.value  # torch.randn(3).float(): look through chained methods
     return creates_on_host(node)
+
+
+_MASK_METHODS = frozenset({"eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite", "logical_and",
+                           "logical_or", "logical_not", "logical_xor", "bool"})
+
+
+def makes_mask(node: ast.AST) -> bool:
+    """Whether an expression makes a boolean mask: a comparison, `~`/`&`/`|`/`^` of one, a boolean method, a
+    tensor made or cast with `dtype=torch.bool` (`torch.tensor(flags, dtype=torch.bool)`, `.to(torch.bool)`)."""
+    if isinstance(node, ast.Compare):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
+        return True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+        return makes_mask(node.left) or makes_mask(node.right)
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Attribute) and node.func.attr in _MASK_METHODS:
+        return True
+    types = [k.value for k in node.keywords if k.arg == "dtype"]
+    if isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "type"):
+        types += node.args[:1]
+    return any(_names_bool(t) for t in types)
+
+
+def _names_bool(node: ast.AST) -> bool:
+    """`torch.bool` or `bool` as a dtype."""
+    return (isinstance(node, ast.Attribute) and node.attr == "bool") or (isinstance(node, ast.Name) and node.id == "bool")

@@ -114,7 +114,7 @@ class TraceSummary:
     mfu: dict | None = None             # model FLOPs, achieved TFLOP/s, MFU and its ledger (facts.mfu)
     op_times: dict | None = None        # ms per step by kernel or op name (facts.op_times), for `diff` only
     memory: dict | None = None          # device memory of one step on the emulated CUDA path (memory.emulated)
-    projection: dict | None = None      # the steps projected onto a named GPU (facts.projection)
+    projection: dict | None = None      # the steps projected onto a named GPU (facts.gpu.projection)
     unprofiled: list[dict] = field(default_factory=list)  # steps timed without the profiler: {wall_ms, waited_ms}
 
     @property

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from .calls import SCALAR_READ_CALLS, call_name, creates_on_host, literal, literal_kwargs
+from .calls import SCALAR_READ_CALLS, call_name, creates_on_host, literal, literal_kwargs, makes_mask
 
 _FORMAT_VIAS = {"__format__", "__repr__", "__str__", "_str", "_tensor_str"}
 _FORMAT_CALLS = {"print", "format", "str", "repr"}
@@ -86,34 +86,6 @@ _COMPREHENSIONS: dict[str, type[ast.expr]] = {"<listcomp>": ast.ListComp, "<setc
 
 _MOVES = {"to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16", "double", "requires_grad_"}
 # tensor methods whose result is a boolean mask
-_MASK_METHODS = frozenset({"eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite", "logical_and",
-                           "logical_or", "logical_not", "logical_xor", "bool"})
-
-
-def _boolean(node: ast.AST) -> bool:
-    """Whether an expression makes a boolean mask: a comparison, `~`/`&`/`|`/`^` of one, a boolean method, a
-    tensor made or cast with `dtype=torch.bool` (`torch.tensor(flags, dtype=torch.bool)`, `.to(torch.bool)`)."""
-    if isinstance(node, ast.Compare):
-        return True
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
-        return True
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
-        return _boolean(node.left) or _boolean(node.right)
-    if not isinstance(node, ast.Call):
-        return False
-    if isinstance(node.func, ast.Attribute) and node.func.attr in _MASK_METHODS:
-        return True
-    types = [k.value for k in node.keywords if k.arg == "dtype"]
-    if isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "type"):
-        types += node.args[:1]
-    return any(_names_bool(t) for t in types)
-
-
-def _names_bool(node: ast.AST) -> bool:
-    """`torch.bool` or `bool` as a dtype."""
-    return (isinstance(node, ast.Attribute) and node.attr == "bool") or (isinstance(node, ast.Name) and node.id == "bool")
-
-
 def _function_body(module: ast.Module, line: int, func: str) -> list | None:
     """The statements of the function `func` that the profiler named by `line`. Kineto names a frame by
     its def line, except a frame already running when recording started: that one carries the line it
@@ -367,12 +339,12 @@ class SourceIndex:
         boolean method written in the index, or a name the function assigns one to (`mask = idx == e`)."""
         lines, body = self._body(path, def_line, func)
         nodes = list(_walk_own(body or []))
-        named = {t.id for node, _ in nodes if isinstance(node, ast.Assign) and _boolean(node.value)
+        named = {t.id for node, _ in nodes if isinstance(node, ast.Assign) and makes_mask(node.value)
                  for t in node.targets if isinstance(t, ast.Name)}
         sites = []
         for node, in_loop in nodes:
             if isinstance(node, ast.Subscript) and any(
-                    _boolean(i) or (isinstance(i, ast.Name) and i.id in named)
+                    makes_mask(i) or (isinstance(i, ast.Name) and i.id in named)
                     for i in (node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice])):
                 sites.append(CallSite(node.lineno, "mask", lines[node.lineno - 1].strip(), in_loop=in_loop,
                                       end_line=node.end_lineno or node.lineno))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..facts import Context, Missing
-from ..facts.projection import saving_ms
+from ..facts.gpu.projection import saving_ms
 from ..findings import Finding
 from .loader import Rule
 

@@ -9,14 +9,13 @@ from . import (  # noqa: F401
     op_times,
     optim,
     probed,
-    projection,
     shapes,
     startup,
     steps,
 )
 from .distributed import comm, ddp, ranks  # noqa: F401
 from .flops import counted, mfu  # noqa: F401
-from .gpu import busy, copies, cudnn, memory, memory_estimate, sync  # noqa: F401
+from .gpu import busy, copies, cudnn, memory, memory_estimate, projection, sync  # noqa: F401
 from .registry import FACTS, Context, Missing, fact
 from .sites import Site
 

@@ -87,7 +87,7 @@ class Context:
     def __init__(self, trace: Trace | None, probes: dict | None = None, source_roots: tuple[str, ...] = (),
                  job: list[dict] | None = None, strict: bool | None = None, target: str | None = None):
         self.trace = trace
-        self.target = target or "auto"  # the GPU to project onto: a name, "auto" or "none" (facts.projection)
+        self.target = target or "auto"  # the GPU to project onto: a name, "auto" or "none" (facts.gpu.projection)
         self.job = job  # for a job-level context: each rank's figures (facts.ranks.rank_stats)
         self.strict = strict_default() if strict is None else strict
         meta = trace.probes if trace is not None else {}

@@ -91,7 +91,7 @@ def _pipeline(inputs: Inputs) -> Pipeline | None:
 class Projector:
     """One trace's steps on one target: the plans made once, replayed as they are and with each fix."""
 
-    why = ""  # why this target (facts/projection.py): named, the trace's own GPU, or the default
+    why = ""  # why this target (facts/gpu/projection.py): named, the trace's own GPU, or the default
 
     def __init__(self, trace: Trace, steps: list[Step], target: Device, inputs: Inputs,
                  recorded_on: Device | None = None, undisturbed: Callable[[Step], float] | None = None,

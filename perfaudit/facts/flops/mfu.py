@@ -77,7 +77,7 @@ def _ledger(ctx: Context, flops: float, tflops: dict | None) -> list[dict]:
 
 
 def _projected(ctx: Context, flops: float) -> dict | None:
-    """MFU and its ledger on the projected step (a CPU run projected onto a GPU, facts.projection), at the
+    """MFU and its ledger on the projected step (a CPU run projected onto a GPU, facts.gpu.projection), at the
     target's 16-bit peak: the ideal step, then the GPU's time beyond it and what the GPU idles for. A model."""
     try:
         p = ctx.get("projection")

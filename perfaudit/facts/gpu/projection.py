@@ -3,12 +3,12 @@ fed with what the run showed: the trace's steps, the TF32 flags, the DataLoader'
 per batch, the batch copied to the device each step and from what memory."""
 from __future__ import annotations
 
-from ..projection import devices
-from ..projection.model import Inputs, Projector
-from .data import plain_timing
-from .emulated import emulated
-from .gpu.device_steps import traits
-from .registry import Context, Missing, fact
+from ...projection import devices
+from ...projection.model import Inputs, Projector
+from ..data import plain_timing
+from ..emulated import emulated
+from ..registry import Context, Missing, fact
+from .device_steps import traits
 
 AUTO, OFF = "auto", "none"
 DEFAULT_TARGET = "H100 SXM"   # a CPU run of a script with a CUDA path, when neither --target nor the config names one
