@@ -225,3 +225,42 @@ def test_multihead_attentions_projections_and_attention_are_the_devices_ops(monk
     assert out.dtype == torch.float16 and mode.on_device.has(out)
     torch.testing.assert_close(out, expected, rtol=0.02, atol=0.02)
     assert all(p.grad is not None and p.grad.dtype == torch.float16 for p in layer.parameters())
+
+
+@pytest.mark.parametrize("kind, packed", [("LSTM", False), ("LSTM", True), ("GRU", False)])
+def test_a_16_bit_recurrent_layer_computes_in_float32_once(monkeypatch, kind, packed):
+    """nn.LSTM/GRU of a 16-bit model reach the mode as one call (`_VF.lstm`, its state and weights in lists): on a
+    slow CPU it is computed in float32 once (its graph kept for backward: its dropout drawn once), in the 16-bit
+    type, with the gradients of the float32 layer the 16-bit weights make; packed sequences too."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    from perfaudit.collect.emulation.precision.half_rnn import RNN_FUNCTIONS, half_rnn_handler
+    monkeypatch.setenv("PERFAUDIT_HALF_MATH", "float32")
+    torch.manual_seed(0)
+    layer = getattr(torch.nn, kind)(16, 24, num_layers=2, batch_first=True, dropout=0.3).half()
+    wide = getattr(torch.nn, kind)(16, 24, num_layers=2, batch_first=True, dropout=0.3)
+    wide.load_state_dict({k: v.float() for k, v in layer.state_dict().items()})
+    x = torch.randn(3, 7, 16).half()
+
+    def inputs(t):
+        return pack_padded_sequence(t, [7, 5, 2], batch_first=True) if packed else t
+
+    def out_of(result):
+        out = result[0]
+        return out.data if packed else out
+    mode = Placement()
+    mode.handlers.update(dict.fromkeys(RNN_FUNCTIONS, half_rnn_handler(mode)))
+    _on_device(mode, x, *layer.parameters())
+    torch.manual_seed(3)
+    with torch.profiler.profile() as prof, mode:
+        out = out_of(layer(inputs(x)))
+        out.float().square().sum().backward()
+    assert out.dtype == torch.float16 and mode.on_device.has(out)
+    assert sum(e.name.startswith(HALF_MATH_RANGE) for e in prof.events()) == 2  # its forward, its backward
+    torch.manual_seed(3)
+    expected = out_of(wide(inputs(x.float())))
+    expected.square().sum().backward()
+    torch.testing.assert_close(out.float(), expected, rtol=0.01, atol=0.01)
+    for (name, mine), theirs in zip(layer.named_parameters(), wide.parameters()):
+        assert mine.grad.dtype == torch.float16, name
+        torch.testing.assert_close(mine.grad.float(), theirs.grad, rtol=0.02, atol=0.05)

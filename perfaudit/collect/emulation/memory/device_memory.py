@@ -198,10 +198,18 @@ class DeviceMemory:
         self.made_on_device(out, "activations")
         for t in inputs:
             self._recategorize(t, "activations")
-        lse = {"bytes": rounded(out.numel() // max(out.shape[-1], 1) * 4), "category": "activations",
-               "device": True, "site": user_site(4), "key": None}
-        self.timeline.append((1, lse))
-        return lse
+        return self.kernel_holds(out.numel() // max(out.shape[-1], 1) * 4, depth=5)
+
+    def kernel_holds(self, nbytes: int, depth: int = 4) -> dict | None:
+        """A GPU kernel holds `nbytes` of device memory for its backward that the CPU's does not (attention's
+        log-sum-exp, a recurrent layer's reserve in 16 bits): its record, to be `released` when that backward
+        has run; None while no step is tracked."""
+        if self._mode is None:
+            return None
+        record = {"bytes": rounded(nbytes), "category": "activations", "device": True, "site": user_site(depth),
+                  "key": None}
+        self.timeline.append((1, record))
+        return record
 
     def holds(self, t: torch.Tensor) -> bool:
         """Whether `t`'s storage is device memory in the tracked step (any tensor object on it)."""

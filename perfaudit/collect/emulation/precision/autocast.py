@@ -6,7 +6,7 @@ ones); and where the two policies differ, the device's ops follow CUDA's: the op
 float32 (softmax, layer_norm, exp, sum, …: torch's "CUDA Ops that can autocast to float32") get their 16-bit
 inputs cast to float32, as a GPU does, while an enabled CUDA region is innermost. On a CPU whose 16-bit matrix
 products are slow, the region's matrix ops compute in float32 and keep their 16-bit types (half_math.py), as
-do a 16-bit model's outside any region."""
+do a 16-bit model's outside any region, and recurrent layers (half_rnn.py)."""
 from __future__ import annotations
 
 import torch
@@ -16,6 +16,7 @@ from ...internal import record_internal_error
 from ...wrap import patch
 from .half_math import HALF_TYPES as _HALF
 from .half_math import MATRIX_FUNCTIONS, half_math_handler, half_model_handler, slow_half
+from .half_rnn import RNN_FUNCTIONS, half_rnn_handler
 
 _SHADOWS = "_perfaudit_cpu_autocast"
 # CUDA's float32 list (torch.amp docs, "CUDA Ops that can autocast to float32") where the CPU's differs
@@ -96,6 +97,7 @@ def follow_autocast(mode) -> None:
     patch(region_class, "__enter__", __enter__)
     patch(region_class, "__exit__", __exit__)
     follow()  # outside any region: the handler of a model made 16-bit
+    mode.handlers.update(dict.fromkeys(RNN_FUNCTIONS, half_rnn_handler(mode)))  # its type read as each call runs
 
 
 def _float32_handler(mode):
