@@ -1,2 +1,3 @@
 """The emulated device's 16-bit math: CUDA autocast followed on CPU tensors (autocast.py), and on a CPU without
-fast 16-bit matrix math its matrix ops computed in float32 while keeping the 16-bit types (half_math.py)."""
+fast 16-bit matrix math its matrix ops (half_math.py) and recurrent layers (half_rnn.py) computed in float32
+while keeping the 16-bit types."""
