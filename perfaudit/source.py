@@ -86,6 +86,14 @@ _COMPREHENSIONS: dict[str, type[ast.expr]] = {"<listcomp>": ast.ListComp, "<setc
 
 _MOVES = {"to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16", "double", "requires_grad_"}
 # tensor methods whose result is a boolean mask
+def _built(value) -> str | None:
+    """The name called to build the value, through the moves after it (`nn.Sequential(…).to(device).train()`)."""
+    while (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+           and value.func.attr in _MOVES and isinstance(value.func.value, ast.Call)):
+        value = value.func.value
+    return call_name(value) if isinstance(value, ast.Call) else None
+
+
 def _function_body(module: ast.Module, line: int, func: str) -> list | None:
     """The statements of the function `func` that the profiler named by `line`. Kineto names a frame by
     its def line, except a frame already running when recording started: that one carries the line it
@@ -242,15 +250,15 @@ class SourceIndex:
 
     def _bound_to(self, path: str, cls: str) -> set[str]:
         parsed = self._parsed(path)
+        nodes = list(ast.walk(parsed[0])) if parsed else []
+        # the file's own functions that return one (`def make_model(): return nn.Sequential(…)`)
+        makers = {cls} | {f.name for f in nodes if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                          and any(isinstance(r, ast.Return) and _built(r.value) == cls for r in ast.walk(f))}
         names = set()
-        for node in ast.walk(parsed[0]) if parsed else ():
+        for node in nodes:
             if not isinstance(node, ast.Assign):
                 continue
-            value = node.value
-            while (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
-                   and value.func.attr in _MOVES and isinstance(value.func.value, ast.Call)):
-                value = value.func.value  # nn.Sequential(…).to(device).train(): the module built
-            if isinstance(value, ast.Call) and call_name(value) == cls:
+            if _built(node.value) in makers:
                 for target in node.targets:
                     if isinstance(target, (ast.Name, ast.Attribute)):
                         names.add(target.id if isinstance(target, ast.Name) else target.attr)

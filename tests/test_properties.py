@@ -256,3 +256,34 @@ def test_a_sync_with_no_call_of_its_own_is_placed_at_its_mask_or_read(statements
     wanted = {n for n, k in kind.items() if k is True or (isinstance(k, str) and k in assigned)}
     assert ({c.line for c in masks} == wanted) if wanted else (not exact and [c.line for c in masks] == [1])
     assert not {c.line for c in reads} & {n for n, s in lines.items() if ".float()" in s or ".int()" in s}
+
+
+_BUILDS = {  # how a script builds its model -> whether `model(x)` in its loop is found as that module's call
+    "model = nn.Sequential(nn.Linear(4, 4))": True,
+    "model = nn.Sequential(nn.Linear(4, 4)).to(device).train()": True,
+    "model = make_model()": True,            # its own factory returns one
+    "model = make_model().to(device)": True,
+    "model = make_other()": False,           # a factory that returns something else
+    "model = load(path)": False,             # a call the file does not define
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(_BUILDS)), st.booleans())
+def test_a_module_built_by_the_scripts_own_factory_is_found_where_it_is_called(build, wrapped):
+    """A module-level training loop's forward (`loss = crit(model(x), y)`) is placed at its line when `model` was
+    built as the trace's module class, directly or by a function of the file that returns one (AMP002 and other
+    rules placed it at the loop's own line, not exact)."""
+    from perfaudit.source import SourceIndex
+    code = ["import torch.nn as nn", "def make_model():", "    return nn.Sequential(nn.Linear(4, 4))",
+            "def make_other():", "    return nn.Linear(4, 4)", build]
+    if wrapped:  # rebound by a wrap the emulated device leaves out on one GPU
+        code.append("model = model.to(device)")
+    code += ["for x, y in loader:", "    loss = crit(model(x), y)", "    loss.backward()"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "train.py"
+        path.write_text("\n".join(code) + "\n")
+        sites, exact = SourceIndex((tmp,)).locate(str(path), len(code) - 2, "<module>", "module:Sequential")
+    assert exact == _BUILDS[build], (build, [s.line for s in sites])
+    if exact:
+        assert [s.line for s in sites] == [len(code) - 1]
