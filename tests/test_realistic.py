@@ -110,3 +110,13 @@ def test_two_optimizers_of_one_class_are_each_named(realistic_reports):
     opt = next(f for f in realistic_reports["gan.py"]["run"]["findings"] if f["rule"] == "OPT001")
     assert [loc["line"] for loc in opt["locations"]] == [12, 13], opt["locations"]
     assert opt["locations"][0]["ms_per_step"] == pytest.approx(opt["locations"][1]["ms_per_step"]), opt["locations"]
+
+
+def test_reads_in_a_comprehension_are_the_comprehensions_not_the_loops_too(realistic_reports):
+    """vit_ema_research.py reads every parameter's gradient norm in a dict comprehension (its own frame before
+    Python 3.12) and the loss once a step in the module's loop: each line gets its own reads a step, the
+    comprehension's line not listed a second time with a share of the loop's read."""
+    sync = next(f for f in realistic_reports["vit_ema_research.py"]["run"]["findings"] if f["rule"] == "SYNC001")
+    counts = [(loc["line"], round(loc["count_per_step"])) for loc in sync["locations"]]
+    params = 4 + 2 * 12 + 2  # embed, cls, pos, two encoder layers of 12 tensors, head
+    assert sorted(counts) == [(51, params), (53, 1), (59, 1)], counts

@@ -1,11 +1,15 @@
 """Sites: places in the user's code with the evidence measured there, aggregated over steps."""
 from __future__ import annotations
 
+import ast
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from .registry import Context
+
+_OWN_FRAMES = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"})
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 @dataclass
@@ -54,6 +58,7 @@ class SiteCollector:
         if attributions is None:
             attributions = self.ctx.frames.attribute_all([item[0] for item in items]) if self.ctx.frames else {}
         located: dict[tuple, tuple] = {}  # one search of the source per call site, not per op it made
+        own = self._own_frames(attributions)
         for anchor, counted, ms, detail in items:
             step = self.ctx.site_step_of(counted.ts)
             if step is None:  # not a measured step, or one without a line to give it: see Site.over_steps
@@ -67,8 +72,11 @@ class SiteCollector:
                 where = (f.path, f.line, f.func, att.via, att.via_path, detail)
                 if where not in located:
                     fallback, forms = (hints or {}).get(detail, (self.fallback, self.forms))
-                    located[where] = self.ctx.source.locate(f.path, f.line, f.func, att.via, fallback, forms,
-                                                            att.via_path)
+                    calls, exact = self.ctx.source.locate(f.path, f.line, f.func, att.via, fallback, forms,
+                                                          att.via_path)
+                    theirs = own.get(f.path, set()) if f.func not in _OWN_FRAMES else set()
+                    mine = [c for c in calls if c.line not in theirs]
+                    located[where] = (mine or calls, exact)
                 calls, exact = located[where]
                 path = self.ctx.source.display_path(f.path)
                 key = (path, tuple(c.line for c in calls))
@@ -79,6 +87,22 @@ class SiteCollector:
             site.ms += ms
             site.steps_seen.add(step)
             self.sites[key] = site
+
+    def _own_frames(self, attributions: dict) -> dict[str, set[int]]:
+        """Per file, the lines of the comprehensions and generator expressions that ran as frames of their own
+        (before Python 3.12 a comprehension is one; a generator expression always is): a call there is theirs,
+        not the enclosing function's."""
+        starts: dict[str, set[int]] = {}
+        for att in attributions.values():
+            if att is not None and att.frame.func in _OWN_FRAMES:
+                starts.setdefault(att.frame.path, set()).add(att.frame.line)
+        spans: dict[str, set[int]] = {}
+        for path, lines in starts.items():
+            tree = self.ctx.source.tree(path)
+            for node in ast.walk(tree) if tree is not None else ():
+                if isinstance(node, _COMPREHENSIONS) and node.lineno in lines:
+                    spans.setdefault(path, set()).update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        return spans
 
     def result(self) -> list[Site]:
         return stacked_only(self.ctx, sorted(self.sites.values(), key=lambda s: (-s.ms, -s.count)))
