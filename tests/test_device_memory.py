@@ -211,6 +211,9 @@ def _optimizers(run_dir: str) -> list[dict]:
         return next(ijson.items(f, "perfaudit.probes.optimizers"), [])
 
 
+_MODEL_COPIES = {"vit_ema_research.py": 2}  # the model and its EMA copy (deepcopy), which no optimizer steps
+
+
 def test_parameters_and_optimizer_state_at_the_peak_are_counted_exactly(realistic_reports):
     """Issue 40: on every realistic script that trains on the emulated device with one optimizer, the peak holds
     the optimizer's parameters to the byte (in their type, each tensor's block rounded up to 512 bytes) and its
@@ -230,8 +233,9 @@ def test_parameters_and_optimizer_state_at_the_peak_are_counted_exactly(realisti
         if moments is None:
             continue
         checked.append(path.name)
-        if not exact <= held.get("parameters", 0) <= exact + 512 * tensors:
-            problems.append(f"{path.name}: parameters {held.get('parameters')} for {exact} B in {tensors} tensors")
+        copies = _MODEL_COPIES.get(path.name, 1)
+        if not copies * exact <= held.get("parameters", 0) <= copies * (exact + 512 * tensors):
+            problems.append(f"{path.name}: parameters {held.get('parameters')} for {copies} x {exact} B in {tensors} tensors")
         state = held.get("optimizer state", 0)
         if not moments * exact <= state <= moments * (exact + 512 * tensors) + 512 * tensors:  # + fused step counters
             problems.append(f"{path.name}: {opt['class']} state {state} for {moments} x {exact} B")
