@@ -264,3 +264,33 @@ def test_a_16_bit_recurrent_layer_computes_in_float32_once(monkeypatch, kind, pa
     for (name, mine), theirs in zip(layer.named_parameters(), wide.parameters()):
         assert mine.grad.dtype == torch.float16, name
         torch.testing.assert_close(mine.grad.float(), theirs.grad, rtol=0.02, atol=0.05)
+
+
+def test_a_recurrent_layer_in_a_slow_autocast_region_is_cast_and_computed_in_float32(monkeypatch):
+    """A float32 LSTM inside a CUDA autocast region (the emulated device runs the CPU's bfloat16 region beside it,
+    which casts recurrent layers): its inputs and weights cast to bfloat16 under autograd as autocast casts them,
+    computed in float32 once, its output bfloat16, the float32 weights' gradients through the casts."""
+    from perfaudit.collect.emulation.precision.half_rnn import RNN_FUNCTIONS, half_rnn_handler
+    monkeypatch.setenv("PERFAUDIT_HALF_MATH", "float32")
+    torch.manual_seed(0)
+    layer = torch.nn.LSTM(8, 16, batch_first=True)
+    x = torch.randn(2, 5, 8)
+    mode = Placement()
+    mode.handlers.update(dict.fromkeys(RNN_FUNCTIONS, half_rnn_handler(mode)))
+    _on_device(mode, x, *layer.parameters())
+    with torch.profiler.profile() as prof, mode:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = layer(x)[0]
+        out.float().sum().backward()
+    assert out.dtype == torch.bfloat16 and mode.on_device.has(out)
+    assert sum(e.name.startswith(HALF_MATH_RANGE) for e in prof.events()) == 2
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in layer.parameters())
+    grads = [p.grad.clone() for p in layer.parameters()]
+    for p in layer.parameters():
+        p.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the CPU's own bfloat16 layer
+        expected = layer(x)[0]
+    expected.float().sum().backward()
+    torch.testing.assert_close(out.float(), expected.float(), rtol=0.05, atol=0.05)
+    for mine, theirs in zip(grads, (p.grad for p in layer.parameters())):
+        torch.testing.assert_close(mine, theirs, rtol=0.1, atol=0.1)
