@@ -257,6 +257,18 @@ def test_a_16_bit_recurrent_layer_computes_in_float32_once(monkeypatch, kind, pa
         out.float().square().sum().backward()
     assert out.dtype == torch.float16 and mode.on_device.has(out)
     assert sum(e.name.startswith(HALF_MATH_RANGE) for e in prof.events()) == 2  # its forward, its backward
+    # the float32 copies and the casts back are no GPU's work: set aside for the projection
+    spans = {name: [e.time_range for e in prof.events() if e.name.startswith(name)] for name in (HALF_MATH_RANGE, ASIDE_RANGE)}
+
+    def inside(event, name):
+        return any(r.start <= event.time_range.start and event.time_range.end <= r.end for r in spans[name])
+    def ops_above(e):
+        while (e := e.cpu_parent) is not None:
+            if e.name.startswith("aten::") and e.name != "aten::to":
+                yield e.name
+    casts = [e for e in prof.events() if e.name == "aten::_to_copy" and inside(e, HALF_MATH_RANGE)
+             and not any(ops_above(e))]  # a copy of ours, not an op's own (dropout's scale)
+    assert casts and all(inside(e, ASIDE_RANGE) for e in casts)
     torch.manual_seed(3)
     expected = out_of(wide(inputs(x.float())))
     expected.square().sum().backward()

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function
 
+from ....probe_schema import ASIDE_RANGE as ASIDE
 from ....probe_schema import HALF_MATH_RANGE as RANGE
 from .half_math import HALF_TYPES, _cpu_autocast_off, _inside_kernel, cpu_autocast_type, slow_half
 
@@ -74,13 +75,15 @@ class KeptInFloat32(torch.autograd.Function):
     def forward(ctx, func, layout, dtype, placement, *half):
         ctx.set_materialize_grads(False)
         needs = ctx.needs_input_grad[4:]
-        wide = [t.detach().float().requires_grad_(bool(need)) if isinstance(t, Tensor) and t.is_floating_point()
-                else t for t, need in zip(half, needs)]
-        saved = _Saved(wide)
-        with _inside_kernel(placement, []) as made, torch.enable_grad(), \
-                torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
-            outs = func(*_rebuild(wide, layout))
-            result = tuple(o.detach().to(dtype) for o in outs)
+        with _inside_kernel(placement, []) as made:
+            with record_function(ASIDE):  # the float32 copies: no GPU makes them (projection/timeline.py)
+                wide = [t.detach().float().requires_grad_(bool(need)) if isinstance(t, Tensor)
+                        and t.is_floating_point() else t for t, need in zip(half, needs)]
+            saved = _Saved(wide)
+            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
+                outs = func(*_rebuild(wide, layout))
+            with record_function(ASIDE):
+                result = tuple(o.detach().to(dtype) for o in outs)
             made.extend(result)
         ctx.dtype, ctx.placement, ctx.graph = dtype, placement, (wide, outs)
         memory = placement.memory
@@ -91,15 +94,17 @@ class KeptInFloat32(torch.autograd.Function):
     def backward(ctx, *grads):
         wide, outs = ctx.graph
         wanted = [i for i, t in enumerate(wide) if isinstance(t, Tensor) and t.requires_grad]
-        pairs = [(o, g.float()) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
         result: list = [None] * len(wide)
         with record_function(f"{RANGE}({ctx.dtype})"), _cpu_autocast_off(), \
                 _inside_kernel(ctx.placement, []) as made:
+            with record_function(ASIDE):
+                pairs = [(o, g.float()) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
             if pairs and wanted:
                 got = torch.autograd.grad([o for o, _ in pairs], [wide[i] for i in wanted], [g for _, g in pairs],
                                           retain_graph=True, allow_unused=True)  # a second backward, as on a GPU
-                for i, g in zip(wanted, got):
-                    result[i] = g.to(ctx.dtype) if g is not None else None
+                with record_function(ASIDE):  # the gradients as the GPU's 16-bit kernel makes them
+                    for i, g in zip(wanted, got):
+                        result[i] = g.to(ctx.dtype) if g is not None else None
             made.extend(r for r in result if r is not None)
         memory = ctx.placement.memory
         if memory is not None and ctx.record is not None:
