@@ -177,8 +177,8 @@ def _on_device(mode, *tensors):
 
 def test_a_16_bit_attention_computes_in_float32_and_draws_its_dropout_once(monkeypatch):
     """scaled_dot_product_attention on 16-bit device tensors (a `.half()` GPT) runs a GPU's 16-bit kernel: on a slow
-    CPU it is computed in float32, in the 16-bit type; backward computes it again, with the dropout mask of the
-    forward (the generator's state kept), so the gradients are those of the output the script saw."""
+    CPU it is computed in float32 once, in the 16-bit type, its graph kept for backward: one dropout mask drawn,
+    the generator where a GPU's one draw leaves it, the gradients those of the output the script saw."""
     monkeypatch.setenv("PERFAUDIT_HALF_MATH", "float32")
     mode, sdpa = Placement(), torch._C._nn.scaled_dot_product_attention
     torch.manual_seed(0)

@@ -11,13 +11,15 @@ copies nothing, as on a GPU) and log-sum-exp are held until its backward has mad
 """
 from __future__ import annotations
 
+import functools
 import types
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .precision.half_math import HALF_TYPES, cpu_autocast_type, in_float32, slow_half
+from .precision.half_math import HALF_TYPES, cpu_autocast_type, slow_half
+from .precision.half_rnn import kept_in_float32
 
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
@@ -77,12 +79,14 @@ def _slow_half_type(q) -> torch.dtype | None:
 
 
 def _in_float32(placement, func, a: dict, dtype: torch.dtype) -> Tensor:
-    """The call computed in float32 (half_math.InFloat32: backward recomputes it, its dropout drawn again from
-    the same generator state), its inputs and result in `dtype`, as a GPU's 16-bit kernel takes and makes them."""
+    """The call computed in float32 once, its graph kept for backward (half_rnn.KeptInFloat32: its dropout drawn
+    once; computing it again in backward doubled the attention's time), its inputs and result in `dtype`, as a
+    GPU's 16-bit kernel takes and makes them; what the GPU's kernel holds is the caller's to say."""
     positional = [a["query"], a["key"], a["value"], a.get("attn_mask"), float(a.get("dropout_p") or 0.0),
                   bool(a.get("is_causal"))]
     named = {n: a[n] for n in ("scale", "enable_gqa") if n in a}
-    return in_float32(func, positional, named, dtype, placement, {})
+    return kept_in_float32(functools.partial(func, **named) if named else func, positional, dtype, placement,
+                           reserve=False)
 
 
 def _run(func, args: tuple, kwargs: dict, on_device: bool):

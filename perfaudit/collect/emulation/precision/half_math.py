@@ -77,7 +77,6 @@ class InFloat32(torch.autograd.Function):
         ctx.kept = [i for i in ctx.at if i != added and any(needs[j] for j in ctx.at if j not in (i, added))]
         ctx.shapes = {i: half[i].shape for i in ctx.at}
         ctx.save_for_backward(*(half[i] for i in ctx.kept))
-        ctx.rng = torch.get_rng_state() if func in _RANDOM else None  # its recomputation draws the same
         with _inside_kernel(placement, []) as made:
             with record_function(ASIDE):
                 wide = _float(list(half))
@@ -108,7 +107,7 @@ class InFloat32(torch.autograd.Function):
                     else:
                         inputs[i] = t.detach().float().requires_grad_(bool(needs[i]))
                 wanted = [i for i in ctx.at if needs[i] and inputs[i].requires_grad]
-                out, wide = _again(ctx, inputs), grad.float()
+                out, wide = ctx.func(*inputs, **ctx.kwargs), grad.float()
             grads = torch.autograd.grad(out, [inputs[i] for i in wanted], wide, create_graph=graph) if wanted else ()
             result: list = [None] * len(needs)
             for i, g in zip(wanted, grads):
@@ -119,19 +118,6 @@ class InFloat32(torch.autograd.Function):
 
 
 _PRODUCTS = {F.linear, torch.mm, Tensor.mm, torch.bmm, Tensor.bmm}
-_RANDOM = {torch._C._nn.scaled_dot_product_attention}  # may draw a dropout mask
-
-
-def _again(ctx, inputs: list):
-    """The forward's call again, on `inputs`, drawing what it drew (the generator's state restored after)."""
-    if ctx.rng is None:
-        return ctx.func(*inputs, **ctx.kwargs)
-    now = torch.get_rng_state()
-    torch.set_rng_state(ctx.rng)
-    try:
-        return ctx.func(*inputs, **ctx.kwargs)
-    finally:
-        torch.set_rng_state(now)
 
 
 def _product_grads(ctx, grad: Tensor, needs) -> list:

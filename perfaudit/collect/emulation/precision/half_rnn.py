@@ -68,13 +68,15 @@ class _Saved:
 
 
 class KeptInFloat32(torch.autograd.Function):
-    """`func(*rebuilt)` on 16-bit inputs, computed in float32 under a graph of its own kept for backward; its
-    outputs (a tuple) and the inputs' gradients in `dtype`."""
+    """`func(*rebuilt)` on 16-bit inputs, computed in float32 once under a graph of its own kept for backward (what
+    it draws, a dropout mask, drawn once); its outputs (a tensor or a tuple) and the inputs' gradients in `dtype`.
+    With `reserve`, the device holds until backward what that graph saved, in 16 bits (a recurrent layer's);
+    without, the caller says what the GPU's kernel holds (attention.py)."""
 
     @staticmethod
-    def forward(ctx, func, layout, dtype, placement, *half):
+    def forward(ctx, func, layout, dtype, placement, reserve, *half):
         ctx.set_materialize_grads(False)
-        needs = ctx.needs_input_grad[4:]
+        needs = ctx.needs_input_grad[5:]
         with _inside_kernel(placement, []) as made:
             with record_function(ASIDE):  # the float32 copies: no GPU makes them (projection/timeline.py)
                 wide = [t.detach().float().requires_grad_(bool(need)) if isinstance(t, Tensor)
@@ -82,13 +84,15 @@ class KeptInFloat32(torch.autograd.Function):
             saved = _Saved(wide)
             with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
                 outs = func(*_rebuild(wide, layout))
+            single = isinstance(outs, Tensor)
+            outs = (outs,) if single else tuple(outs)
             with record_function(ASIDE):
                 result = tuple(o.detach().to(dtype) for o in outs)
             made.extend(result)
         ctx.dtype, ctx.placement, ctx.graph = dtype, placement, (wide, outs)
         memory = placement.memory
-        ctx.record = memory.kernel_holds(saved.bytes) if memory is not None and any(needs) else None
-        return result
+        ctx.record = memory.kernel_holds(saved.bytes) if reserve and memory is not None and any(needs) else None
+        return result[0] if single else result
 
     @staticmethod
     def backward(ctx, *grads):
@@ -110,7 +114,16 @@ class KeptInFloat32(torch.autograd.Function):
         if memory is not None and ctx.record is not None:
             memory.released(ctx.record)
             ctx.record = None
-        return (None, None, None, None, *result)
+        return (None, None, None, None, None, *result)
+
+
+def kept_in_float32(func, args: list, dtype: torch.dtype, placement, reserve: bool):
+    """`func(*args)` (its tensors' lists flattened) as a GPU runs it in `dtype`: floating inputs cast to it under
+    autograd (autocast's casts; none for a model already in it), KeptInFloat32."""
+    flat, layout = _flatten(tuple(args))
+    with record_function(f"{RANGE}({dtype})"), _cpu_autocast_off():
+        half = [t.to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t for t in flat]
+        return KeptInFloat32.apply(func, layout, dtype, placement, reserve, *half)
 
 
 def half_rnn_handler(mode):
@@ -120,8 +133,7 @@ def half_rnn_handler(mode):
         first = args[0] if args else None
         if kwargs or not isinstance(first, Tensor) or not first.is_floating_point():
             return mode.DEFAULT
-        flat, layout = _flatten(args)
-        tensors = [t for t in flat if isinstance(t, Tensor)]
+        tensors = [t for t in _flatten(args)[0] if isinstance(t, Tensor)]
         region = cpu_autocast_type()
         dtype = region or first.dtype
         floats = [t for t in tensors if t.is_floating_point()]
@@ -129,9 +141,7 @@ def half_rnn_handler(mode):
                 t.dtype == torch.float64 or (region is None and t.dtype != dtype) for t in floats) \
                 or not slow_half(dtype):
             return mode.DEFAULT  # float32 math, host tensors, types the call itself refuses
-        with record_function(f"{RANGE}({dtype})"), _cpu_autocast_off():
-            half = [t.to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t for t in flat]
-            outs = KeptInFloat32.apply(func, layout, dtype, mode, *half)
+        outs = kept_in_float32(func, list(args), dtype, mode, reserve=True)
         mode.device_ops += 1
         for t in outs:
             mode.on_device.add(t)
