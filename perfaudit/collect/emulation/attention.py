@@ -18,8 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .precision.half_math import HALF_TYPES, cpu_autocast_type, slow_half
-from .precision.half_rnn import kept_in_float32
+from .precision.half_math import kept_in_float32, slow_half_type
 
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
@@ -43,12 +42,12 @@ def attend(placement, func, args: tuple, kwargs: dict):
     q, k, v = a.get("query"), a.get("key"), a.get("value")
     inputs = [t for t in (q, k, v) if isinstance(t, Tensor)]
     on_device = any(placement.on_device.has(t) for t in inputs)
-    half = _slow_half_type(q) if on_device and len(inputs) == 3 else None
+    half = slow_half_type(q) if on_device and len(inputs) == 3 else None
     math = on_device and len(inputs) == 3 and _math_path(a)
     if half is None and not math:
         out = _run(func, args, kwargs, on_device)
     else:
-        if half is not None:  # float32 math in the 16-bit type; InFloat32 notes its memory as a kernel's
+        if half is not None:  # float32 math in the 16-bit type, its memory noted as a kernel's
             out = _in_float32(placement, func, a, half)
         memory = placement.memory
         if memory is not None:
@@ -69,17 +68,8 @@ def attend(placement, func, args: tuple, kwargs: dict):
     return out
 
 
-def _slow_half_type(q) -> torch.dtype | None:
-    """The 16-bit type a GPU would attend in (an enabled autocast region's, else the query's) where this CPU's
-    products in it are slow (half_math.slow_half); None where the CPU's own kernel serves."""
-    if not isinstance(q, Tensor) or q.dtype == torch.float64:
-        return None
-    dtype = cpu_autocast_type() or q.dtype
-    return dtype if dtype in HALF_TYPES and slow_half(dtype) else None
-
-
 def _in_float32(placement, func, a: dict, dtype: torch.dtype) -> Tensor:
-    """The call computed in float32 once, its graph kept for backward (half_rnn.KeptInFloat32: its dropout drawn
+    """The call computed in float32 once, its graph kept for backward (half_math.KeptInFloat32: its dropout drawn
     once; computing it again in backward doubled the attention's time), its inputs and result in `dtype`, as a
     GPU's 16-bit kernel takes and makes them; what the GPU's kernel holds is the caller's to say."""
     positional = [a["query"], a["key"], a["value"], a.get("attn_mask"), float(a.get("dropout_p") or 0.0),

@@ -1,3 +1,3 @@
 """The emulated device's 16-bit math: CUDA autocast followed on CPU tensors (autocast.py), and on a CPU without
-fast 16-bit matrix math its matrix ops (half_math.py) and recurrent layers (half_rnn.py) computed in float32
+fast 16-bit matrix math its matrix ops and attention (half_math.py) and recurrent layers (half_rnn.py) computed in float32
 while keeping the 16-bit types."""

@@ -8,7 +8,8 @@ keeps those 16-bit tensors for backward (what a GPU holds), and computes in floa
 the op again under autograd. The result is in the 16-bit type. Each call and its backward run inside a
 `perfaudit::half(<type>)` range, and what a GPU would not do inside a `perfaudit::aside` one (the float32
 copies, the recomputation): the projection counts the matrix ops of the first as 16-bit and leaves the second
-out (projection/timeline.py)."""
+out (projection/timeline.py). An op whose computing twice would cost (a recurrent layer, an attention) is
+computed once instead, its float32 graph kept for backward (KeptInFloat32, at the end)."""
 from __future__ import annotations
 
 import contextlib
@@ -263,3 +264,117 @@ def half_model_handler(mode):
         mode.on_device.add(out)
         return out
     return handle
+
+
+def slow_half_type(t) -> torch.dtype | None:
+    """The 16-bit type a GPU would run `t`'s op in (an enabled autocast region's, else `t`'s own) where this CPU's
+    products in it are slow (slow_half); None where the CPU's own kernel serves (float32, float64)."""
+    if not isinstance(t, Tensor) or t.dtype == torch.float64:
+        return None
+    dtype = cpu_autocast_type() or t.dtype
+    return dtype if dtype in HALF_TYPES and slow_half(dtype) else None
+
+
+# -- an op computed in float32 once, its graph kept for backward (recurrent layers, attention) ----------------
+def _flatten(args: tuple) -> tuple[list, list]:
+    """The call's arguments as a flat list (the tensors of its lists in place) and how to rebuild them."""
+    flat: list = []
+    layout: list = []
+    for a in args:
+        if isinstance(a, (list, tuple)) and a and all(isinstance(t, Tensor) for t in a):
+            layout.append((type(a), len(a)))
+            flat.extend(a)
+        else:
+            layout.append(None)
+            flat.append(a)
+    return flat, layout
+
+
+def _rebuild(flat: list, layout: list) -> list:
+    args, at = [], 0
+    for shape in layout:
+        if shape is None:
+            args.append(flat[at])
+            at += 1
+        else:
+            kind, n = shape
+            args.append(kind(flat[at:at + n]))
+            at += n
+    return args
+
+
+class _Saved:
+    """A saved-tensors hook counting what the float32 graph saves beside its inputs, in 16 bits: half its bytes
+    (the CPU's own workspace, a byte buffer, holds float32 gate values too)."""
+
+    def __init__(self, inputs: list):
+        self.inputs = {id(t) for t in inputs if isinstance(t, Tensor)}
+        self.storages: set = set()
+        self.bytes = 0
+
+    def pack(self, t: Tensor) -> Tensor:
+        if id(t) not in self.inputs:
+            key = t.untyped_storage().data_ptr()
+            if key not in self.storages:
+                self.storages.add(key)
+                self.bytes += t.untyped_storage().nbytes() // 2
+        return t
+
+
+class KeptInFloat32(torch.autograd.Function):
+    """`func(*rebuilt)` on 16-bit inputs, computed in float32 once under a graph of its own kept for backward (what
+    it draws, a dropout mask, drawn once); its outputs (a tensor or a tuple) and the inputs' gradients in `dtype`.
+    With `reserve`, the device holds until backward what that graph saved, in 16 bits (a recurrent layer's);
+    without, the caller says what the GPU's kernel holds (attention.py)."""
+
+    @staticmethod
+    def forward(ctx, func, layout, dtype, placement, reserve, *half):
+        ctx.set_materialize_grads(False)
+        needs = ctx.needs_input_grad[5:]
+        with _inside_kernel(placement, []) as made:
+            with record_function(ASIDE):  # the float32 copies: no GPU makes them (projection/timeline.py)
+                wide = [t.detach().float().requires_grad_(bool(need)) if isinstance(t, Tensor)
+                        and t.is_floating_point() else t for t, need in zip(half, needs)]
+            saved = _Saved(wide)
+            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
+                outs = func(*_rebuild(wide, layout))
+            single = isinstance(outs, Tensor)
+            outs = (outs,) if single else tuple(outs)
+            with record_function(ASIDE):
+                result = tuple(o.detach().to(dtype) for o in outs)
+            made.extend(result)
+        ctx.dtype, ctx.placement, ctx.graph = dtype, placement, (wide, outs)
+        memory = placement.memory
+        ctx.record = memory.kernel_holds(saved.bytes) if reserve and memory is not None and any(needs) else None
+        return result[0] if single else result
+
+    @staticmethod
+    def backward(ctx, *grads):
+        wide, outs = ctx.graph
+        wanted = [i for i, t in enumerate(wide) if isinstance(t, Tensor) and t.requires_grad]
+        result: list = [None] * len(wide)
+        with record_function(f"{RANGE}({ctx.dtype})"), _cpu_autocast_off(), \
+                _inside_kernel(ctx.placement, []) as made:
+            with record_function(ASIDE):
+                pairs = [(o, g.float()) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+            if pairs and wanted:
+                got = torch.autograd.grad([o for o, _ in pairs], [wide[i] for i in wanted], [g for _, g in pairs],
+                                          retain_graph=True, allow_unused=True)  # a second backward, as on a GPU
+                with record_function(ASIDE):  # the gradients as the GPU's 16-bit kernel makes them
+                    for i, g in zip(wanted, got):
+                        result[i] = g.to(ctx.dtype) if g is not None else None
+            made.extend(r for r in result if r is not None)
+        memory = ctx.placement.memory
+        if memory is not None and ctx.record is not None:
+            memory.released(ctx.record)
+            ctx.record = None
+        return (None, None, None, None, None, *result)
+
+
+def kept_in_float32(func, args: list, dtype: torch.dtype, placement, reserve: bool):
+    """`func(*args)` (its tensors' lists flattened) as a GPU runs it in `dtype`: floating inputs cast to it under
+    autograd (autocast's casts; none for a model already in it), KeptInFloat32."""
+    flat, layout = _flatten(tuple(args))
+    with record_function(f"{RANGE}({dtype})"), _cpu_autocast_off():
+        half = [t.to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t for t in flat]
+        return KeptInFloat32.apply(func, layout, dtype, placement, reserve, *half)
