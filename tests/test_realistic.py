@@ -83,6 +83,15 @@ def test_a_libraries_own_read_in_the_models_forward_names_the_option_that_remove
     assert "attention mask for padding" in at["detail"] and "attention_mask=None" in at["detail"], at
 
 
+def test_a_schedule_kept_on_the_host_and_indexed_by_a_device_read_is_told_to_move(realistic_reports):
+    """diffusion_schedule.py keeps its noise schedule as plain attributes (on the host after `.to(device)`) and
+    indexes it with `t.cpu()`: SYNC001 at that line, twice a step, says the table is on the host and how to move it."""
+    sync = next(f for f in realistic_reports["diffusion_schedule.py"]["run"]["findings"] if f["rule"] == "SYNC001")
+    at = next(loc for loc in sync["locations"] if "a.gather(-1, t.cpu())" in loc.get("code", ""))
+    assert at["count_per_step"] == 2.0 and "feeding `a.gather` on a tensor kept on the host" in at["detail"], at
+    assert any("register_buffer" in note for note in sync["notes"]), sync["notes"]
+
+
 def figures(reports: dict) -> dict:
     marked_run = sum(len(marked(p, "run")) for p in SCRIPTS)
     found = sum(len(marked(p, "run") & located(reports[p.name]["run"]["findings"], p.name, ("run", "both")))

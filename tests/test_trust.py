@@ -21,7 +21,7 @@ from perfaudit.collect.probes.startup import StartupProbe
 from perfaudit.collect.run.options import RunOptions, RunResult
 from perfaudit.collect.window.export import export_trace
 from perfaudit.collect.window.sizing import fit_budget
-from perfaudit.static.uses import call_requests, host_consumer
+from perfaudit.static.uses import call_requests, host_consumer, host_table_read
 from perfaudit.usecases.audit import run_notes
 
 REALISTIC = ROOT / "tests" / "realistic"
@@ -138,6 +138,23 @@ def test_reads_that_feed_host_code_are_told_from_reads_that_only_log():
     # the static pass agrees with the run: no "seen in the source only" finding for a read the run left out
     from perfaudit.static.walk import check_tree
     assert sorted(h.line for h in check_tree(tree) if h.rule == "SYNC001") == [9, 11, 12, 13]
+
+
+def test_a_read_that_only_indexes_a_host_table_is_a_sync_to_remove_and_says_so():
+    """`a.gather(-1, t.cpu())` (a diffusion schedule kept on the host): the value goes to a tensor method, not to
+    code outside torch: a sync to remove by keeping the table on the device, not a read the program needs.
+    NumPy's and the host's own uses stay needed."""
+    tree = _tree('''\
+        out = a.gather(-1, t.cpu())
+        out = table.index_select(0, idx.cpu().long())
+        out = np.take(a, t.cpu().numpy())
+        state = env.step(action.cpu().numpy())
+        q = a.gather(-1, t).cpu()
+        ''')
+    assert [host_consumer(tree, line) for line in (1, 2)] == [None, None]
+    assert [host_table_read(tree, line) for line in (1, 2)] == ["a.gather", "table.index_select"]
+    assert host_consumer(tree, 3) == "np.take" and host_consumer(tree, 4) == "env.step"
+    assert [host_table_read(tree, line) for line in (3, 4, 5)] == [None, None, None]
 
 
 def test_an_optimizer_asked_for_fused_through_kwargs_is_told_apart():

@@ -20,6 +20,12 @@ LOGGING = frozenset({"print", "format", "str", "repr", "log", "info", "debug", "
 PASS_THROUGH = frozenset({"int", "float", "bool", "round", "abs", "min", "max", "sum", "len", "tuple", "list",
                           "numpy", "cpu", "tolist", "item", "detach", "squeeze", "reshape", "astype"})
 _TORCH_ROOTS = ("torch", "F", "nn", "functional")
+# tensor methods NumPy arrays do not have, which take an index or a tensor: `table.gather(-1, t.cpu())` reads `t`
+# only because `table` was kept on the host; keeping it on the device (a buffer) removes the read
+TENSOR_ONLY_METHODS = frozenset({"gather", "scatter", "scatter_", "scatter_add", "scatter_add_", "index_select",
+                                 "index_add", "index_add_", "index_copy", "index_copy_", "index_fill", "index_fill_",
+                                 "index_put", "index_put_", "masked_fill", "masked_fill_", "masked_scatter",
+                                 "take_along_dim", "bucketize"})
 
 
 def dotted(node: ast.AST) -> str:
@@ -40,6 +46,8 @@ def _parents(tree: ast.AST) -> dict[int, ast.AST]:
 def _is_torch(call: ast.Call) -> bool:
     """A torch function or a tensor method: the value stays in torch's hands."""
     fn = call.func
+    if isinstance(fn, ast.Attribute) and fn.attr in TENSOR_ONLY_METHODS:
+        return True
     root = fn
     while isinstance(root, ast.Attribute):
         root = root.value
@@ -131,6 +139,21 @@ def host_consumer(tree: ast.AST, line: int) -> str | None:
     uses = _Uses(tree)
     consumers = [uses.consumer(r) for r in reads]
     return consumers[0] if all(consumers) else None
+
+
+def host_table_read(tree: ast.AST, line: int) -> str | None:
+    """For a host read at `line` that only indexes a tensor kept on the host (`table.gather(-1, t.cpu())`),
+    that call (`table.gather`): the read goes when the table lives on the device; else None."""
+    uses = _Uses(tree)
+    for read in _reads_at(tree, line):
+        child, parent = read, uses.parent.get(id(read))
+        while isinstance(parent, (ast.Attribute, ast.Call)) and (
+                isinstance(parent, ast.Attribute) or child is parent.func or call_name(parent) in PASS_THROUGH):
+            child, parent = parent, uses.parent.get(id(parent))
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and child is not parent.func \
+                and parent.func.attr in TENSOR_ONLY_METHODS and not isinstance(parent.func.value, ast.Call):
+            return dotted(parent.func)
+    return None
 
 
 def _sets_key(node: ast.AST, name: str, key: str) -> bool | None:

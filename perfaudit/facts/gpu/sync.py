@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from ...calls import FRAMEWORK_READS, HOST_READS, NONZERO_CALLS, SCALAR_READ_CALLS, SYNC_CALLS, TORCH_READS
-from ...static.uses import host_consumer
+from ...static.uses import host_consumer, host_table_read
 from ...trace.model import Event
 from ...trace.nesting import enclosing, innermost
 from ..compiled import REGION
@@ -141,7 +141,19 @@ def sync_sites(ctx: Context):
         sites += torch_internal_reads(ctx, sites)
     needed = [s for s in sites if _needed_by(ctx, s) or _scaler_needed(ctx, s)]
     ctx.__dict__["_sync_needed"] = needed
-    return [s for s in sites if s not in needed]
+    kept = [s for s in sites if s not in needed]
+    for site in kept:
+        _for_host_table(ctx, site)
+    return kept
+
+
+def _for_host_table(ctx: Context, site) -> None:
+    """A read that only indexes a tensor kept on the host (`table.gather(-1, t.cpu())`) says so: the table
+    belongs on the device, where it is indexed without the read."""
+    tree = ctx.source.tree(site.path) if site.path and site.exact else None
+    feeds = [host_table_read(tree, line) for line in site.extra.get("lines") or [site.line]] if tree else []
+    if feeds and feeds[0] and all(feeds):
+        site.detail = f"{site.detail}, feeding `{feeds[0]}` on a tensor kept on the host"
 
 
 def _needed_by(ctx: Context, site) -> str | None:
