@@ -146,7 +146,8 @@ def host_table_read(tree: ast.AST, line: int) -> str | None:
     that call (`table.gather`): the read goes when the table lives on the device; else None."""
     uses = _Uses(tree)
     for read in _reads_at(tree, line):
-        child, parent = read, uses.parent.get(id(read))
+        child: ast.AST = read
+        parent = uses.parent.get(id(read))
         while isinstance(parent, (ast.Attribute, ast.Call)) and (
                 isinstance(parent, ast.Attribute) or child is parent.func or call_name(parent) in PASS_THROUGH):
             child, parent = parent, uses.parent.get(id(parent))
