@@ -274,27 +274,35 @@ def test_pinning_a_dataset_of_device_tensors_fails_as_on_a_gpu(tmp_path):
 
 
 def test_memory_and_cudnn_queries_answer_as_a_gpu_would(tmp_path):
-    """Scripts divide by the reserved bytes or log cudnn's version: the emulated device answers from the
-    bytes it holds (never 0) and with a version number, so the script runs past its window as on a GPU."""
+    """Scripts divide by the reserved bytes, log the peak each epoch or cudnn's version: the emulated device
+    answers from the bytes it holds (never 0), its peak holds the training step's activations (gone by the
+    time the script asks: once 8 MiB where the step held 40), and it is the run's target GPU by name, memory
+    and compute capability, so the script runs past its window and branches as on that GPU."""
     script = tmp_path / "train.py"
     out = tmp_path / "answers.txt"
     script.write_text(
         "import torch\n"
         "model = torch.nn.Linear(1024, 1024).cuda()\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "torch.cuda.reset_peak_memory_stats()\n"
         "for step in range(8):\n"
-        "    model(torch.randn(64, 1024, device='cuda')).sum().backward()\n"
+        "    model(torch.randn(4096, 1024, device='cuda')).sum().backward()\n"
         "    opt.step()\n"
         "    opt.zero_grad()\n"
         "used = torch.cuda.memory_allocated() / torch.cuda.memory_reserved()\n"
         "stats = torch.cuda.memory_stats()\n"
+        "props = torch.cuda.get_device_properties(0)\n"
         f"open({str(out)!r}, 'w').write(f'{{torch.cuda.memory_allocated()}} {{used}} "
-        "{stats[\"allocated_bytes.all.peak\"]} {torch.backends.cudnn.version()}')\n")
-    report, _, _ = _run(tmp_path, script, "--warmup", "1", "--steps", "2", "--full")
+        "{stats[\"allocated_bytes.all.peak\"]} {torch.cuda.max_memory_allocated()} {torch.backends.cudnn.version()} "
+        "{props.total_memory} {props.major}.{props.minor} {props.multi_processor_count} {props.name}')\n")
+    report, _, _ = _run(tmp_path, script, "--warmup", "1", "--steps", "2", "--full", "--target", "A10")
     assert report["run"]["outcome"]["outcome"] in ("completed", "window_complete"), report["run"]["outcome"]
-    allocated, ratio, peak, version = out.read_text().split()
-    assert int(allocated) >= 1024 * 1024 * 4 and 0 < float(ratio) <= 1 and int(peak) >= int(allocated)
-    assert int(version) > 0
+    allocated, ratio, peak, max_allocated, version, total, capability, sms, name = out.read_text().split(maxsplit=8)
+    assert int(allocated) >= 1024 * 1024 * 4 and 0 < float(ratio) <= 1 and int(version) > 0
+    # a step held the weights, their gradients, the 16 MiB batch and the 16 MiB output at once: the peak the
+    # report estimates, the cuBLAS workspaces in it
+    assert int(peak) == int(max_allocated) == report["memory"]["peak_allocated_bytes"] >= int(allocated) + 2 ** 24
+    assert (int(total), capability, int(sms)) == (24 * 2 ** 30, "8.6", 72) and name.startswith("A10 "), name
 
 
 def test_the_gpu_switch_reader_takes_any_file_without_failing(tmp_path_factory):

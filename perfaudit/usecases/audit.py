@@ -17,6 +17,7 @@ from ..engine.loader import Rule, builtin_rules_dir, load_rules
 from ..errors import LaunchError, TraceError, WriteError
 from ..facts import Context
 from ..facts.emulated import gpu_branch_ran, offered
+from ..facts.gpu.projection import emulated_gpu
 from ..files import write_atomic
 from ..findings import Report
 from ..outcome import Outcome
@@ -49,6 +50,8 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
         options.rules_dirs = sorted(folders - {os.path.realpath(builtin_rules_dir())})
     if options.device == "auto":  # the child still emulates only where there is no GPU
         options.device = "emulate-cuda" if has_cuda_path(script) else "cpu"
+    if options.device == "emulate-cuda" and options.emulated_gpu is None:  # the device the script asks about
+        options.emulated_gpu = emulated_gpu(options.target)
     if options.target != "none" and (options.device == "emulate-cuda" or options.target != "auto"):
         options.record_shapes = True  # a CPU run projected onto a GPU: each op's kernels from its shapes
     result = run_script(script, args, options, on_progress)

@@ -12,6 +12,7 @@ assert torch.accelerator.is_available() and torch.accelerator.current_accelerato
 torch.cuda.set_device(0)
 torch.cuda.manual_seed_all(0)
 props = torch.cuda.get_device_properties(0)
+assert torch.cuda.get_device_capability() == (props.major, props.minor) == (9, 0), "the default target is an H100"
 print(torch.cuda.get_device_name(0), props.total_memory, torch.cuda.get_device_capability(), file=sys.stderr)
 assert torch.cuda.is_bf16_supported()
 device = torch.device("cuda", torch.cuda.current_device())
@@ -50,6 +51,7 @@ for epoch in range(100):
             x = x.to(device, non_blocking=True)
             y = y.to(device, non_blocking=True)
         torch.cuda.current_stream().wait_stream(side)
+        x.record_stream(torch.cuda.current_stream())  # apex's data_prefetcher: the side stream's copy, used here
         start.record()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = nn.functional.cross_entropy(model(x), y)

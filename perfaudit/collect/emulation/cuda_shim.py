@@ -10,15 +10,19 @@ from __future__ import annotations
 import contextlib
 import time
 import types
+from typing import Any
 
 import torch
 
+from .memory.queries import MemoryQueries
 from .tensor_registry import Registry, copied, tag, tensor_bytes
 
 _real_cuda_available = torch.cuda.is_available
 _real_cudnn_available, _real_cudnn_version = torch.backends.cudnn.is_available, torch.backends.cudnn.version
-DEVICE_NAME = "CUDA device emulated on the CPU (perfaudit)"
-TOTAL_MEMORY = 80 * 2 ** 30
+# the device the script sees: the run's --target GPU (the child's config, from the projection's table); until
+# install() is told, an 80 GiB sm80 part
+GPU: dict[str, Any] = {"name": "CUDA device emulated on the CPU (perfaudit)", "total_memory": 80 * 2 ** 30, "capability": (8, 0),
+       "sms": 108}
 
 
 def gpu_present() -> bool:
@@ -60,13 +64,37 @@ class _Event:
         return (end._t - self._t) * 1000.0
 
 
-class _Stream:
-    """torch.cuda.Stream: one in-order queue, which the CPU is."""
+_StreamBase: Any = getattr(torch, "Stream", object)
+
+
+class _Stream(_StreamBase):
+    """torch.cuda.Stream: one in-order queue, which the CPU is. A torch.Stream (a CPU one underneath), so that
+    torch's argument parser takes it where a stream is asked for (`tensor.record_stream(stream)`, which the
+    placement mode then serves) instead of failing before any mode sees the call."""
+
+    def __new__(cls, device=None, priority: int = 0, **_):
+        if _StreamBase is object:
+            return object.__new__(cls)
+        try:
+            return _StreamBase.__new__(cls, device="cpu")
+        except TypeError:  # an older torch.Stream, built from ids
+            return _StreamBase.__new__(cls)
 
     def __init__(self, device=None, priority: int = 0, **_):
-        self.device = torch.device("cuda", 0)
         self.priority = priority
         self.cuda_stream = 0
+
+    @property
+    def device(self):
+        return torch.device("cuda", 0)
+
+    @property
+    def device_type(self):
+        return 1  # torch's DeviceType enum value for CUDA, as a CUDA stream reports it
+
+    @property
+    def device_index(self):
+        return 0
 
     def wait_stream(self, stream): pass
     def wait_event(self, event): pass
@@ -145,8 +173,9 @@ class _Nvtx:
 
 
 def _properties(device=None):
-    return types.SimpleNamespace(name=DEVICE_NAME, major=8, minor=0, total_memory=TOTAL_MEMORY,
-                                 multi_processor_count=108, is_integrated=False, is_multi_gpu_board=False,
+    major, minor = GPU["capability"]
+    return types.SimpleNamespace(name=GPU["name"], major=major, minor=minor, total_memory=GPU["total_memory"],
+                                 multi_processor_count=GPU["sms"], is_integrated=False, is_multi_gpu_board=False,
                                  L2_cache_size=40 * 2 ** 20, uuid="emulated", gcnArchName="")
 
 
@@ -244,73 +273,23 @@ class _NoRecorder:
     on_device = Registry()  # nothing is on the device before the emulation starts
 
 
-SEGMENT = 2 << 20  # the caching allocator's small-pool segment: what it reserves at least
-
-
-class _Memory:
-    """The memory queries a script makes (logging, a guard before growing a batch), answered from the
-    bytes of the tensors it holds on the emulated device: a GPU would never answer 0, and a script that
-    divides by the reserved bytes must not fail for a reason a GPU run would not have."""
-
-    def __init__(self):
-        self.peak = 0
-        self.peak_reserved = 0
-
-    def allocated(self, device=None) -> int:
-        now = _recorder.on_device.nbytes()
-        self.peak = max(self.peak, now)
-        return now
-
-    def reserved(self, device=None) -> int:
-        now = -(-max(self.allocated(), 1) // SEGMENT) * SEGMENT
-        self.peak_reserved = max(self.peak_reserved, now)
-        return now
-
-    def max_allocated(self, device=None) -> int:
-        self.allocated()
-        return self.peak
-
-    def max_reserved(self, device=None) -> int:
-        self.reserved()
-        return self.peak_reserved
-
-    def reset_peak(self, device=None) -> None:
-        self.peak, self.peak_reserved = 0, 0
-        self.reserved()
-
-    def stats(self, device=None) -> dict:
-        allocated, reserved = self.allocated(), self.reserved()
-        out = {"num_alloc_retries": 0, "num_ooms": 0, "num_device_alloc": 0, "num_device_free": 0}
-        for key, now, peak in (("allocated_bytes", allocated, self.peak), ("reserved_bytes", reserved, self.peak_reserved),
-                               ("active_bytes", allocated, self.peak), ("requested_bytes", allocated, self.peak)):
-            for pool in ("all", "small_pool", "large_pool"):
-                share = 1 if pool != "small_pool" else 0
-                for stat, value in (("current", now), ("peak", peak), ("allocated", peak), ("freed", 0)):
-                    out[f"{key}.{pool}.{stat}"] = value * share
-        return out
-
-    def summary(self, device=None, abbreviated: bool = False) -> str:
-        return (f"CUDA memory (emulated on the CPU by perfaudit): {self.allocated() / 2**20:.1f} MiB allocated, "
-                f"{self.reserved() / 2**20:.1f} MiB reserved, peak {self.peak / 2**20:.1f} MiB")
-
-    def free_and_total(self, device=None) -> tuple[int, int]:
-        return TOTAL_MEMORY - self.reserved(), TOTAL_MEMORY
-
-
 CUDNN_VERSION = 91002  # what a current CUDA 12 build of torch reports
 
 
 _recorder = _NoRecorder()
 
 
-def install(recorder) -> None:
-    """Serve torch.cuda / torch.accelerator as one CUDA device; `recorder.cuda_call(api)` hears the calls
-    a GPU run would pay for (synchronize, event timing), `recorder.place(t)` puts a legacy-typed tensor
-    on the device."""
+def install(recorder, gpu: dict | None = None) -> None:
+    """Serve torch.cuda / torch.accelerator as one CUDA device, the GPU `gpu` describes (name, total_memory,
+    capability, sms); `recorder.cuda_call(api)` hears the calls a GPU run would pay for (synchronize, event
+    timing), `recorder.place(t)` puts a legacy-typed tensor on the device."""
     global _recorder
     _recorder = recorder
+    if gpu:
+        GPU.update(gpu, capability=tuple(gpu.get("capability") or GPU["capability"]))
     cuda = torch.cuda
-    memory = _Memory()
+    major, minor = GPU["capability"]
+    memory = MemoryQueries(recorder, GPU["total_memory"], major + minor / 10)
 
     def synchronize(device=None):
         recorder.cuda_call("torch.cuda.synchronize")
@@ -318,7 +297,7 @@ def install(recorder) -> None:
     served = {
         "is_available": lambda: True, "device_count": lambda: 1, "current_device": lambda: 0,
         "set_device": nothing, "is_initialized": lambda: True, "init": nothing,
-        "get_device_name": lambda device=None: DEVICE_NAME, "get_device_capability": lambda device=None: (8, 0),
+        "get_device_name": lambda device=None: GPU["name"], "get_device_capability": lambda device=None: (major, minor),
         "get_device_properties": _properties, "is_bf16_supported": lambda including_emulation=True: True,
         "synchronize": synchronize, "Event": _Event, "Stream": _Stream, "ExternalStream": _Stream,
         "current_stream": lambda device=None: _Stream(), "default_stream": lambda device=None: _Stream(),
@@ -331,7 +310,7 @@ def install(recorder) -> None:
         "reset_accumulated_memory_stats": nothing, "memory_stats": memory.stats,
         "memory_summary": memory.summary, "mem_get_info": memory.free_and_total, "empty_cache": nothing,
         "set_sync_debug_mode": nothing, "get_sync_debug_mode": zero, "ipc_collect": nothing,
-        "set_per_process_memory_fraction": nothing, "get_arch_list": lambda: ["sm_80"],
+        "set_per_process_memory_fraction": nothing, "get_arch_list": lambda: [f"sm_{major}{minor}"],
         "is_current_stream_capturing": lambda: False, "set_stream": nothing,
         # tensors "on the device" draw from the CPU's generator: the device's own RNG state is a token
         "manual_seed": nothing, "manual_seed_all": nothing, "seed": nothing, "seed_all": nothing,

@@ -27,13 +27,14 @@ def wanted(config: dict) -> bool:
     return config.get("device") == "emulate-cuda" and not cuda_shim.gpu_present()
 
 
-def install(probes, steps_ended) -> Placement:
-    """Emulate one CUDA device for the script; `steps_ended()` counts the steps so far (a tensor made
-    in the step that moves it is the COPY002 pattern; one kept from an earlier step is data)."""
+def install(probes, steps_ended, gpu: dict | None = None) -> Placement:
+    """Emulate one CUDA device for the script, the GPU `gpu` describes (the run's target: cuda_shim.install);
+    `steps_ended()` counts the steps so far (a tensor made in the step that moves it is the COPY002 pattern;
+    one kept from an earlier step is data)."""
     mode = Placement()
     mode.window_step = probes.window_step
     mode.step_clock = steps_ended
-    cuda_shim.install(mode)
+    cuda_shim.install(mode, gpu)
     _pinning(mode)
     follow_autocast(mode)
     _compiled_code_without_the_mode(mode)
@@ -48,6 +49,7 @@ def install(probes, steps_ended) -> Placement:
     probes.placement = mode
     probes.device_memory = DeviceMemory(mode, lambda: [info["_ref"] for info in probes.optimizers.values()])
     probes.add("device_memory", probes.device_memory)
+    mode.tracked_memory = probes.device_memory  # the script's memory queries read its tracked steps' peak
     mode.__enter__()
     os.register_at_fork(after_in_child=lambda: _leave(mode))
     return mode

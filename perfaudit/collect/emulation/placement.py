@@ -73,6 +73,7 @@ class Placement(TorchFunctionMode):
         self._main_thread = threading.get_ident()
         self.aside = False            # the script took its CPU branch: the mode is off (emulate.py)
         self.memory = None            # device_memory.DeviceMemory while one step's memory is tracked
+        self.tracked_memory = None    # the same, for good: the script's memory queries read its steps' peak
         self.device_ops = 0           # torch calls on tensors on the device
         self._user_code: dict = {}
         self.handlers = {

@@ -23,6 +23,8 @@ class RunOptions:
     device: str = "cpu"
     # the GPU the report projects the run onto (perfaudit/projection/): a name, "auto" or "none"
     target: str = "auto"
+    # what the emulated device presents itself as (name, total_memory, capability, sms): the target's entry
+    emulated_gpu: dict | None = None
     # verify: "timing" runs without the profiler (step times and losses), seeded, and may serve fixed
     # sources in place of the user's files (absolute path -> file holding the fixed text)
     mode: str = "profile"

@@ -87,7 +87,7 @@ class StepHooks:
         # global module hooks added or removed under torch.compile make compiled code recompile
         self.compile.on_activate = self._stop_inference_watch
         if emulate.wanted(self.config):  # before the probes: they wrap the CUDA calls it serves
-            emulate.install(self.probes, lambda: self.steps_ended)
+            emulate.install(self.probes, lambda: self.steps_ended, self.config.get("emulated_gpu"))
         elif gpu_present():  # torch's own counters and allocator history over the same warm-up steps
             optimizers = lambda: [i["_ref"] for i in self.probes.optimizers.values()]  # noqa: E731
             self.probes.oom_watch = OomWatch(optimizers,  # and what held the memory if the script runs out of it

@@ -37,6 +37,24 @@ def target_of(ctx: Context) -> tuple[devices.Device, str]:
     raise Missing("a CPU run of a script with no CUDA path: nothing to project (--target NAME projects it anyway)")
 
 
+def emulated_gpu(target: str) -> dict | None:
+    """The GPU the emulated device presents itself as to the script (its name, memory, compute capability and
+    SMs in torch.cuda's answers): the run's target, the default one when none is named; None for a name the
+    table does not know (the run then says so; the device keeps its generic answers)."""
+    wanted = target if target and target.lower() not in (AUTO, OFF) else DEFAULT_TARGET
+    try:
+        device = devices.target(wanted)
+    except ValueError:
+        return None
+    gpu = {"name": f"{device.name} (emulated on the CPU by perfaudit)", "sms": device.sms}
+    if device.memory_gib:
+        gpu["total_memory"] = int(device.memory_gib * (1 << 30))
+    if device.compute_capability:  # NVIDIA's: (9, 0) for 9.0
+        major = int(device.compute_capability)
+        gpu["capability"] = [major, round((device.compute_capability - major) * 10)]
+    return gpu
+
+
 def inputs_of(ctx: Context) -> Inputs:
     env = ctx.probes.get("environment") or {}
     trace = ctx.need_trace()

@@ -107,6 +107,7 @@ class DeviceMemory:
         self.baseline_records: list[dict] = []
         self.result: dict | None = None
         self._ended: list | None = None  # the timeline as the tracked steps left it, until replayed
+        self._quick_peak: int | None = None
         self._baseline_keys: set = set()
         self._mode = None
         self._saved = None
@@ -311,6 +312,23 @@ class DeviceMemory:
         record = self.records.get(_key(t)[0])
         if record is not None:
             record["category"] = category
+
+    def step_peak(self) -> int | None:
+        """The tracked steps' peak of allocated bytes (the script asks for it with
+        `torch.cuda.max_memory_allocated()`): the caching allocator's replay once the report made it, before
+        that a quick pass over their timeline; None until the tracked steps ended."""
+        if self.result is not None:
+            return self.result["peak_allocated_bytes"]
+        if self._ended is None:
+            return None
+        if self._quick_peak is None:
+            now = peak = sum(r["bytes"] for r in self.baseline_records)
+            for sign, record in self._ended:
+                if record["device"]:
+                    now += sign * record["bytes"]
+                    peak = max(peak, now)
+            self._quick_peak = peak
+        return self._quick_peak
 
     def _replay(self) -> dict:
         base = sum(r["bytes"] for r in self.baseline_records)
