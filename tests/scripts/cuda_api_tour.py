@@ -28,6 +28,9 @@ torch.cuda.nvtx.range_push("attention")  # ranges for Nsight
 q = torch.randn(2, 4, 16, 8, device=device, requires_grad=True)
 with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):  # a GPU kernel the CPU lacks
     nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+# the older switch, math off: training's dropout takes the CPU's math path only
+with torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, enable_mem_efficient=True):
+    nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.1).sum().backward()
 with torch.cuda.nvtx.range("inner"):
     torch.cuda.nvtx.mark("marked")
 torch.cuda.nvtx.range_pop()
@@ -42,6 +45,7 @@ data = TensorDataset(torch.randn(256, 3, 16, 16), torch.randint(0, 10, (256,)))
 loader = DataLoader(data, batch_size=32, shuffle=True, pin_memory=True, drop_last=True)
 side = torch.cuda.Stream()
 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+torch.cuda.synchronize()  # before timing the epochs (also at each epoch's end, which the window may not reach)
 
 for epoch in range(100):
     torch.cuda.reset_peak_memory_stats()

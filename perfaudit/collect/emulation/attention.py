@@ -81,11 +81,12 @@ def _in_float32(placement, func, a: dict, dtype: torch.dtype) -> Tensor:
 
 def _run(func, args: tuple, kwargs: dict, on_device: bool):
     """The call; on the device, with the CPU's own kernels when the script chose only a GPU's
-    (`sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION)`: the CPU has no memory-efficient kernel)."""
+    (`sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION)`: the CPU has no memory-efficient kernel; the older
+    `torch.backends.cuda.sdp_kernel(enable_math=False)`: training's dropout needs the CPU's math path)."""
     try:
         return func(*args, **kwargs)
     except RuntimeError as exc:
-        if not on_device or "No viable backend" not in str(exc):
+        if not on_device or not any(m in str(exc) for m in ("No viable backend", "No available kernel")):
             raise
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
