@@ -84,6 +84,8 @@ PROBE_FIELDS: dict[str, dict] = {
                             "non_blocking": {"type": "boolean"}, "api": {"type": "string"}, "made_at": _SITE}),
         "reads": _list_of({"site": _SITE, "api": {"type": "string"}, "calls": _INT, "window_calls": _INT},
                           {"by_step": {"type": "object", "additionalProperties": _INT}, "blocking": {"type": "boolean"},
+                           # a read a torch op's GPU kernel makes for its own use (one_hot, bincount, unique)
+                           "kernel": {"type": "boolean"},
                            # the library function the user's line called, and the one that read (userframes.py)
                            "inside": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["callee", "reader"],
                                       "properties": {"callee": {"type": "string"}, "reader": {"type": "string"}}}]}}),

@@ -92,6 +92,18 @@ def test_a_schedule_kept_on_the_host_and_indexed_by_a_device_read_is_told_to_mov
     assert any("register_buffer" in note for note in sync["notes"]), sync["notes"]
 
 
+def test_reads_a_gpu_kernel_makes_to_size_its_output_are_counted_and_explained(realistic_reports):
+    """class_balanced.py: on a GPU F.one_hot without num_classes reads the largest label, bincount the smallest and
+    largest value, unique the output's size; none is an `.item()` in the source. Each is counted at its line as a GPU
+    makes it, and the notes say the form that reads nothing."""
+    sync = next(f for f in realistic_reports["class_balanced.py"]["run"]["findings"] if f["rule"] == "SYNC001")
+    per_line = {next(k for k in ("one_hot", "bincount", "unique") if k in loc["code"]): loc["count_per_step"]
+                for loc in sync["locations"]}
+    assert per_line == {"one_hot": 1.0, "bincount": 2.0, "unique": 1.0}, sync["locations"]
+    notes = " ".join(sync["notes"])
+    assert "num_classes=C" in notes and "scatter_add_" in notes and "instead of `unique`" in notes, notes
+
+
 def figures(reports: dict) -> dict:
     marked_run = sum(len(marked(p, "run")) for p in SCRIPTS)
     found = sum(len(marked(p, "run") & located(reports[p.name]["run"]["findings"], p.name, ("run", "both")))

@@ -270,8 +270,10 @@ class Placement(TorchFunctionMode):
     def _kernel_read(self, func, args, kwargs) -> None:
         name, position, keyword, reads = KERNEL_READS[func]
         read = args[position] if len(args) > position else (kwargs or {}).get(keyword)
-        for _ in range(reads if isinstance(read, Tensor) and self.on_device.has(read) else 0):
-            self._read(name, blocking=True)
+        if not (isinstance(read, Tensor) and self.on_device.has(read)):
+            return
+        for _ in range(reads if isinstance(reads, int) else reads(args, kwargs or {})):
+            self._read(name, blocking=True, kernel=True)
 
     # -- records ---------------------------------------------------------------------------------
     def _entry(self, table: dict, key_extra: str, site: dict | None, **fields) -> dict | None:
@@ -317,10 +319,11 @@ class Placement(TorchFunctionMode):
         except Exception as exc:  # noqa: BLE001  a record must never break the script
             record_internal_error("CUDA emulation", exc)
 
-    def _read(self, name: str, blocking: bool) -> None:
+    def _read(self, name: str, blocking: bool, kernel: bool = False) -> None:
         try:  # the user's own read, or one a library function the user's line called made (`inside` it)
             inside = library_reader(3)
-            self._entry(self.reads, f"{name} {inside}", user_site(3), api=name, blocking=blocking, inside=inside)
+            self._entry(self.reads, f"{name} {inside}", user_site(3), api=name, blocking=blocking, inside=inside,
+                        kernel=kernel)
         except Exception as exc:  # noqa: BLE001
             record_internal_error("CUDA emulation", exc)
         if blocking:

@@ -350,14 +350,17 @@ def torch_internal_reads(ctx: Context, covered: list[Site]) -> list[Site]:
     for read in ctx.probes["cuda_emulation"]["reads"]:
         inside = read.get("inside")
         by_step = in_measured_steps(ctx, read)
-        if not isinstance(inside, dict) or not by_step or not read.get("blocking") or read.get("api") in _NOT_READS:
+        kernel = read.get("kernel") is True  # an op's own read on a GPU (one_hot, bincount, unique): not traced here
+        if not (isinstance(inside, dict) or kernel) or not by_step or not read.get("blocking") \
+                or read.get("api") in _NOT_READS:
             continue
-        callee, reader = str(inside.get("callee")), str(inside.get("reader"))
-        if not reader.startswith("torch/") or callee.startswith(_TRACED_READERS) or reader.startswith(_TRACED_READERS):
+        callee, reader = (str(inside.get("callee")), str(inside.get("reader"))) if isinstance(inside, dict) else ("", "")
+        if not kernel and (not reader.startswith("torch/") or callee.startswith(_TRACED_READERS)
+                           or reader.startswith(_TRACED_READERS)):
             continue
         where = read.get("site") or {}
-        site = site_from_probe(ctx, where, _read_detail(read["api"], callee, reader), emulated=True,
-                               lines=[where.get("line")])
+        detail = str(read["api"]) if kernel else _read_detail(read["api"], callee, reader)
+        site = site_from_probe(ctx, where, detail, emulated=True, lines=[where.get("line")])
         if site.path is None or (site.path, site.line) in taken:
             continue
         site.count, site.steps_seen = sum(by_step.values()), set(by_step)
