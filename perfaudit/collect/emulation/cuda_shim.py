@@ -19,10 +19,10 @@ from .tensor_registry import Registry, copied, tag, tensor_bytes
 
 _real_cuda_available = torch.cuda.is_available
 _real_cudnn_available, _real_cudnn_version = torch.backends.cudnn.is_available, torch.backends.cudnn.version
-# the device the script sees: the run's --target GPU (the child's config, from the projection's table); until
-# install() is told, an 80 GiB sm80 part
-GPU: dict[str, Any] = {"name": "CUDA device emulated on the CPU (perfaudit)", "total_memory": 80 * 2 ** 30, "capability": (8, 0),
-       "sms": 108}
+# the device the script sees: the run's --target GPU (the child's config, from the projection's table), else the
+# default target's (facts/gpu/projection.py), so that every run of a script, verify's and plan's too, sees one GPU
+GPU: dict[str, Any] = {"name": "H100 SXM (emulated on the CPU by perfaudit)", "total_memory": 80 * 2 ** 30,
+                       "capability": (9, 0), "sms": 132}
 
 
 def gpu_present() -> bool:
