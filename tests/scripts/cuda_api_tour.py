@@ -34,6 +34,8 @@ with torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, enable
 with torch.cuda.nvtx.range("inner"):
     torch.cuda.nvtx.mark("marked")
 torch.cuda.nvtx.range_pop()
+adjacency = torch.sparse_coo_tensor(torch.tensor([[0, 1, 2], [1, 2, 0]]), torch.ones(3), (3, 3)).cuda()  # a GCN's
+assert adjacency.is_cuda and torch.sparse.mm(adjacency, torch.randn(3, 4, device=device)).is_cuda
 torch.cuda.profiler.start()  # Nsight's capture range, through the CUDA runtime's bindings
 torch.cuda.profiler.stop()
 

@@ -128,6 +128,8 @@ def copied(t: Tensor) -> Tensor:
     image batch cost a real copy of its megabytes per step). A plain clone for a source that is not all of its
     storage: a slice of a dataset tensor would share, and on a write copy, the whole dataset; a non-contiguous
     one's GPU copy is contiguous."""
+    if t.layout is not torch.strided:  # a sparse tensor (a graph's adjacency) has no one storage to share
+        return t.clone()
     if (_LAZY_CLONE is not None and t.untyped_storage().nbytes() == t.nbytes  # then a contiguous one starts
             and t.is_contiguous()):                                               # at its storage's start
         try:
@@ -137,5 +139,20 @@ def copied(t: Tensor) -> Tensor:
     return t.clone()
 
 
+_SPARSE_PARTS = {torch.sparse_coo: ("_indices", "_values"), torch.sparse_csr: ("crow_indices", "col_indices", "values"),
+                 torch.sparse_csc: ("ccol_indices", "row_indices", "values"),
+                 torch.sparse_bsr: ("crow_indices", "col_indices", "values"),
+                 torch.sparse_bsc: ("ccol_indices", "row_indices", "values")}
+
+
 def tensor_bytes(t) -> int:
-    return t.numel() * t.element_size() if isinstance(t, Tensor) else 0
+    """The bytes a tensor's elements take on the device; a sparse one's, its indices and values."""
+    if not isinstance(t, Tensor):
+        return 0
+    parts = _SPARSE_PARTS.get(t.layout)
+    if parts is None:
+        return t.numel() * t.element_size()
+    try:
+        return sum(getattr(t, part)().numel() * getattr(t, part)().element_size() for part in parts)
+    except RuntimeError:  # an uncoalesced tensor's indices, say: its dense size bounds it
+        return t.numel() * t.element_size()
