@@ -637,3 +637,53 @@ def test_cuda_autocast_runs_in_16_bits_on_the_emulated_device_as_cudas_policy_sa
     acts = [r["memory"]["by_category"]["activations"] for r in (amp, plain)]
     assert acts[0] < 0.85 * acts[1], acts   # the saved softmax stays float32, as on a GPU: not half
     assert "AMP002" in {f["rule"] for f in plain["findings"]} and "AMP002" not in {f["rule"] for f in amp["findings"]}
+
+
+def test_a_host_tensor_meeting_a_device_tensor_raises_as_on_a_gpu(tmp_path):
+    """The emulated device computes on the CPU, where a window made on the host multiplies into a batch on the
+    device without complaint; a GPU raises "Expected all tensors to be on the same device". The run fails as a
+    GPU run fails, at the line, and says the script fails the same way there."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(400, 8).cuda()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(20):\n"
+        "    x = torch.randn(16, 400, device='cuda')\n"
+        "    window = torch.hann_window(400)\n"
+        "    loss = model(x * window).pow(2).mean()\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n")
+    report, _, console = _run(tmp_path, script)
+    outcome = report["run"]["outcome"]
+    assert outcome["exception"] == "RuntimeError" and "same device" in outcome["message"], outcome
+    assert outcome["site"]["line"] == 7 and "fails the same way on a GPU" in console, outcome
+
+
+def test_only_what_a_gpu_refuses_across_devices_raises():
+    """A known host tensor of one dimension or more meets a device tensor in arithmetic, a product, a concatenation
+    or a loss: raised. A 0-dim host tensor (a scalar to CUDA kernels), host indices, a copy across, and a tensor
+    the device cannot tell the origin of (made by code it does not see): run as on a GPU."""
+    import torch
+    import torch.nn.functional as F
+
+    from perfaudit.collect.emulation.cuda_shim import AS_ON_A_GPU
+    from perfaudit.collect.emulation.placement import Placement
+    mode = Placement()
+    with mode:
+        x = torch.randn(4, 3, device="cuda")
+        labels = torch.tensor([0, 1, 2, 0])                      # left on the host
+        weights = torch.ones(3)                                  # class weights never moved
+        unknown = torch.nn.Linear(3, 3).weight.detach()[:1]      # made inside torch: the device cannot tell
+        refused = [lambda: x * torch.hann_window(3), lambda: torch.cat([x, torch.zeros(1, 3)]),
+                   lambda: F.cross_entropy(x, labels), lambda: F.cross_entropy(x, labels.cuda(), weight=weights),
+                   lambda: x @ torch.eye(3), lambda: torch.ones(4, 3) < x]
+        allowed = [lambda: x * torch.tensor(2.0), lambda: x[torch.tensor([0, 1])], lambda: x.copy_(torch.zeros(4, 3)),
+                   lambda: F.cross_entropy(x, labels.cuda(), weight=weights.cuda()), lambda: x + unknown]
+        for call in refused:
+            with pytest.raises(RuntimeError, match="same device"):
+                call()
+        for call in allowed:
+            call()
+    assert any("same device" in m for m in AS_ON_A_GPU)

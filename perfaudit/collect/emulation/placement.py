@@ -25,6 +25,7 @@ from .attention import attention_handlers
 from .cuda_shim import cast_to_type
 from .host_outputs import host_output_handlers
 from .host_reads import KERNEL_READS, READS
+from .same_device import SAME_DEVICE, raise_if_mixed
 from .sample_moves import sample_moves
 from .tensor_registry import KINDS, KeyedRef, Registry, copied, first_placed, is_cuda, kind_of, tag, tensor_bytes
 
@@ -36,12 +37,13 @@ Tensor = torch.Tensor
 # calls that build a tensor from host data: with device="cuda" they copy that data over (pageable)
 _FROM_DATA = {torch.tensor, torch.as_tensor, torch.asarray, Tensor.new_tensor}
 # calls that make a new host tensor from nothing on the device (the COPY002 pattern when moved after)
-_FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm, torch.zeros, torch.ones, torch.full,
-              torch.empty, torch.arange, torch.linspace, torch.logspace, torch.eye, torch.tensor,
-              torch.as_tensor, torch.from_numpy, torch.normal, torch.bernoulli, torch.multinomial,
-              torch.randn_like, torch.rand_like, torch.zeros_like, torch.ones_like, torch.full_like,
-              torch.empty_like, torch.randint_like, Tensor.new_tensor, Tensor.new_zeros, Tensor.new_ones,
-              Tensor.new_full, Tensor.new_empty}
+_FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm, torch.zeros, torch.ones, torch.full, torch.empty,
+              torch.arange, torch.linspace, torch.logspace, torch.eye, torch.tensor, torch.as_tensor, torch.asarray,
+              torch.from_numpy, torch.normal, torch.bernoulli, torch.multinomial, torch.randn_like, torch.rand_like,
+              torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like, torch.randint_like,
+              Tensor.new_tensor, Tensor.new_zeros, Tensor.new_ones, Tensor.new_full, Tensor.new_empty,
+              torch.hann_window, torch.hamming_window, torch.blackman_window, torch.bartlett_window,
+              torch.kaiser_window, torch.tril_indices, torch.triu_indices}
 # what torch's default device (a DeviceContext, at the bottom of the mode stack) makes on that device. A torch
 # without CURRENT_DEVICE (before 2.3) pushes its DeviceContext above this mode, which then sees device= given
 if not hasattr(_device_context, "CURRENT_DEVICE"):
@@ -135,6 +137,8 @@ class Placement(TorchFunctionMode):
                 a = None
             if a is not None:
                 self.device_ops += 1
+                if func in SAME_DEVICE and (self._made_refs or self._from_loader_refs):
+                    raise_if_mixed(self, args, kwargs or {})  # a known host tensor meets it: a GPU raises
                 if func in KERNEL_READS:
                     self._kernel_read(func, args, kwargs)
                 if kind == 1:

@@ -1,0 +1,54 @@
+"""An op that meets a device tensor and a host tensor raises on a GPU ("Expected all tensors to be on the same
+device"): a window made with `torch.hann_window(400)` and multiplied into a batch on the device, a batch's labels
+left on the host for the loss, class weights never moved. The emulated device computes everything on the CPU, so
+it would run such a script on: it raises as a GPU raises instead (cuda_shim.gpu_error), at the user's line.
+
+Only where the host side is known: a tensor a factory of the user's code made on the host, or a DataLoader's
+batch (placement.py's `made` and `from_loader`), with at least one dimension (a 0-dim CPU tensor is a scalar to
+CUDA kernels); and only for ops that take no tensor across devices (arithmetic, comparisons, products,
+concatenation, losses): indexing with host indices, copies and `type_as`-like calls do.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .cuda_shim import gpu_error
+
+MESSAGE = "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+
+# the methods as the mode sees them (`a * b` arrives as TensorBase.mul, `a < b` as TensorBase.lt, `a == b` as
+# TensorBase.__eq__), on Tensor and TensorBase alike
+_METHODS = ("add", "add_", "sub", "sub_", "rsub", "mul", "mul_", "div", "div_", "true_divide", "floor_divide",
+            "remainder", "pow", "matmul", "mm", "bmm", "addmm", "maximum", "minimum", "masked_fill", "masked_fill_",
+            "eq", "ne", "lt", "le", "gt", "ge", "__eq__", "__ne__", "__and__", "__or__", "__xor__", "__floordiv__",
+            "__rpow__", "__rtruediv__", "__rdiv__", "__rmatmul__", "__rsub__", "__mul__", "__add__", "__sub__",
+            "__truediv__", "__matmul__", "__iadd__", "__isub__", "__imul__", "__itruediv__")
+SAME_DEVICE = frozenset(
+    [getattr(cls, n) for cls in (Tensor, torch._C.TensorBase) for n in _METHODS if hasattr(cls, n)]
+    + [torch.add, torch.sub, torch.mul, torch.div, torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.cat,
+       torch.concat, torch.stack, torch.maximum, torch.minimum, torch.einsum, torch.eq, torch.ne, torch.lt, torch.le,
+       torch.gt, torch.ge, F.linear, F.cross_entropy, F.nll_loss, F.mse_loss, F.l1_loss, F.smooth_l1_loss,
+       F.binary_cross_entropy, F.binary_cross_entropy_with_logits, F.kl_div])
+
+
+def _tensors(args, kwargs):
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):  # torch.cat([...]), einsum's operands
+            yield from (v for v in value if isinstance(v, Tensor))
+
+
+def raise_if_mixed(placement, args: tuple, kwargs: dict) -> None:
+    """Raise as a GPU raises when a known host tensor of at least one dimension meets a device tensor."""
+    on_device, made, loaded = placement.on_device, placement.made, placement.from_loader
+    device = host = False
+    for t in _tensors(args, kwargs):
+        if on_device.has(t):
+            device = True
+        elif t.dim() and (made.has(t) or loaded.has(t)):
+            host = True
+    if device and host:
+        raise gpu_error(MESSAGE)
