@@ -229,6 +229,27 @@ def test_a_scripts_own_error_is_reported_as_the_scripts(tmp_path):
     assert len([p for p in (tmp_path / "run").parent.iterdir() if p.name.startswith("run")]) == 1
 
 
+def test_a_torch_op_refusing_the_scripts_call_on_the_device_is_the_scripts_error(tmp_path):
+    """A shape bug in a CUDA-only script (one-hot labels of 9 classes against 10 logits) raises inside the torch
+    op the emulated device ran for it: the script's error at its line, as on a GPU. It was taken for the
+    emulation's (its code on the traceback), the script run again on its CPU path, which failed on `.cuda()`, and
+    the report said the emulated device could not serve the script."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(8, 10).cuda()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(20):\n"
+        "    x, y = torch.randn(4, 8, device='cuda'), torch.randint(0, 9, (4,), device='cuda')\n"
+        "    soft = torch.nn.functional.one_hot(y, 9).float()\n"
+        "    loss = -(soft * model(x).log_softmax(-1)).sum(-1).mean()\n"
+        "    loss.backward()\n")
+    report, _, console = _run(tmp_path, script)
+    outcome = report["run"]["outcome"]
+    assert (outcome["outcome"], outcome["exception"], outcome["site"]["line"]) == ("raised", "RuntimeError", 7), outcome
+    assert "must match the size" in outcome["message"] and "could not serve" not in console
+
+
 def test_a_cuda_only_script_under_device_cpu_is_told_how_its_cuda_path_runs(tmp_path):
     """An older script that calls `torch.cuda.set_device` unconditionally fails under `--device cpu` (no CUDA
     device here): the report says the script needs one, where, and the option that runs its CUDA path."""

@@ -48,6 +48,7 @@ loader = DataLoader(data, batch_size=32, shuffle=True, pin_memory=True, drop_las
 side = torch.cuda.Stream()
 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 torch.cuda.synchronize()  # before timing the epochs (also at each epoch's end, which the window may not reach)
+assert torch.zeros(2, device=device).cpu().device.type == "cpu"  # a read back, as at each epoch's end
 
 for epoch in range(100):
     torch.cuda.reset_peak_memory_stats()

@@ -23,6 +23,8 @@ from ..internal import record_internal_error
 from ..userframes import is_user_file, library_reader, user_site
 from .attention import attention_handlers
 from .cuda_shim import cast_to_type
+from .factories import FACTORIES as _FACTORIES
+from .factories import FROM_DATA as _FROM_DATA
 from .host_outputs import host_output_handlers
 from .host_reads import KERNEL_READS, READS
 from .same_device import SAME_DEVICE, raise_if_mixed
@@ -34,16 +36,6 @@ CUDA = torch.device("cuda", 0)
 CPU = torch.device("cpu")
 Tensor = torch.Tensor
 
-# calls that build a tensor from host data: with device="cuda" they copy that data over (pageable)
-_FROM_DATA = {torch.tensor, torch.as_tensor, torch.asarray, Tensor.new_tensor}
-# calls that make a new host tensor from nothing on the device (the COPY002 pattern when moved after)
-_FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm, torch.zeros, torch.ones, torch.full, torch.empty,
-              torch.arange, torch.linspace, torch.logspace, torch.eye, torch.tensor, torch.as_tensor, torch.asarray,
-              torch.from_numpy, torch.normal, torch.bernoulli, torch.multinomial, torch.randn_like, torch.rand_like,
-              torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like, torch.randint_like,
-              Tensor.new_tensor, Tensor.new_zeros, Tensor.new_ones, Tensor.new_full, Tensor.new_empty,
-              torch.hann_window, torch.hamming_window, torch.blackman_window, torch.bartlett_window,
-              torch.kaiser_window, torch.tril_indices, torch.triu_indices}
 # what torch's default device (a DeviceContext, at the bottom of the mode stack) makes on that device. A torch
 # without CURRENT_DEVICE (before 2.3) pushes its DeviceContext above this mode, which then sees device= given
 if not hasattr(_device_context, "CURRENT_DEVICE"):
@@ -107,17 +99,21 @@ class Placement(TorchFunctionMode):
         if default is not None and default.type == "cuda" and func in _DEFAULT_DEVICE_FACTORIES:
             if not kwargs or kwargs.get("device") is None:  # torch's DeviceContext gives it the device, below us
                 return self._made_on_device(func, args, {**(kwargs or {}), "device": default})
-        if kwargs:
-            device = kwargs["device"] if "device" in kwargs else None
-            if device is not None and is_cuda(device):
-                return self._made_on_device(func, args, kwargs)
-            if "pin_memory" in kwargs and kwargs["pin_memory"]:  # a CPU build has no pinned allocator
-                out = func(*args, **{**kwargs, "pin_memory": False})
-                self.pinned.add(out)  # pinned, as on a GPU machine (save_on_cpu's buffers, staging tensors)
+        try:
+            if kwargs:
+                device = kwargs["device"] if "device" in kwargs else None
+                if device is not None and is_cuda(device):
+                    return self._made_on_device(func, args, kwargs)
+                if "pin_memory" in kwargs and kwargs["pin_memory"]:  # a CPU build has no pinned allocator
+                    out = func(*args, **{**kwargs, "pin_memory": False})
+                    self.pinned.add(out)  # pinned, as on a GPU machine (save_on_cpu's buffers, staging tensors)
+                else:
+                    out = func(*args, **kwargs)
             else:
-                out = func(*args, **kwargs)
-        else:
-            out = func(*args)
+                out = func(*args)
+        except Exception as exc:  # the op refused the script's arguments: the script's error, not the device's
+            exc.perfaudit_op_error = True  # read by child.py
+            raise
         cls = type(out)
         kind = KINDS[cls] if cls in KINDS else kind_of(cls)
         if not kind:  # sizes, dims, Python numbers: nothing to follow

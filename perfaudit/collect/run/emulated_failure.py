@@ -16,6 +16,8 @@ def same_failure(emulated: dict, plain: dict) -> bool:
             and (plain.get("site") or {}).get("line") == (emulated.get("site") or {}).get("line"))
 
 
+# an op's error that is the CPU's, not the script's: a kernel or a type the CPU build lacks
+_CPU_LIMITS = re.compile(r"not implemented for|Could not run|No available kernel|No viable backend|\bcpu\b|CPU", re.I)
 _CUDA_WORDS = re.compile(r"cuda|cudnn|nccl|nvidia|gpu|torch\.backends|emulat", re.I)
 _EMULATION_FRAMES = re.compile(r"perfaudit[/\\]collect[/\\]emulation[/\\](?:placement|tensor_registry|cuda_shim|emulate)\.py"
                                r"|torch[/\\]cuda[/\\]")  # torch's CUDA package, which a CPU build stubs out
@@ -28,6 +30,8 @@ def emulation_may_cause(outcome: dict) -> bool:
     if outcome.get("as_on_a_gpu"):  # raised as a GPU raises it (cuda_shim.gpu_error): the script's
         return False
     text = f"{outcome.get('exception') or ''} {outcome.get('message') or ''}"
+    if outcome.get("op_error") and not _CPU_LIMITS.search(text):  # a torch op refused the script's arguments (a
+        return False  # shape that does not match): as on a GPU; not a kernel the CPU lacks
     return bool(_CUDA_WORDS.search(text) or _EMULATION_FRAMES.search(outcome.get("traceback") or "")
                 or outcome.get("outcome") != Outcome.RAISED)
 
