@@ -680,6 +680,7 @@ def test_a_host_tensor_meeting_a_device_tensor_raises_as_on_a_gpu(tmp_path):
     outcome = report["run"]["outcome"]
     assert outcome["exception"] == "RuntimeError" and "same device" in outcome["message"], outcome
     assert outcome["site"]["line"] == 7 and "fails the same way on a GPU" in console, outcome
+    assert "the tensor on the host was made at train.py:6" in outcome["message"], outcome
 
 
 def test_only_what_a_gpu_refuses_across_devices_raises():

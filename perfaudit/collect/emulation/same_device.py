@@ -42,13 +42,22 @@ def _tensors(args, kwargs):
 
 
 def raise_if_mixed(placement, args: tuple, kwargs: dict) -> None:
-    """Raise as a GPU raises when a known host tensor of at least one dimension meets a device tensor."""
+    """Raise as a GPU raises when a known host tensor of at least one dimension meets a device tensor; the
+    message says where the host one came from (torch's own cannot)."""
     on_device, made, loaded = placement.on_device, placement.made, placement.from_loader
-    device = host = False
+    device, host = False, None
     for t in _tensors(args, kwargs):
         if on_device.has(t):
             device = True
         elif t.dim() and (made.has(t) or loaded.has(t)):
-            host = True
-    if device and host:
-        raise gpu_error(MESSAGE)
+            host = t
+    if device and host is not None:
+        raise gpu_error(f"{MESSAGE} ({_origin(placement, host)})")
+
+
+def _origin(placement, t: Tensor) -> str:
+    made = placement.made.get(t)
+    site = made[0] if isinstance(made, tuple) and made else None
+    if isinstance(site, dict) and site.get("path"):
+        return f"the tensor on the host was made at {site['path'].replace(chr(92), '/').rsplit('/', 1)[-1]}:{site['line']}"
+    return "the tensor on the host is a DataLoader batch" if placement.from_loader.has(t) else "a tensor on the host"
