@@ -709,3 +709,38 @@ def test_only_what_a_gpu_refuses_across_devices_raises():
         for call in allowed:
             call()
     assert any("same device" in m for m in AS_ON_A_GPU)
+
+
+def test_a_script_under_set_default_device_cuda_runs_on_the_emulated_device(tmp_path):
+    """`torch.set_default_device("cuda")` puts torch's DeviceContext at the bottom of the mode stack, where it
+    gives every factory call without a device the GPU, perfaudit's own among them: the emulation's probe of the
+    CPU's 16-bit math (made inside an autocast region's first matmul) asked the CPU build for a CUDA tensor, and
+    a GPT-style script with bf16 autocast was run again on its CPU branch. perfaudit's own tensors are the host's."""
+    script = tmp_path / "default_device_lm.py"
+    script.write_text(
+        "import torch\nimport torch.nn.functional as F\n"
+        "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "torch.set_default_device(device)\n"
+        "qkv, head = torch.nn.Linear(32, 96), torch.nn.Linear(32, 64)\n"
+        "opt = torch.optim.AdamW([*qkv.parameters(), *head.parameters()], lr=1e-3)\n"
+        "state = torch.cuda.get_rng_state() if device == 'cuda' else None\n"
+        "data = torch.randint(0, 64, (4096,), device='cpu')\n"
+        "for step in range(12):\n"
+        "    ix = torch.randint(len(data) - 17, (8,), device='cpu')\n"
+        "    x = torch.stack([data[i:i + 16] for i in ix]).to(device)\n"
+        "    h = F.one_hot(x, 64)[..., :32].float() + torch.arange(16)[:, None] / 16\n"
+        "    with torch.autocast(device_type=device, dtype=torch.bfloat16):\n"
+        "        q, k, v = qkv(h).view(8, 16, 3, 1, 32).unbind(2)\n"
+        "        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),\n"
+        "                                           is_causal=True)\n"
+        "        loss = F.cross_entropy(head(y.transpose(1, 2).flatten(2)).flatten(0, 1), x.flatten())\n"
+        "    opt.zero_grad(set_to_none=True)\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "print('rng state on', state.device, 'params on', qkv.weight.device)\n")
+    report, _, out = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
+    assert report["run"]["device"] == "cpu, CUDA path emulated", report["notes"]
+    assert not any("could not serve" in n for n in report["notes"]), report["notes"]
+    assert "rng state on cpu params on cuda:0" in (tmp_path / "run" / "script.log").read_text()
+    copies = next(f for f in report["findings"] if f["rule"] == "COPY001")
+    assert copies["location"]["line"] == 11   # the batch stacked on the host and moved

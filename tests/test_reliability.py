@@ -378,3 +378,22 @@ def test_baseline_works_from_any_working_directory(tmp_path):
     assert perfaudit("lint", "train.py", "--baseline-write", "base.json", cwd=tmp_path).returncode == 0
     proc = perfaudit("lint", "../train.py", "--baseline", "../base.json", "--fail-on", "warning", cwd=sub)
     assert proc.returncode == 0, proc.stdout
+
+
+def test_a_traceback_with_a_page_long_message_keeps_the_frames_that_say_where():
+    """torch's dispatcher errors list every backend over pages; the traceback kept was the last 4,000 characters,
+    all message, so where it was raised (the emulated device's code or the script's) was lost."""
+    from perfaudit.collect.userframes import traceback_text
+
+    def deep(n):
+        if n == 0:
+            raise NotImplementedError("Could not run 'aten::empty' with arguments from the 'CUDA' backend. "
+                                      + "Backend: registered at file.cpp:1 [kernel]\n" * 400)
+        deep(n - 1)
+    try:
+        deep(3)
+    except NotImplementedError as exc:
+        text = traceback_text(exc)
+    assert len(text) <= 4000
+    assert text.startswith("Traceback (most recent call last):") and text.count("in deep") == 4
+    assert "NotImplementedError: Could not run 'aten::empty'" in text and text.endswith(" …\n")

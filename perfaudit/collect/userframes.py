@@ -112,4 +112,14 @@ def raised(exc: BaseException) -> dict:
     return {"outcome": Outcome.RAISED, "exception": type(exc).__name__,
             "message": str(exc).splitlines()[0][:500] if str(exc) else "",
             "site": user_frame_of(exc.__traceback__),
-            "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+            "traceback": traceback_text(exc)}
+
+
+def traceback_text(exc: BaseException, limit: int = 4000) -> str:
+    """The traceback as Python prints it, in at most `limit` characters: its last frames and the start of
+    the message (torch's dispatcher errors list every backend for pages: cut at the end, the frames that
+    say where it was raised would be what is lost)."""
+    *stack, message = traceback.format_exception(exc)
+    message = message if len(message) <= limit // 4 else message[:limit // 4] + " …\n"
+    frames = "".join(stack)
+    return frames[-(limit - len(message)):] + message

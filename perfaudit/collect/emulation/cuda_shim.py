@@ -189,7 +189,8 @@ def _legacy_type(name: str, dtype: torch.dtype):
     def __new__(cls, *args):
         sizes = len(args) > 0 and all(isinstance(a, int) for a in args)
         data = None if sizes or not args else args[0]
-        made = torch.empty(*args, dtype=dtype) if sizes or not args else torch.as_tensor(data, dtype=dtype).clone()
+        made = (torch.empty(*args, dtype=dtype, device="cpu") if sizes or not args
+                else torch.as_tensor(data, dtype=dtype, device="cpu").clone())
         return _recorder.place(made, copied_from_host=data is not None)
 
     return Meta(name, (), {"__new__": __new__, "dtype": dtype, "is_emulated_cuda_type": True})
@@ -314,8 +315,8 @@ def install(recorder, gpu: dict | None = None) -> None:
         "is_current_stream_capturing": lambda: False, "set_stream": nothing,
         # tensors "on the device" draw from the CPU's generator: the device's own RNG state is a token
         "manual_seed": nothing, "manual_seed_all": nothing, "seed": nothing, "seed_all": nothing,
-        "initial_seed": zero, "get_rng_state": lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
-        "get_rng_state_all": lambda: [torch.zeros(16, dtype=torch.uint8)], "set_rng_state": nothing,
+        "initial_seed": zero, "get_rng_state": lambda device="cuda": torch.zeros(16, dtype=torch.uint8, device="cpu"),
+        "get_rng_state_all": lambda: [torch.zeros(16, dtype=torch.uint8, device="cpu")], "set_rng_state": nothing,
         "set_rng_state_all": nothing,
         # NVML's readings (torch asks nvidia-ml-py): an emulated device has none to give
         "utilization": zero, "memory_usage": zero, "temperature": zero, "power_draw": zero, "clock_rate": zero,

@@ -103,7 +103,7 @@ def _offloading(mode: Placement) -> None:
             # a saved output reaches the hook as another tensor object on the same storage: the tracked step's
             # memory knows it by its storage
             on_device = mode.on_device.has(tensor) or (mode.memory is not None and mode.memory.holds(tensor))
-            packed = torch.empty(tensor.size(), dtype=tensor.dtype, layout=tensor.layout)
+            packed = torch.empty(tensor.size(), dtype=tensor.dtype, layout=tensor.layout, device="cpu")
             packed.copy_(tensor)
             if pin_memory:
                 mode.pinned.add(packed)

@@ -48,7 +48,7 @@ def _loop(torch, n: int) -> float:
     """A small layer's Python function called n times: a call, a matmul and a pointwise op, as a training
     step's Python is made of (bare builtin calls cost the Python tracer less per event). No nn.Module: a
     module call would count as the script's own model call (the inference step detection)."""
-    weight, bias, x = torch.ones(8, 8), torch.zeros(8), torch.ones(2, 8)
+    weight, bias, x = torch.ones(8, 8, device="cpu"), torch.zeros(8, device="cpu"), torch.ones(2, 8, device="cpu")
     with torch.no_grad():
         start = perf_counter()
         for _ in range(n):
@@ -86,7 +86,7 @@ def _free_us_per_mib(torch) -> float:
     large tensors (an LM's logits) pays it between ops, where a GPU's caching allocator pays nothing."""
     times = []
     for _ in range(3):
-        block = torch.empty(FREED_MIB << 20, dtype=torch.uint8)
+        block = torch.empty(FREED_MIB << 20, dtype=torch.uint8, device="cpu")
         block.fill_(1)
         start = perf_counter()
         del block

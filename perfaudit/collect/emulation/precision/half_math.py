@@ -46,7 +46,7 @@ def slow_half(dtype: torch.dtype) -> bool:
         return forced == "float32"
     if dtype not in _slow:
         with _cpu_autocast_off():  # asked inside a region: its products would all be 16-bit
-            a, b = torch.randn(128, 256), torch.randn(256, 256)
+            a, b = torch.randn(128, 256, device="cpu"), torch.randn(256, 256, device="cpu")
             _slow[dtype] = _best(a.to(dtype), b.to(dtype)) > SLOW_RATIO * _best(a, b)
     return _slow[dtype]
 
@@ -99,7 +99,7 @@ class InFloat32(torch.autograd.Function):
             with record_function(ASIDE), torch.enable_grad():
                 inputs = list(ctx.others)
                 for i in ctx.at:  # an input no gradient needs, not kept: zeros of its shape stand for it
-                    inputs[i] = torch.zeros(ctx.shapes[i]).requires_grad_(bool(needs[i]))
+                    inputs[i] = torch.zeros(ctx.shapes[i], device="cpu").requires_grad_(bool(needs[i]))
                 for i, t in zip(ctx.kept, ctx.saved_tensors):
                     if not t.is_floating_point():
                         inputs[i] = t
