@@ -744,3 +744,39 @@ def test_a_script_under_set_default_device_cuda_runs_on_the_emulated_device(tmp_
     assert "rng state on cpu params on cuda:0" in (tmp_path / "run" / "script.log").read_text()
     copies = next(f for f in report["findings"] if f["rule"] == "COPY001")
     assert copies["location"]["line"] == 11   # the batch stacked on the host and moved
+
+
+def test_activation_checkpointing_and_custom_backward_run_on_the_emulated_device(tmp_path):
+    """A segmentation trainer checkpointing stages that end in a custom autograd Function failed on the emulated
+    device: the checkpoint's recompute read other devices than the forward had (CheckpointError before the first
+    step), so nothing was measured. On a GPU the recompute matches."""
+    script = tmp_path / "checkpointed.py"
+    script.write_text(
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.checkpoint import checkpoint\n"
+        "class ScaledGelu(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    @torch.amp.custom_fwd(device_type='cuda')\n"
+        "    def forward(ctx, x):\n"
+        "        ctx.save_for_backward(x)\n"
+        "        return nn.functional.gelu(x) * 2\n"
+        "    @staticmethod\n"
+        "    @torch.amp.custom_bwd(device_type='cuda')\n"
+        "    def backward(ctx, g):\n"
+        "        (x,) = ctx.saved_tensors\n"
+        "        return g * 2\n"
+        "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "stages = nn.ModuleList(nn.Sequential(nn.Conv2d(c, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8),\n"
+        "                                     nn.Dropout2d(0.1)) for c in (3, 8)).to(device)\n"
+        "opt = torch.optim.SGD(stages.parameters(), lr=0.1)\n"
+        "for step in range(10):\n"
+        "    x = torch.rand(4, 3, 16, 16, device=device)\n"
+        "    with torch.autocast(device, dtype=torch.bfloat16):\n"
+        "        for s in stages:\n"
+        "            x = checkpoint(lambda t, s=s: ScaledGelu.apply(s(t)), x, use_reentrant=False)\n"
+        "        loss = x.float().mean()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n")
+    report, _, _ = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
+    assert report["run"]["device"] == "cpu, CUDA path emulated", report["notes"]
+    assert report["run"]["outcome"]["outcome"] == "window_complete", report["run"]["outcome"]

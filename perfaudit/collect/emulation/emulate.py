@@ -17,6 +17,7 @@ import torch
 from ..internal import record_internal_error
 from ..wrap import on_undo, patch
 from . import cuda_shim
+from .checkpointing import checkpoint_compares_without_the_device
 from .memory.device_memory import DeviceMemory
 from .placement import Placement
 from .precision.autocast import follow_autocast
@@ -38,6 +39,7 @@ def install(probes, steps_ended, gpu: dict | None = None) -> Placement:
     _pinning(mode)
     follow_autocast(mode)
     _compiled_code_without_the_mode(mode)
+    checkpoint_compares_without_the_device()
     _host_fetches_without_the_mode(mode)
     _cpu_branch_without_the_mode(mode)
     _threads_follow(mode)
