@@ -397,3 +397,22 @@ def test_a_traceback_with_a_page_long_message_keeps_the_frames_that_say_where():
     assert len(text) <= 4000
     assert text.startswith("Traceback (most recent call last):") and text.count("in deep") == 4
     assert "NotImplementedError: Could not run 'aten::empty'" in text and text.endswith(" …\n")
+
+
+def test_training_in_processes_the_script_starts_is_recognised_and_stopped(tmp_path):
+    """pytorch/examples' Hogwild: `mp.Process(target=train)` per rank, then `join()`. The report said the script
+    never started training, after waiting for the processes to finish theirs. Now the run ends when the script
+    joins them, stopping them, and says where they were started; a process that only prepares data is waited
+    for as before, and training in the script's own process is measured."""
+    script = SCRIPTS / "hogwild.py"
+    report = tmp_path / "a.json"
+    proc = perfaudit("run", str(script), "--out-dir", str(tmp_path / "a"), "--timeout", "240", "-f", "console",
+                     "-f", f"json={report}")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert json.loads(report.read_text())["run"]["outcome"]["outcome"] == "spawned"
+    assert "Process(target=train) at hogwild.py:43" in " ".join(proc.stdout.split()), proc.stdout
+    assert not _alive(str(script))
+    here = tmp_path / "b.json"
+    perfaudit("run", str(script), "--out-dir", str(tmp_path / "b"), "-f", f"json={here}", "--steps", "2",
+              "--", "--train-here")
+    assert json.loads(here.read_text())["run"]["steps"] >= 1

@@ -78,6 +78,7 @@ class StepHooks:
         torch = self.torch
         self.probes.on_optimizer_built = self._optimizer_built
         self.probes.on_spawn = self._spawned
+        self.probes.on_process_joined = self._process_joined
         self.probes.window_step = lambda: (self.step_index if self.prof is not None and not self.window_closed
                                            and self.step_index >= self.warmup else None)
         self.probes.on_batch = self._batch_fetched
@@ -259,6 +260,13 @@ class StepHooks:
     def _spawned(self, api: str) -> None:
         if os.getpid() == self.pid and not self.finished:
             raise Spawned(api)
+
+    def _process_joined(self, api: str, stop) -> None:
+        """The script waits for a process it started on its own function, and has not trained itself: its
+        training is in those processes (stopped: the run ends, unless --full lets the script go on)."""
+        if self.detector.source is None and not self.full:
+            stop()
+            self._spawned(api)
 
     def _on_signal(self, signum, frame):
         if os.getpid() != self.pid:  # a forked worker: behave as it would without perfaudit
