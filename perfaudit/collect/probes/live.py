@@ -22,7 +22,6 @@ from .ddp import DDPProbe
 from .environment import environment
 from .loader import LoaderProbes, loader_settings
 from .memory_history import MemoryHistory
-from .user_processes import guard_user_processes
 
 
 class Probes(LoaderProbes):
@@ -46,7 +45,6 @@ class Probes(LoaderProbes):
         self._module_hook = None
         self.on_optimizer_built = lambda: None
         self.on_spawn = lambda api: None  # the script starts its training in other processes
-        self.on_process_joined = lambda api, stop: None  # ... or waits for processes it started itself
         self.own_profiler = None          # perfaudit's profiler; every other one is neutralised
         self.data_parallel: list[dict] = []
         self.schedulers: list[dict] = []
@@ -92,7 +90,6 @@ class Probes(LoaderProbes):
         for name in ("spawn", "start_processes"):
             if hasattr(tmp, name):
                 self._guard_spawn(tmp, name)
-        guard_user_processes(lambda api, stop: self.on_process_joined(api, stop))
         wrap(torch.optim.lr_scheduler.LRScheduler, "__init__", lambda a, k: self.schedulers.append(
             {"site": user_site(3), "class": type(a[0]).__name__}))
         self.ddp.install()

@@ -19,6 +19,7 @@ from ..internal import record_internal_error
 from ..probes.gpu_memory import GpuMemory
 from ..probes.oom import OomWatch
 from ..wrap import on_undo, patch
+from .user_processes import guard_user_processes
 
 
 # The profiler window's own exception: a BaseException so `except Exception` in user code lets it pass.
@@ -78,7 +79,7 @@ class StepHooks:
         torch = self.torch
         self.probes.on_optimizer_built = self._optimizer_built
         self.probes.on_spawn = self._spawned
-        self.probes.on_process_joined = self._process_joined
+        guard_user_processes(self._process_joined)
         self.probes.window_step = lambda: (self.step_index if self.prof is not None and not self.window_closed
                                            and self.step_index >= self.warmup else None)
         self.probes.on_batch = self._batch_fetched

@@ -2,7 +2,7 @@
 rank, then `join()`). perfaudit watches the process it runs, not those, and the report said the script never
 started training. When the script waits for such a process before it trained itself, its training is there:
 the processes are stopped and the run ends at once, saying where they were started (torch.multiprocessing.spawn
-is recognised the same way, in live.py). A process whose function does not train (a preprocessing step the
+is recognised the same way, in probes/live.py). A process whose function does not train (a preprocessing step the
 script waits for before training itself) is left alone."""
 from __future__ import annotations
 
