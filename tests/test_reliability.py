@@ -410,7 +410,7 @@ def test_training_in_processes_the_script_starts_is_recognised_and_stopped(tmp_p
                      "-f", f"json={report}")
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert json.loads(report.read_text())["run"]["outcome"]["outcome"] == "spawned"
-    assert "Process(target=train) at hogwild.py:43" in " ".join(proc.stdout.split()), proc.stdout
+    assert "Process(target=train) at hogwild.py:49" in " ".join(proc.stdout.split()), proc.stdout
     assert not _alive(str(script))
     here = tmp_path / "b.json"
     perfaudit("run", str(script), "--out-dir", str(tmp_path / "b"), "-f", f"json={here}", "--steps", "2",

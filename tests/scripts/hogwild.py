@@ -7,8 +7,14 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 
-def prepare(n):  # a preprocessing process the script waits for before training (not training)
-    torch.save(torch.randn(n, 4), "/dev/null")
+class Env:
+    def step(self, action):
+        return torch.randn(4), 0.0
+
+
+def collect(n):  # a process the script waits for before training: it steps an environment, it does not train
+    env = Env()
+    torch.save(torch.stack([env.step(0)[0] for _ in range(n)]), "/dev/null")
 
 
 def run_epochs(model, rank, steps):
@@ -30,7 +36,7 @@ if __name__ == "__main__":
     parser.add_argument("--train-here", action="store_true")
     args = parser.parse_args()
     mp.set_start_method("spawn", force=True)
-    prep = mp.Process(target=prepare, args=(64,))
+    prep = mp.Process(target=collect, args=(64,))
     prep.start()
     prep.join()
     model = torch.nn.Linear(4, 1)

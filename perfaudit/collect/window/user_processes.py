@@ -51,13 +51,13 @@ def guard_user_processes(on_joined) -> None:
     patch(cls, "join", join)
 
 
-# what a function that trains calls: loss.backward(), optimizer.step(), trainer.fit()
-_TRAINING_CALLS = frozenset({"backward", "step", "fit"})
+# what a function that trains calls: loss.backward(), trainer.fit() (not step(): an environment's, a scheduler's)
+_TRAINING_CALLS = frozenset({"backward", "fit"})
 
 
 def trains(function, depth: int = 3) -> bool:
-    """Whether `function`, or a function of the user's it calls by name (to `depth` levels), calls backward(),
-    step() or fit(): the names its code uses, looked up in its module."""
+    """Whether `function`, or a function of the user's it calls by name (to `depth` levels), calls backward()
+    or fit(): the names its code uses, looked up in its module."""
     seen: set = set()
     todo = [(function, 0)]
     while todo:
