@@ -783,3 +783,30 @@ def test_activation_checkpointing_and_custom_backward_run_on_the_emulated_device
     assert report["run"]["device"] == "cpu, CUDA path emulated", report["notes"]
     assert report["run"]["outcome"]["outcome"] in ("window_complete", "completed"), report["run"]["outcome"]
     assert report["run"]["steps"] >= 1
+
+
+def test_bce_loss_in_a_cuda_autocast_region_raises_as_on_a_gpu(tmp_path):
+    """CUDA's autocast refuses binary_cross_entropy on the device's tensors ("unsafe to autocast"), the CPU's
+    allows it: a sigmoid + nn.BCELoss model under float16 autocast trained here and got a report, and stops at
+    its loss on a GPU. It stops there on the emulated device too; outside the region (its `enabled=False`
+    inner region, as the script's evaluation does) the loss runs."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nimport torch.nn as nn\n"
+        "dev = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "model = nn.Sequential(nn.Linear(16, 1), nn.Sigmoid()).to(dev)\n"
+        "opt, crit = torch.optim.Adam(model.parameters()), nn.BCELoss()\n"
+        "x, y = torch.randn(8, 16, device=dev), torch.rand(8, 1, device=dev).round()\n"
+        "with torch.autocast(dev, dtype=torch.float16), torch.autocast(dev, enabled=False):\n"
+        "    print('evaluation loss', crit(model(x), y).item())\n"
+        "for step in range(20):\n"
+        "    with torch.autocast(dev, dtype=torch.float16):\n"
+        "        loss = crit(model(x), y)\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n")
+    report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
+    outcome = report["run"]["outcome"]
+    assert outcome["exception"] == "RuntimeError" and "unsafe to autocast" in outcome["message"], outcome
+    assert outcome["site"]["line"] == 11 and "fails the same way on a GPU" in console, outcome
+    assert "evaluation loss" in (tmp_path / "run" / "script.log").read_text()

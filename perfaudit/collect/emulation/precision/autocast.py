@@ -14,6 +14,7 @@ from torch import Tensor
 
 from ...internal import record_internal_error
 from ...wrap import patch
+from ..cuda_shim import gpu_error
 from .half_math import HALF_TYPES as _HALF
 from .half_math import MATRIX_FUNCTIONS, half_math_handler, half_model_handler, slow_half
 from .half_rnn import RNN_FUNCTIONS, half_rnn_handler
@@ -37,10 +38,20 @@ def float32_functions() -> list:
     return found
 
 
+# CUDA autocast refuses this op on the device's tensors (aten's binary_cross_entropy_banned); the CPU's allows it
+BANNED = (torch.nn.functional.binary_cross_entropy,)
+BANNED_MESSAGE = ("torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
+                  "Many models use a sigmoid layer right before the binary cross entropy layer.\n"
+                  "In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits\n"
+                  "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n"
+                  "safe to autocast.")
+
+
 def follow_autocast(mode) -> None:
     region_class = torch.amp.autocast_mode.autocast
     enter, leave = region_class.__enter__, region_class.__exit__
     handler = _float32_handler(mode)
+    banned = _banned_handler(mode)
     functions = float32_functions()
     enabled: list = []   # the CUDA regions entered and not left, innermost last: the CPU's dtype, None if off
     half_handlers: dict = {}
@@ -51,6 +62,11 @@ def follow_autocast(mode) -> None:
         for func in functions:
             if dtype is not None:
                 mode.handlers[func] = handler
+            else:
+                mode.handlers.pop(func, None)
+        for func in BANNED:
+            if dtype is not None:
+                mode.handlers[func] = banned
             else:
                 mode.handlers.pop(func, None)
         half = half_model
@@ -110,4 +126,12 @@ def _float32_handler(mode):
             mode.device_ops += 1
             on_device.add(out)
         return out
+    return handle
+
+
+def _banned_handler(mode):
+    def handle(func, args, kwargs):
+        if any(type(a) is Tensor and mode.on_device.has(a) for a in (*args, *kwargs.values())):
+            raise gpu_error(BANNED_MESSAGE)  # as a GPU raises it, at the script's line
+        return mode.DEFAULT
     return handle
