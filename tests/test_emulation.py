@@ -810,3 +810,21 @@ def test_bce_loss_in_a_cuda_autocast_region_raises_as_on_a_gpu(tmp_path):
     assert outcome["exception"] == "RuntimeError" and "unsafe to autocast" in outcome["message"], outcome
     assert outcome["site"]["line"] == 11 and "fails the same way on a GPU" in console, outcome
     assert "evaluation loss" in (tmp_path / "run" / "script.log").read_text()
+
+
+def test_numpy_of_a_device_tensor_raises_as_on_a_gpu():
+    """`out.argmax(1).numpy()` in a step: a GPU raises TypeError (a device tensor has no host memory to share), the
+    emulated device's CPU tensor converted and the run reported a sync instead. It raises as a GPU does; `.cpu()`
+    first, and a host tensor, convert as there (np.asarray too)."""
+    import numpy as np
+    import torch
+
+    from perfaudit.collect.emulation.placement import Placement
+    mode = Placement()
+    with mode:
+        out = torch.randn(4, 3, device="cuda")
+        for call in (lambda: out.argmax(1).numpy(), lambda: np.asarray(out)):
+            with pytest.raises(TypeError, match="can't convert cuda:0 device type tensor to numpy"):
+                call()
+        assert out.argmax(1).cpu().numpy().shape == (4,) and np.asarray(torch.ones(2)).shape == (2,)
+    assert len(mode.reads) == 1   # the .cpu(): a read; the refused calls read nothing

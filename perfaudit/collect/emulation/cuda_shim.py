@@ -237,9 +237,9 @@ def cast_to_type(mode, func, args, kwargs):
 AS_ON_A_GPU: set[str] = set()
 
 
-def gpu_error(message: str) -> RuntimeError:
+def gpu_error(message: str, kind: type = RuntimeError) -> Exception:
     AS_ON_A_GPU.add(message)
-    return RuntimeError(message)
+    return kind(message)
 
 
 def zero(*args, **kwargs) -> int:

@@ -13,7 +13,12 @@ READS = {Tensor.item: ".item()", Tensor.tolist: ".tolist()", Tensor.__bool__: "b
          Tensor.__int__: "int(tensor)", Tensor.__float__: "float(tensor)", Tensor.__index__: "index(tensor)",
          Tensor.__format__: "format(tensor)", Tensor.__repr__: "print(tensor)", Tensor.numpy: ".numpy()",
          Tensor.nonzero: ".nonzero()", torch.nonzero: "torch.nonzero", torch.masked_select: "masked_select",
-         Tensor.masked_select: ".masked_select()"}
+         Tensor.masked_select: ".masked_select()", Tensor.__array__: "np.asarray(tensor)"}
+
+# reads a GPU refuses (a device tensor has no host memory for numpy to share): (the error, its type)
+_NO_NUMPY = ("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory "
+             "first.", TypeError)
+REFUSED: dict[Callable, tuple[str, type]] = {Tensor.numpy: _NO_NUMPY, Tensor.__array__: _NO_NUMPY}
 
 
 def _one_hot_reads(args, kwargs) -> int:

@@ -22,11 +22,11 @@ from ...probe_schema import SYNC_RANGE
 from ..internal import record_internal_error
 from ..userframes import is_user_file, library_reader, user_site
 from .attention import attention_handlers
-from .cuda_shim import cast_to_type
+from .cuda_shim import cast_to_type, gpu_error
 from .factories import FACTORIES as _FACTORIES
 from .factories import FROM_DATA as _FROM_DATA
 from .host_outputs import host_output_handlers
-from .host_reads import KERNEL_READS, READS
+from .host_reads import KERNEL_READS, READS, REFUSED
 from .same_device import SAME_DEVICE, raise_if_mixed
 from .sample_moves import sample_moves
 from .tensor_registry import KINDS, KeyedRef, Registry, copied, first_placed, is_cuda, kind_of, tag, tensor_bytes
@@ -263,6 +263,8 @@ class Placement(TorchFunctionMode):
     def _reader(self, name: str):
         def read(func, args, kwargs):
             if args and isinstance(args[0], Tensor) and self.on_device.has(args[0]):
+                if func in REFUSED:  # .numpy() of a device tensor: a GPU raises, the script must copy first
+                    raise gpu_error(*REFUSED[func])
                 self._read(name, blocking=True)
             return func(*args, **kwargs)
         return read
