@@ -18,7 +18,7 @@ import traceback
 from typing import Any
 
 from .collect.internal import record_internal_error
-from .collect.userframes import raised, traceback_text
+from .collect.userframes import first_line, raised, traceback_text
 from .collect.window.session import Interrupted, Session, Spawned, WindowDone
 from .outcome import Outcome
 
@@ -83,7 +83,7 @@ def _describe_exception(exc: BaseException) -> dict:
     if _raised_by_perfaudit(exc.__traceback__):
         record_internal_error("the audited process", exc)
         return {"outcome": Outcome.INTERNAL_ERROR, "exception": type(exc).__name__,
-                "message": str(exc).splitlines()[0][:500] if str(exc) else "",
+                "message": first_line(exc),
                 "traceback": traceback_text(exc)}
     return raised(exc)
 
@@ -132,7 +132,7 @@ def _setup_failed(config: dict, exc: Exception) -> None:
     rank = launched_rank()
     path = os.path.join(config["run_dir"], "result.json" if rank is None else f"rank{rank}.result.json")
     write_json(path, {"outcome": Outcome.INTERNAL_ERROR, "exception": type(exc).__name__,
-                      "message": str(exc).splitlines()[0][:500] if str(exc) else "",
+                      "message": first_line(exc),
                       "traceback": traceback_text(exc),
                       "steps_recorded": 0, "profiling_started": False,
                       "internal_errors": [{"part": "set-up of the audited process",

@@ -828,3 +828,28 @@ def test_numpy_of_a_device_tensor_raises_as_on_a_gpu():
                 call()
         assert out.argmax(1).cpu().numpy().shape == (4,) and np.asarray(torch.ones(2)).shape == (2,)
     assert len(mode.reads) == 1   # the .cpu(): a read; the refused calls read nothing
+
+
+def test_a_dataset_moving_samples_to_cuda_in_forked_workers_fails_as_on_a_gpu(tmp_path):
+    """A Dataset whose __getitem__ calls `.cuda()`, read by forked workers after the model went to the device: on
+    a GPU each worker raises "Cannot re-initialize CUDA in forked subprocess". The emulated run's workers raised
+    this CPU build's own "not linked with support for cuda devices", taken for a call the emulated device could not
+    serve: the script was run again on its CPU path, which failed elsewhere. Now the run fails as on a GPU, and the
+    outcome says the worker's own error, not only "Caught RuntimeError in DataLoader worker process 0"."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, Dataset\n"
+        "class Samples(Dataset):\n"
+        "    def __len__(self):\n        return 256\n"
+        "    def __getitem__(self, i):\n"
+        "        return torch.randn(8).to(torch.float32).cuda(), torch.tensor(i % 2).to('cuda')\n"
+        "model = torch.nn.Linear(8, 2).cuda()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in DataLoader(Samples(), batch_size=16, num_workers=2):\n"
+        "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n")
+    report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
+    outcome = report["run"]["outcome"]
+    assert "Cannot re-initialize CUDA in forked subprocess" in outcome["message"], outcome
+    assert outcome["site"]["line"] == 10 and "fails the same way on a GPU" in console, outcome
+    assert not any("could not serve" in n for n in report["notes"]), report["notes"]

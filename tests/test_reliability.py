@@ -416,3 +416,12 @@ def test_training_in_processes_the_script_starts_is_recognised_and_stopped(tmp_p
     perfaudit("run", str(script), "--out-dir", str(tmp_path / "b"), "-f", f"json={here}", "--steps", "2",
               "--", "--train-here")
     assert json.loads(here.read_text())["run"]["steps"] >= 1
+
+
+def test_a_dataloader_workers_error_is_told_by_its_own_last_line():
+    from perfaudit.collect.userframes import first_line
+    worker = RuntimeError("Caught ValueError in DataLoader worker process 1.\nOriginal Traceback (most recent call "
+                          "last):\n  File \"data.py\", line 9, in __getitem__\nValueError: image 17 is truncated\n")
+    assert first_line(worker) == "Caught ValueError in DataLoader worker process 1: ValueError: image 17 is truncated"
+    assert first_line(ValueError("shapes differ\nmore")) == "shapes differ" and first_line(ValueError()) == ""
+    assert len(first_line(RuntimeError("x" * 900))) == 500

@@ -110,9 +110,21 @@ def raised(exc: BaseException) -> dict:
     """What happened when the script (or a training in the user's process) raised `exc`, as outcome.py
     records it: the exception, its first line, where in the user's code, the traceback's end."""
     return {"outcome": Outcome.RAISED, "exception": type(exc).__name__,
-            "message": str(exc).splitlines()[0][:500] if str(exc) else "",
+            "message": first_line(exc),
             "site": user_frame_of(exc.__traceback__),
             "traceback": traceback_text(exc)}
+
+
+def first_line(exc: BaseException) -> str:
+    """The exception's message in one line. A DataLoader worker's error says only "Caught ValueError in DataLoader
+    worker process 0." first: the worker's own error, its last line, is added."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first = lines[0]
+    if first.startswith("Caught ") and "DataLoader worker process" in first and len(lines) > 1:
+        first = f"{first.rstrip('.')}: {lines[-1].strip()}"
+    return first[:500]
 
 
 def traceback_text(exc: BaseException, limit: int = 4000) -> str:

@@ -54,6 +54,7 @@ def install(probes, steps_ended, gpu: dict | None = None) -> Placement:
     mode.tracked_memory = probes.device_memory  # the script's memory queries read its tracked steps' peak
     mode.__enter__()
     os.register_at_fork(after_in_child=lambda: _leave(mode))
+    cuda_shim.AS_ON_A_GPU.add(BAD_FORK)  # raised in the child, read in this process from the worker's error
     return mode
 
 
@@ -63,14 +64,40 @@ def _on_top(mode: Placement) -> bool:
     return bool(depth) and torch._C._get_function_stack_at(depth - 1) is mode
 
 
+# torch's words when a forked process uses CUDA that its parent initialised (torch.cuda._lazy_init)
+BAD_FORK = ("Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the "
+            "'spawn' start method")
+
+
 def _leave(mode: Placement) -> None:
     """A forked child (a DataLoader worker) prepares batches on the host: it runs without the mode,
-    whose records would stay in the child and whose cost would compete with the step for the CPUs."""
+    whose records would stay in the child and whose cost would compete with the step for the CPUs. Once the
+    script put something on the device, the child is what a GPU's is, a bad fork: CUDA there raises torch's
+    "Cannot re-initialize CUDA in forked subprocess" (a Dataset that moves its samples with `.cuda()`)."""
     try:
         if _on_top(mode):
             torch._C._pop_torch_function_stack()
+        if mode.placements or mode.on_device:
+            _bad_fork()
     except Exception as exc:  # noqa: BLE001
         record_internal_error("CUDA emulation", exc)
+
+
+def _bad_fork() -> None:
+    """In this forked child, a tensor moved to CUDA raises as in a GPU's (this CPU build's own error says it has
+    no CUDA, and the run was taken for one the emulated device cannot serve)."""
+    original_to = torch.Tensor.to
+
+    def cuda(*args, **kwargs):
+        raise RuntimeError(BAD_FORK)
+
+    def to(self, *args, **kwargs):
+        if _targets_cuda(args, kwargs):
+            raise RuntimeError(BAD_FORK)
+        return original_to(self, *args, **kwargs)
+
+    torch.Tensor.cuda = cuda  # type: ignore[method-assign]
+    torch.Tensor.to = to  # type: ignore[method-assign]
 
 
 def _pinning(mode: Placement) -> None:
