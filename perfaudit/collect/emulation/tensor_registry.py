@@ -153,6 +153,6 @@ def tensor_bytes(t) -> int:
     if parts is None:
         return t.numel() * t.element_size()
     try:
-        return sum(getattr(t, part)().numel() * getattr(t, part)().element_size() for part in parts)
+        return sum(tensor_bytes(getattr(t, part)()) for part in parts)
     except RuntimeError:  # an uncoalesced tensor's indices, say: its dense size bounds it
         return t.numel() * t.element_size()

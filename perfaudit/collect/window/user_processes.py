@@ -19,7 +19,7 @@ def guard_user_processes(on_joined) -> None:
     """`on_joined(api, stop)` is called when the script joins a process whose target is its own function:
     `api` says which and where, `stop()` terminates every such process started so far."""
     cls = multiprocessing.process.BaseProcess
-    started: dict[int, tuple] = {}  # id(process) -> (the process, what it runs and where it was started)
+    started: dict = {}  # process -> what it runs and where it was started
     pid = os.getpid()
     original_start, original_join = cls.start, cls.join
 
@@ -30,21 +30,21 @@ def guard_user_processes(on_joined) -> None:
         if os.getpid() == pid and code is not None and is_user_file(code.co_filename) and trains(target):
             site = user_site(2)
             where = f" at {os.path.basename(site['path'])}:{site['line']}" if site else ""
-            started[id(self)] = (self, f"Process(target={code.co_name}){where}")
+            started[self] = f"Process(target={code.co_name}){where}"
         return original_start(self)
 
     def stop() -> None:
-        for process, _ in started.values():
+        for process in started:
             if process.is_alive():
                 process.terminate()
-        for process, _ in started.values():
+        for process in started:
             original_join(process, 5)
 
     @functools.wraps(original_join)
     def join(self, timeout=None):
-        entry = started.get(id(self))
-        if entry is not None and os.getpid() == pid:
-            on_joined(entry[1], stop)
+        api = started.get(self)
+        if api is not None and os.getpid() == pid:
+            on_joined(api, stop)
         return original_join(self, timeout)
 
     patch(cls, "start", start)

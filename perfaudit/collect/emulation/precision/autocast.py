@@ -51,22 +51,18 @@ def follow_autocast(mode) -> None:
     region_class = torch.amp.autocast_mode.autocast
     enter, leave = region_class.__enter__, region_class.__exit__
     handler = _float32_handler(mode)
-    banned = _banned_handler(mode)
-    functions = float32_functions()
+    # CUDA's own policy where the CPU's differs, while an enabled CUDA region is innermost
+    policy = [*((func, handler) for func in float32_functions()),
+              *((func, _banned_handler(mode)) for func in BANNED)]
     enabled: list = []   # the CUDA regions entered and not left, innermost last: the CPU's dtype, None if off
     half_handlers: dict = {}
     half_model = half_model_handler(mode)  # where no slow enabled region decides: a model made 16-bit
 
     def follow() -> None:  # CUDA's float32 policy while an enabled CUDA region is innermost
         dtype = enabled[-1] if enabled else None
-        for func in functions:
+        for func, follows in policy:
             if dtype is not None:
-                mode.handlers[func] = handler
-            else:
-                mode.handlers.pop(func, None)
-        for func in BANNED:
-            if dtype is not None:
-                mode.handlers[func] = banned
+                mode.handlers[func] = follows
             else:
                 mode.handlers.pop(func, None)
         half = half_model
