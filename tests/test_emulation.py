@@ -740,7 +740,7 @@ def test_a_script_under_set_default_device_cuda_runs_on_the_emulated_device(tmp_
         "    loss.backward()\n"
         "    opt.step()\n"
         "print('rng state on', state.device, 'params on', qkv.weight.device)\n")
-    report, _, out = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
+    report, _, out = _run(tmp_path, script, "--warmup", "1", "--steps", "2", "--full")  # to the script's print
     assert report["run"]["device"] == "cpu, CUDA path emulated", report["notes"]
     assert not any("could not serve" in n for n in report["notes"]), report["notes"]
     assert "rng state on cpu params on cuda:0" in (tmp_path / "run" / "script.log").read_text()
