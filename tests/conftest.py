@@ -71,6 +71,29 @@ def needs_program(*names: str, why: str) -> str:
     pytest.skip(message)
 
 
+def needs_cxx() -> str:
+    """torch.compile's default backend (inductor) builds C++ on the CPU, with `$CXX` or g++ (its own default)."""
+    return needs_program(os.environ.get("CXX") or "g++", why="torch.compile's inductor builds C++ on the CPU")
+
+
+def matching_processes(pattern: str) -> list[str]:
+    """The pids whose command line matches the regular expression `pattern`, as `pgrep -f` gives them, read
+    from /proc (procps is not everywhere): a zombie's empty command line matches nothing, as for pgrep."""
+    import re
+    wanted, me = re.compile(pattern), str(os.getpid())
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or pid == me:
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:  # ended meanwhile
+            continue
+        if cmdline and wanted.search(cmdline.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")):
+            found.append(pid)
+    return found
+
+
 def on_a_small_disk(command: str, folder, size: str) -> subprocess.CompletedProcess:
     """`command` with a `size` tmpfs mounted at `folder`, in a namespace of the test's own (`unshare`, no
     privilege needed): a real full file system."""
@@ -151,11 +174,10 @@ def sample_report(run_dir):
 
 
 def survivors(pattern: str, run_dir: str) -> list[str]:
-    """The processes matching `pattern` (pgrep -f) that belong to the run in `run_dir`: a run's children and its
-    DataLoader workers carry its run folder in their environment; other tests run the same scripts beside it."""
-    found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    """The processes matching `pattern` (as `pgrep -f`) that belong to the run in `run_dir`: a run's children and
+    its DataLoader workers carry its run folder in their environment; other tests run the same scripts beside it."""
     left = []
-    for pid in found.stdout.split():
+    for pid in matching_processes(pattern):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:  # ended meanwhile

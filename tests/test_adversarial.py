@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, TRACES, needs_program, needs_shared, on_a_small_disk, perfaudit, sarif_schemas
+from conftest import ROOT, TRACES, matching_processes, needs_program, needs_shared, on_a_small_disk, perfaudit, sarif_schemas
 from perfaudit.collect.run.rundir import MARK, prune_runs
 from perfaudit.errors import TraceError, UsageError
 from perfaudit.fix.plan import FileFix, FixPlan
@@ -266,8 +266,7 @@ def test_a_helper_in_its_own_session_does_not_outlive_the_run(tmp_path):
     proc = perfaudit("run", str(script), "--out-dir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr
     time.sleep(0.5)
-    alive = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
-    assert not alive.stdout.strip()
+    assert not matching_processes(marker)
 
 
 def test_sys_exit_messages_newlines_in_names_and_quoted_labels(tmp_path):

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from bisect_repo import make_history
-from conftest import needs_program, perfaudit
+from conftest import matching_processes, needs_program, perfaudit
 
 pytestmark = pytest.mark.timing
 
@@ -120,8 +120,7 @@ def test_sigterm_ends_bisect_with_what_it_timed_and_no_worktree_left(tmp_path):
     pattern = f"{own_tmp}/perfaudit-bisect-"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # a timed run is in flight once a worktree's script runs
-        found = subprocess.run(["pgrep", "-f", f"{pattern}.*train.py"], capture_output=True, text=True)
-        if found.stdout.strip() or proc.poll() is not None:
+        if matching_processes(f"{pattern}.*train.py") or proc.poll() is not None:
             break
         time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()
@@ -137,5 +136,5 @@ def test_sigterm_ends_bisect_with_what_it_timed_and_no_worktree_left(tmp_path):
     assert all(c["verdict"] == "skip" and c["why"].startswith("stopped by SIGTERM") for c in result["comparisons"])
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
     assert len(worktrees.strip().splitlines()) == 1
-    left = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.strip()
+    left = matching_processes(pattern)
     assert not left, f"processes left running: {left}"

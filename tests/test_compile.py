@@ -8,7 +8,7 @@ import textwrap
 
 import jsonschema
 
-from conftest import perfaudit
+from conftest import needs_cxx, perfaudit
 from perfaudit.collect.probes.compile import CompileProbe, _guard
 from perfaudit.probe_schema import SNAPSHOT_SCHEMA
 from perfaudit.trace import load_trace
@@ -42,6 +42,7 @@ def test_recompiling_every_step_names_the_guard_its_line_and_the_fall_back_to_ea
 
 def test_clean_compiled_model_reports_neither_and_shows_compile_time_apart(sample_report, run_dir):
     """The default backend (inductor, C++ on this CPU) end to end."""
+    needs_cxx()
     report = sample_report("compile_good.py")
     assert not [f for f in report["findings"] if f["rule"].startswith("COMPILE")]
     compiled = report["run"]["compile"]
@@ -72,6 +73,7 @@ def test_html_report_shows_compile_time_apart(run_dir, sample_report, tmp_path):
 
 
 def test_compile_probe_snapshot_matches_its_description(sample_report, run_dir):
+    needs_cxx()  # compile_good.py: inductor
     for name in ("compile_break_bad", "compile_recompile_bad", "compile_good"):
         sample_report(f"{name}.py")
         probes = load_trace(f"{run_dir}/{name}/trace.json.gz").probes["probes"]

@@ -356,11 +356,12 @@ def test_help_debug_pipes_and_one_line_usage_errors(tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     proc = perfaudit("analyze", "nope.json", "--debug")
     assert proc.returncode == 2 and "Traceback" in proc.stderr  # --debug after the command
-    piped = subprocess.run(f"{sys.executable} -m perfaudit lint {SAMPLES} | head -1", shell=True, cwd=ROOT,
+    head = f"{sys.executable} -c 'import sys; print(sys.stdin.readline(), end=\"\")'"  # a reader that leaves
+    piped = subprocess.run(f"{sys.executable} -m perfaudit lint {SAMPLES} | {head}", shell=True, cwd=ROOT,
                            capture_output=True, text=True, executable="/bin/bash",
                            env={**os.environ, "PIPESTATUS_PROBE": "1"})
     assert piped.returncode == 0
-    status = subprocess.run(f"set -o pipefail; {sys.executable} -m perfaudit rules | head -1", shell=True,
+    status = subprocess.run(f"set -o pipefail; {sys.executable} -m perfaudit rules | {head}", shell=True,
                             cwd=ROOT, capture_output=True, text=True, executable="/bin/bash")
     assert status.returncode == 0, status.stderr
     # the console report to a reader that has already left (rich alone would exit 1): the gate's code stays

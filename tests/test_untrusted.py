@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tracemalloc
 
@@ -149,7 +150,7 @@ def test_a_hostile_baseline_or_notebook_is_one_line_and_exit_2(tmp_path, name, c
 def test_diff_refuses_a_corrupt_report_instead_of_placing_findings_from_the_trace(tmp_path, sample_report):
     run_dir = sample_report("sync_bad.py")["run"]["run_dir"]
     copy = tmp_path / "run"
-    subprocess.run(["cp", "-r", run_dir, str(copy)], check=True)
+    shutil.copytree(run_dir, copy)
     (copy / "report.json").write_text('{"tool": {"name": "perfaudit"}, "findings": [{"rule": 7}]}')
     proc = perfaudit("diff", run_dir, str(copy))
     assert proc.returncode == 2, proc.stdout + proc.stderr

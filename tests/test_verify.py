@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import signal
 import textwrap
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLES, perfaudit
+from conftest import SAMPLES, matching_processes, perfaudit
 from perfaudit.collect.run.options import RunOptions
 from perfaudit.fix.plan import Change, FileFix, FixPlan
 from perfaudit.verify import Variant, loss_check, run_ab, speed_change
@@ -371,7 +372,7 @@ def test_sigterm_during_the_audit_runs_no_ab_round_and_exits_143(tmp_path):
     stdout = _stopped(proc)
     assert "stopped by SIGTERM during the audit" in " ".join(stdout.split())
     assert not [p.name for p in runs.iterdir() if p.name.startswith(("A", "B", "fixed-"))]  # no A/B run started
-    left = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.strip()
+    left = matching_processes(re.escape(str(script)))
     assert not left, f"left running: {left}"
 
 
