@@ -177,6 +177,56 @@ def test_no_training_is_not_a_pass(tmp_path):
     assert proc.returncode == 0, proc.stdout
 
 
+FUNCTIONAL_SGD = """\
+import torch
+import torch.nn.functional as F
+
+
+class FunctionalNet:
+    \"\"\"Weights as a list, updated by hand: a meta-learning inner loop's shape.\"\"\"
+    def __init__(self, device):
+        self.weights = [(torch.randn(32, 64) * 0.1).to(device).requires_grad_(),
+                        (torch.randn(64, 4) * 0.1).to(device).requires_grad_()]
+
+    def __call__(self, x):
+        return torch.relu(x @ self.weights[0]) @ self.weights[1]
+
+
+def sgd_step(net, x, y, lr=0.1):
+    loss = F.cross_entropy(net(x), y)
+    grads = torch.autograd.grad(loss, net.weights)
+    with torch.no_grad():
+        for w, g in zip(net.weights, grads):
+            w -= lr * g
+    return loss
+
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+net, data, labels = FunctionalNet(device), torch.randn(2048, 32), torch.randint(0, 4, (2048,))
+for step in range(200):
+    i = torch.randint(0, 2048, (64,))
+    loss = sgd_step(net, data[i].to(device), labels[i].to(device))
+    if loss.item() < 1e-3:
+        break
+"""
+
+
+@pytest.mark.parametrize("device", ["cpu", "emulate-cuda"])
+def test_a_loop_that_trains_with_autograd_grad_is_measured(tmp_path, device):
+    """No optimizer and no backward(): `torch.autograd.grad` and a hand-written update. The run said the script
+    never started training; each outermost autograd.grad is the step's backward pass now."""
+    script = tmp_path / "functional_sgd.py"
+    script.write_text(FUNCTIONAL_SGD)
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(script), "--device", device, "--warmup", "1", "--steps", "3", "--out-dir",
+                     str(tmp_path / "run"), "-f", f"json={out}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert report["run"]["steps"] == 3 and report["run"]["outcome"]["step_source"] == "backward", report["notes"]
+    sync = next(f for f in report["findings"] if f["rule"] == "SYNC001")
+    assert [loc["line"] for loc in sync["locations"]] == [29]  # loss.item() every step
+
+
 def test_spawned_training_is_recognised_at_once(tmp_path):
     """Recognised when spawn is called, not found out by the timeout (the outcome would say so)."""
     proc = perfaudit("run", str(SCRIPTS / "spawn_ddp.py"), "--out-dir", str(tmp_path), "--timeout", "240")

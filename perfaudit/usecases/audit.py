@@ -333,5 +333,5 @@ def _no_trace_reason(result: RunResult) -> str:
     if o.get("optimizers_built"):
         return ("nothing was measured: an optimizer was built but never stepped, and no training step "
                 "was seen before the script ended")
-    return ("nothing was measured: the script never started training (no optimizer step, backward(), "
-            "DataLoader batch or inference call was seen before it ended)")
+    return ("nothing was measured: the script never started training (no optimizer step, backward() or "
+            "autograd.grad, DataLoader batch or inference call was seen before it ended)")

@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 import torch
 
 from ..emulation.memory.caching_allocator import cublas_workspace_bytes, cublaslt_workspace_bytes
-from ..emulation.memory.device_memory import saved_tensors_watch
+from ..emulation.memory.saved_tensors import saved_tensors_watch
 from ..internal import record_internal_error
 from ..userframes import is_user_file
 from .oom import OomWatch, block_categories, history_on

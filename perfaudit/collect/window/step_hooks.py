@@ -19,6 +19,7 @@ from ..internal import record_internal_error
 from ..probes.gpu_memory import GpuMemory
 from ..probes.oom import OomWatch
 from ..wrap import on_undo, patch
+from .gradient_calls import watch_gradient_calls
 from .user_processes import guard_user_processes
 
 
@@ -134,6 +135,7 @@ class StepHooks:
             return result
 
         patch(torch.autograd, "backward", backward)
+        watch_gradient_calls(torch, before_backward, after_backward)  # autograd.grad, torch.func: backward too
         original_exit = os._exit
 
         def guarded_exit(code=0):

@@ -13,7 +13,6 @@ steps found it (how it got there, the model's loading, is not replayed: its free
 """
 from __future__ import annotations
 
-import contextlib
 import weakref
 
 import torch
@@ -22,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ...internal import record_internal_error
 from ...userframes import user_site
 from .caching_allocator import CachingAllocator
+from .saved_tensors import saved_tensors_watch
 
 ROUND = 512
 CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "batches", "temporaries", "other")
@@ -41,20 +41,6 @@ CUBLAS_OPS = frozenset(getattr(_aten, name).default for name in (
 CUDNN_OPS = {getattr(_aten, name).default: kind for name, kind in (
     ("convolution", "convolutions"), ("_convolution", "convolutions"), ("convolution_backward", "convolutions"),
     ("mkldnn_convolution", "convolutions")) if hasattr(getattr(_aten, name, None), "default")}
-
-
-def saved_tensors_watch(packed):
-    """A saved-tensors hook that notes what autograd saves and keeps it as it is; none while the script's own
-    hooks are active (`save_on_cpu`, offloading): on top of them it would bypass them, and the step measured
-    would not be the script's (its saved tensors are then not told apart from temporaries)."""
-    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-    try:
-        theirs = top(False) if top is not None else None
-    except (TypeError, RuntimeError):  # another signature: as if none
-        theirs = None
-    if theirs is not None:
-        return contextlib.nullcontext()
-    return torch.autograd.graph.saved_tensors_hooks(packed, lambda t: t)
 
 
 def rounded(nbytes: int) -> int:
