@@ -64,6 +64,14 @@ def test_a_helper_that_builds_every_stage_has_each_of_its_layers_counted(realist
     assert [(loc["line"], loc["count_per_step"]) for loc in bn["locations"]] == [(50, 5.0), (53, 5.0)], bn
 
 
+def test_a_critic_stepping_five_times_a_generator_step_is_said_to(realistic_reports):
+    """wgan_critic.py steps its critic five times per generator step. The note read the cadence from the window's
+    counts, 6 critic steps holding 2 of the generator's: "once every 3". It is read from the steps between the
+    generator's own since the start."""
+    notes = [n for n in realistic_reports["wgan_critic.py"]["run"]["notes"] if "different cadences" in n]
+    assert notes and "RMSprop (line 11) steps once every 5 of them" in notes[0], notes
+
+
 def test_a_worker_count_from_the_scripts_option_is_changed_through_that_option(realistic_reports):
     """unet_segmentation.py builds its loader with `num_workers=args.workers` (`--workers`, default 0): DATA001
     says to pass the option, with the count it recommends, and how to audit that run."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import replace
@@ -228,14 +229,41 @@ def _what_a_step_is(outcome: dict, trace) -> str | None:
         named = " and ".join(dict.fromkeys(c for c in classes if c)) or "the optimizer"
         return (f"{named} steps with a closure (optimizer.step(closure)): one measured step is one closure step, "
                 "its forward and backward run inside the optimizer's step")
-    cadence = ((trace.probes.get("window") if trace is not None else None) or {}).get("optimizer_steps")
+    cadence, order = window.get("optimizer_steps"), window.get("optimizer_order")
     if isinstance(cadence, dict) and len(cadence) > 1 and len(set(cadence.values())) > 1:
         ranked = sorted(cadence.items(), key=lambda kv: -kv[1])
         (first, most), rest = ranked[0], ranked[1:]
-        others = "; ".join(f"{name} steps once every {most / count:.0f} of them" for name, count in rest if count)
+        order = order if isinstance(order, list) else []
+        others = "; ".join(_cadence(name, count, most, _gaps(order, first, name)) for name, count in rest if count)
         return (f"the optimizers step at different cadences: one measured step is one step of {first}; {others} "
                 "(figures per step include their share)")
     return None
+
+
+def _gaps(order: list, main: str, other: str) -> list[int]:
+    """The steps of `main` between each two of `other`'s, in the order every optimizer stepped until the
+    window closed."""
+    gaps, seen, last = [], 0, None
+    for label in order:
+        if label == main:
+            seen += 1
+        elif label == other:
+            if last is not None:
+                gaps.append(seen - last)
+            last = seen
+    return gaps
+
+
+def _cadence(name: str, count: int, most: int, gaps: list[int]) -> str:
+    """How often an optimizer steps against the most frequent one: from the steps between its own since the
+    start (a window of 6 critic steps may hold 2 of a generator that steps every fifth), else as counted in
+    the window."""
+    if gaps and min(gaps) > 0:
+        every = statistics.median_low(gaps)
+        return f"{name} steps once every {every} of them" + ("" if min(gaps) == max(gaps) else " (most often)")
+    if most % count == 0:
+        return f"{name} steps once every {most // count} of them"
+    return f"{name} steps {count} times in {most} of them"
 
 
 def framework_note(window: dict, step_source: str | None) -> str | None:

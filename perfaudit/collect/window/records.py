@@ -48,6 +48,7 @@ class WindowRecords:
         trimmed: dict
         compile_warmup: int
         optimizer_counts: dict[str, int]
+        optimizer_order: list[str]
         threads: dict | None
         framework: dict | None
         trace_path: str | None
@@ -127,6 +128,7 @@ class WindowRecords:
                 "budget_s": self.budget_s, "budget_hit": self.budget_hit, "trimmed": self.trimmed,
                 "compile_warmup": self.compile_warmup, "clock": self.clock.summary(),
                 "optimizer_steps": self.optimizer_counts, "threads": self.threads, "framework": self.framework,
+                "optimizer_order": self.optimizer_order if len(set(self.optimizer_order)) > 1 else [],
                 **self.marks.summary()}
 
     def _write_result(self, result: dict, trace_path: str | None, with_probes: bool = False,

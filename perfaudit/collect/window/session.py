@@ -94,6 +94,7 @@ class Session(WindowRecords, StepHooks):
         self.compile_warmup = 0      # warm-up steps added because the step was still compiling
         self.sizing_retries = 0
         self.optimizer_counts: dict[str, int] = {}  # optimizer steps in the measured steps, per optimizer
+        self.optimizer_order: list[str] = []  # each optimizer step's label until the window closes (the cadence)
         self.framework: dict | None = None  # Lightning, Hugging Face's Trainer, Accelerate (frameworks.py)
         self.trace_path: str | None = None
         self.rank = self._launched_rank()  # under torchrun: every rank writes rank<R>.* files in the run folder

@@ -22,6 +22,8 @@ from ..wrap import on_undo, patch
 from .gradient_calls import watch_gradient_calls
 from .user_processes import guard_user_processes
 
+MAX_ORDER = 1000  # optimizer steps kept in order (a cadence needs a few of the rarer optimizer's)
+
 
 # The profiler window's own exception: a BaseException so `except Exception` in user code lets it pass.
 class WindowDone(BaseException):
@@ -68,6 +70,7 @@ class StepHooks:
         exporting: bool
         write_error: OSError | None
         optimizer_counts: dict[str, int]
+        optimizer_order: list[str]
         _forward_hooks: tuple | None
 
         def flush(self, raise_done: bool = True) -> None: ...
@@ -202,11 +205,14 @@ class StepHooks:
 
     def _count_optimizer_step(self, opt) -> None:
         """Optimizer steps in the measured steps, per optimizer (class and the line that built it): what
-        one measured step holds when optimizers step at different cadences."""
-        if self.probes.window_step() is None:
-            return
+        one measured step holds when optimizers step at different cadences; and the order of every step until
+        the window closes, from which their cadence is read (a short window miscounts it)."""
         site = (self.probes.optimizers.get(id(opt)) or {}).get("site") or {}
         label = type(opt).__name__ + (f" (line {site['line']})" if site.get("line") else "")
+        if not self.window_closed and len(self.optimizer_order) < MAX_ORDER:
+            self.optimizer_order.append(label)
+        if self.probes.window_step() is None:
+            return
         self.optimizer_counts[label] = self.optimizer_counts.get(label, 0) + 1
 
     def _training_activity(self) -> None:
