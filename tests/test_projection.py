@@ -293,7 +293,7 @@ def test_loading_a_rounding_error_on_the_cpu_is_the_first_fix_on_the_gpu(realist
 
 
 # -- hostile traces -------------------------------------------------------------------------------------------------
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 _number = st.one_of(st.integers(-10, 1 << 50), st.floats(allow_nan=True, allow_infinity=True), st.none(),
@@ -483,6 +483,7 @@ def test_the_training_threads_wait_for_its_own_workers_is_not_the_gpu_hosts_time
 @settings(max_examples=60, deadline=None)
 @given(st.floats(allow_nan=True, allow_infinity=True), st.floats(0, 1e15), st.floats(0, 1e15),
        st.sampled_from(["fp32", "tf32", "bf16"]), st.sampled_from(["A100", "V100", "H100 SXM"]))
+@example(measured=1.7976931348623157e+308, flops=0.0, nbytes=963842648347611.5, precision="fp32", target="A100")
 def test_a_hostile_measurement_retargets_to_a_finite_time_or_none(measured, flops, nbytes, precision, target):
     """A GPU trace is the user's file: whatever its kernels' durations and shapes say, an op's time on another
     GPU is a finite, non-negative number, or none (the kernels' own scaling then applies)."""

@@ -103,4 +103,8 @@ def retargeted_us(measured_us: float, before: Work, after: Work, src: Device, ds
     if not (isfinite(model_src) and isfinite(model_dst)) or model_src <= 0:
         return None
     alpha = 1.0 if src == dst else cal["transfer_exponent"]
-    return model_dst * (measured_us / model_src) ** alpha
+    try:
+        out = model_dst * (measured_us / model_src) ** alpha
+    except OverflowError:  # a duration near the largest float: no time to project
+        return None
+    return out if isfinite(out) else None
