@@ -315,17 +315,35 @@ def test_memory_and_cudnn_queries_answer_as_a_gpu_would(tmp_path):
         "used = torch.cuda.memory_allocated() / torch.cuda.memory_reserved()\n"
         "stats = torch.cuda.memory_stats()\n"
         "props = torch.cuda.get_device_properties(0)\n"
+        "free, _ = torch.cuda.mem_get_info()\n"
         f"open({str(out)!r}, 'w').write(f'{{torch.cuda.memory_allocated()}} {{used}} "
         "{stats[\"allocated_bytes.all.peak\"]} {torch.cuda.max_memory_allocated()} {torch.backends.cudnn.version()} "
+        "{props.total_memory - free - torch.cuda.memory_reserved()} "
         "{props.total_memory} {props.major}.{props.minor} {props.multi_processor_count} {props.name}')\n")
     report, _, _ = _run(tmp_path, script, "--warmup", "1", "--steps", "2", "--full", "--target", "A10")
     assert report["run"]["outcome"]["outcome"] in ("completed", "window_complete"), report["run"]["outcome"]
-    allocated, ratio, peak, max_allocated, version, total, capability, sms, name = out.read_text().split(maxsplit=8)
+    allocated, ratio, peak, max_allocated, version, outside, total, capability, sms, name = out.read_text().split(maxsplit=9)
     assert int(allocated) >= 1024 * 1024 * 4 and 0 < float(ratio) <= 1 and int(version) > 0
     # a step held the weights, their gradients, the 16 MiB batch and the 16 MiB output at once: the peak the
     # report estimates, the cuBLAS workspaces in it
     assert int(peak) == int(max_allocated) == report["memory"]["peak_allocated_bytes"] >= int(allocated) + 2 ** 24
     assert (int(total), capability, int(sms)) == (24 * 2 ** 30, "8.6", 72) and name.startswith("A10 "), name
+    assert int(outside) == 750 << 20  # mem_get_info's free leaves out the CUDA context and libraries, as on a GPU
+
+
+def test_the_emulated_gpu_reports_the_memory_a_real_one_reports():
+    """torch.cuda's total_memory on an H100 80GB HBM3 is 85,017,493,504 bytes (79.2 GiB, tests/data/h100_runs),
+    not the datasheet's 80 GiB: a script sizing its batch from it sizes it as there. Each figure comes from a
+    trace of that GPU; a GPU without one answers its datasheet's GiB."""
+    from perfaudit.facts.gpu.projection import emulated_gpu
+    from perfaudit.trace import load_trace
+    for target, trace in (("H100 SXM", "h100_runs/traces/device_built_lm.json.gz"),
+                          ("H200", "h200_runs/traces/policy_gradient.json.gz"),
+                          ("A100 80GB", "gpu_traces/hta/negative_queue_a100_rank0.json.gz"),
+                          ("V100", "gpu_traces/hta/df_index_resolver_v100_rank1.json.gz")):
+        recorded = load_trace(str(ROOT / "tests" / "data" / trace)).device_properties["totalGlobalMem"]
+        assert emulated_gpu(target)["total_memory"] == recorded, target
+    assert emulated_gpu("L4")["total_memory"] == 24 << 30
 
 
 def test_the_gpu_switch_reader_takes_any_file_without_failing(tmp_path_factory):

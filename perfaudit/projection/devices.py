@@ -20,6 +20,13 @@ class Device:
     fp32_sustained: float = 1.0   # share of the nominal FP32 peak a long FP32 GEMM sustains (devices.yaml)
     memory_gib: float = 0.0       # its memory (datasheet)
     compute_capability: float = 0.0  # NVIDIA's (9.0: Hopper); 0: not an NVIDIA GPU, or not in the table
+    memory_bytes: int = 0         # its memory as the device reports it (a recorded trace's), where known
+
+    @property
+    def reported_memory(self) -> int:
+        """The total memory torch.cuda reports for this device (total_memory, mem_get_info): as a trace of it
+        recorded it, else the datasheet's GiB."""
+        return self.memory_bytes or int(self.memory_gib * (1 << 30))
 
     def peak_flops(self, precision: str) -> float:
         """FLOP/s of the matrix units for `precision`; a precision the device has no units for runs at the
@@ -85,7 +92,8 @@ def entry_by_architecture(props: dict | None) -> dict | None:
 def _device(entry: dict) -> Device:
     return Device(entry["name"], dict(entry["tflops"]), float(entry["memory_gbs"]), int(entry["sms"]),
                   int(entry["pcie"]), tuple(entry["match"]), float(entry.get("fp32_sustained", 1.0)),
-                  float(entry.get("memory_gib", 0.0)), float(entry.get("compute_capability", 0.0)))
+                  float(entry.get("memory_gib", 0.0)), float(entry.get("compute_capability", 0.0)),
+                  int(entry.get("memory_bytes", 0)))
 
 
 def device_named(name: str | None) -> Device | None:

@@ -3,40 +3,32 @@ what held it and the user's lines that made it, with what torch adds on a GPU (c
 context), against the projection's target GPU; the measured counterpart is memory.py."""
 from __future__ import annotations
 
-from ...collect.emulation.memory.caching_allocator import cublas_workspace_bytes
+from ...collect.emulation.memory.caching_allocator import CUDA_CONTEXT_BYTES, cublas_workspace_bytes
 from ...projection import devices
 from ..emulated import emulated
 from ..registry import Context, Missing, fact
 
 # the GPU the emulated run's memory is weighed against unless the run is projected onto another (--target):
-# an H100 80 GB (SXM), its total memory as torch reports it there
+# an H100 80 GB (SXM), with its total memory as torch reports it there (devices.yaml's memory_bytes)
 TARGET_NAME = "H100 80 GB"
-TARGET_MEMORY = 85_045_231_616
 DEFAULT_DEVICE = "H100 SXM"
 
 
 def _memory_target(ctx: Context) -> tuple[str, int, float]:
-    """The GPU the memory is weighed against: the projection's target (its datasheet memory), else an H100;
-    and its compute capability (0 when not NVIDIA's)."""
+    """The GPU the memory is weighed against: the projection's target (its memory as the device reports it),
+    else an H100; and its compute capability (0 when not NVIDIA's)."""
     try:
         name = ctx.get("projection")["target"]
     except Missing:
         name = DEFAULT_DEVICE
     device = devices.target(name)
     if device.name == DEFAULT_DEVICE or not device.memory_gib:
-        return TARGET_NAME, TARGET_MEMORY, device.compute_capability
-    return f"{device.name} {device.memory_gib:g} GB", int(device.memory_gib * (1 << 30)), device.compute_capability
+        return TARGET_NAME, devices.target(DEFAULT_DEVICE).reported_memory, device.compute_capability
+    return f"{device.name} {device.memory_gib:g} GB", device.reported_memory, device.compute_capability
 
 
 RECURRENT = {"LSTM", "GRU", "RNN"}
 
-# What a training process holds on its GPU outside torch's caching allocator: the CUDA context (the driver's
-# state, the kernels loaded so far) and the libraries' own memory once cuBLAS and cuDNN have run; torch's counters
-# never see it, nvidia-smi does. Measured on an H100 80GB HBM3 (torch 2.11 + CUDA 13, driver 580, lazy module
-# loading) after 23 steps of 22 training scripts: 749-771 MiB, median 751 (device used less torch's reserved;
-# benchmarks/gpu_plain_steps.py, tests/data/h100_runs/plain_steps.json). PyTorch's maintainers give about 300-400 MB
-# for the context alone (pytorch issues 107667, 109888); the libraries' handles and modules come on top.
-CUDA_CONTEXT_BYTES = 750 << 20
 
 
 @fact("memory.emulated", "On the emulated CUDA path, the device memory of two warm-up steps: peak allocated "

@@ -48,7 +48,7 @@ def emulated_gpu(target: str) -> dict | None:
         return None
     gpu = {"name": f"{device.name} (emulated on the CPU by perfaudit)", "sms": device.sms}
     if device.memory_gib:
-        gpu["total_memory"] = int(device.memory_gib * (1 << 30))
+        gpu["total_memory"] = device.reported_memory
     if device.compute_capability:  # NVIDIA's: (9, 0) for 9.0
         major = int(device.compute_capability)
         gpu["capability"] = [major, round((device.compute_capability - major) * 10)]

@@ -21,6 +21,14 @@ MIN_LARGE_ALLOC = 10 << 20
 LARGE_BUFFER = 20 << 20
 ROUND_LARGE = 2 << 20
 
+# What a training process holds on its GPU outside torch's caching allocator: the CUDA context (the driver's
+# state, the kernels loaded so far) and the libraries' own memory once cuBLAS and cuDNN have run; torch's counters
+# never see it, nvidia-smi does. Measured on an H100 80GB HBM3 (torch 2.11 + CUDA 13, driver 580, lazy module
+# loading) after 23 steps of 22 training scripts: 749-771 MiB, median 751 (device used less torch's reserved;
+# benchmarks/gpu_plain_steps.py, tests/data/h100_runs/plain_steps.json). PyTorch's maintainers give about 300-400 MB
+# for the context alone (pytorch issues 107667, 109888); the libraries' handles and modules come on top.
+CUDA_CONTEXT_BYTES = 750 << 20
+
 
 def cublas_workspace_bytes(compute_capability: float) -> int:
     """The cuBLAS workspace torch takes from its caching allocator per handle and stream, without

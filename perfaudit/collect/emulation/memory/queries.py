@@ -9,7 +9,7 @@ training step ended since the reset, the peak of the steps the device memory was
 """
 from __future__ import annotations
 
-from .caching_allocator import cublas_workspace_bytes
+from .caching_allocator import CUDA_CONTEXT_BYTES, cublas_workspace_bytes
 
 SEGMENT = 2 << 20  # the caching allocator's small-pool segment: what it reserves at least
 
@@ -83,4 +83,6 @@ class MemoryQueries:
                 f"{self.reserved() / 2**20:.1f} MiB reserved, peak {self.max_allocated() / 2**20:.1f} MiB")
 
     def free_and_total(self, device=None) -> tuple[int, int]:
-        return self.total - self.reserved(), self.total
+        """What `torch.cuda.mem_get_info()` gives on a GPU: free is the total less what torch's pool reserved
+        and what the CUDA context and the libraries hold outside it (a script sizing its batch by it)."""
+        return max(self.total - self.reserved() - CUDA_CONTEXT_BYTES, 0), self.total
