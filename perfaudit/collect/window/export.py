@@ -13,6 +13,15 @@ import time
 
 from ...files import free_bytes, remove_if_there
 
+try:  # Intel ISA-L's gzip writer: 4x zlib's speed at level 2 for 6 % more bytes (README, Dependencies)
+    from isal import igzip as _igzip
+
+    def _gzip_writer(path: str):
+        return _igzip.open(path, "wb", compresslevel=2)
+except ImportError:  # a platform without its wheel: the standard library's
+    def _gzip_writer(path: str):
+        return gzip.open(path, "wb", compresslevel=3)
+
 
 def write_json(path: str, data: dict) -> None:
     tmp = path + ".tmp"
@@ -46,7 +55,7 @@ def export_trace(prof, plain: str, meta: dict, earlier: list | tuple = (), last_
         raise
     tmp = final + ".tmp"
     try:
-        with gzip.open(tmp, "wb", compresslevel=3) as dst:
+        with _gzip_writer(tmp) as dst:
             dst.write(b'{"perfaudit": ' + json.dumps(meta, default=str).encode() + b",")
             if len(parts) == 1 or not _merged(parts, dst):  # one part: the last, or else the one with stacks
                 stacks = [s for _, s in earlier] + [last_has_stacks]
