@@ -186,16 +186,26 @@ def without_emulation_frames(python: list[Event], outermost: list[tuple[float, f
     (a builtin, so `bool(t)` would show as a `__bool__` call there). Events sorted by start, enclosing first.
     `outermost`: given a list, the spans of the mode's outermost frames are added to it."""
     kept: list[Event] = []
-    open_by_thread: dict = {}
+    open_by_thread: dict = {}  # (pid, tid) -> [open frames' (end, own)], [own frames among them]
+    kinds: dict[str, tuple[bool, bool]] = {}  # name -> (the mode's own frame, a builtin): names repeat
     for ev in python:
-        stack = open_by_thread.setdefault((ev.pid, ev.tid), [])
-        while stack and stack[-1][0].end <= ev.ts:
-            stack.pop()
-        own = DISPATCH_FRAME in ev.name or any(frame in ev.name for frame in EMULATION_FRAMES)
-        parent_own = bool(stack) and stack[-1][1]
-        if not own and not (parent_own and ev.name.startswith("<built-in")):
+        name, ts = ev.name, ev.ts
+        kind = kinds.get(name)
+        if kind is None:
+            kind = kinds[name] = (DISPATCH_FRAME in name or any(frame in name for frame in EMULATION_FRAMES),
+                                  name.startswith("<built-in"))
+        own, builtin = kind
+        opened = open_by_thread.get((ev.pid, ev.tid))
+        if opened is None:
+            opened = open_by_thread[(ev.pid, ev.tid)] = ([], [0])
+        stack, owns = opened
+        while stack and stack[-1][0] <= ts:
+            owns[0] -= stack.pop()[1]
+        if not own and not (builtin and stack and stack[-1][1]):
             kept.append(ev)
-        elif own and outermost is not None and not any(is_own for _, is_own in stack):
-            outermost.append((ev.ts, ev.end))
-        stack.append((ev, own))
+        elif own and outermost is not None and not owns[0]:
+            outermost.append((ts, ev.end))
+        end = ev.end
+        stack.append((end, own))
+        owns[0] += own
     return kept
