@@ -93,6 +93,27 @@ def test_lightning_on_the_emulated_device_reports_the_branch_its_accelerator_cho
     assert cudnn["location"]["line"] == trainer and "`L.Trainer(..., benchmark=True)`" in cudnn["fix"], cudnn
 
 
+def test_a_lightning_gan_with_manual_optimization_measures_whole_training_steps(tmp_path):
+    """Lightning hands a torch optimizer a closure even under manual optimization, one that runs nothing: the run
+    took each of the two optimizer steps for a closure step, and a step was half a training step, said to run its
+    forward and backward inside optimizer.step(closure). A closure step is one whose closure runs a backward."""
+    pytest.importorskip("lightning", reason="Lightning is not installed (pip install -e '.[test]')")
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(HERE / "lightning_manual_gan.py"), "--device", "cpu", "--warmup", "2", "--steps", "3",
+                     "--out-dir", str(tmp_path / "run"), "-f", f"json={out}", cwd=tmp_path)
+    assert proc.returncode == 0 and out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    window = report["run"]["outcome"]["window"]
+    assert window["step_source"] == "optimizer", window
+    built = next(n for n, line in enumerate((HERE / "lightning_manual_gan.py").read_text().splitlines(), 1)
+                 if "torch.optim.Adam" in line)
+    [(label, count)] = window["optimizer_steps"].items()  # D's and G's, built on one line
+    # two a step (D and G), in every step the window recorded (more than measured on a busy machine)
+    assert label == f"Adam (line {built})" and count % 2 == 0 and count >= 2 * report["run"]["steps"], window
+    note = next(n for n in report["notes"] if n.startswith("Lightning"))
+    assert "one step of its optimizers" in note and "closure" not in note, note
+
+
 def test_the_lightning_callback_counts_steps_from_lightnings_hooks_and_logs_its_figures(lightning_runs):
     folder, proc, report, _ = lightning_runs
     run = report["run"]

@@ -282,7 +282,7 @@ def framework_note(window: dict, step_source: str | None) -> str | None:
     if framework["name"] == "Accelerate":
         return (f"{named}: the script trains through an Accelerator; a measured step is one step of the "
                 "optimizer it wraps")
-    return f"{named} ({loop}) drives the training: a measured step is one optimizer step"
+    return f"{named} ({loop}) drives the training: a measured step is one step of its optimizers"
 
 
 def _audit_job(script: str, result: RunResult, rules: list[Rule], gate_options: GateOptions | None,

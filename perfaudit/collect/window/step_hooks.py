@@ -71,6 +71,7 @@ class StepHooks:
         write_error: OSError | None
         optimizer_counts: dict[str, int]
         optimizer_order: list[str]
+        _in_closure_step: bool
         _forward_hooks: tuple | None
 
         def flush(self, raise_done: bool = True) -> None: ...
@@ -81,6 +82,7 @@ class StepHooks:
     # -- hooks ---------------------------------------------------------------------------------
     def install(self) -> None:
         torch = self.torch
+        self._in_closure_step = False  # inside optimizer.step(closure)
         self.probes.on_optimizer_built = self._optimizer_built
         self.probes.on_spawn = self._spawned
         guard_user_processes(self._process_joined)
@@ -109,13 +111,13 @@ class StepHooks:
             # torch passes (optimizer, *step args): LBFGS.step(closure) gives (optimizer, closure)
             self.probes.optimizer_stepping(opt)
             closure = (kwargs or {}).get("closure") or next((a for a in args if a is not opt), None)
-            if callable(closure):
-                self.detector.closure_step()
+            self._in_closure_step = callable(closure)  # a closure step once the closure runs a backward
             self._training_activity()
 
         on_undo(register_optimizer_step_pre_hook(self._hook(before_step)).remove)
         self._flush_before_optimizer_ranges(torch)
         def after_step(opt, args, kwargs):
+            self._in_closure_step = False
             self._count_optimizer_step(opt)
             self.detector.optimizer_stepped(_role(opt))
 
@@ -232,6 +234,8 @@ class StepHooks:
         self.backward_called(tensors)
 
     def _after_backward(self) -> None:
+        if self._in_closure_step:  # the forward and backward run inside optimizer.step(closure) (LBFGS, Lightning's
+            self.detector.closure_step()  # automatic optimization); a closure that runs none is no closure step
         self._stop_inference_watch()
         self.detector.backward_done()
 

@@ -34,8 +34,8 @@ class StepDetector:
         self.optimizers_built += 1
 
     def closure_step(self) -> None:
-        """An optimizer step was called with a closure (LBFGS): from now on a step is one closure call
-        (one backward), since one optimizer step may run the whole training."""
+        """A backward ran inside optimizer.step(closure) (LBFGS, Lightning's automatic optimization): from now
+        on a step is one closure call (one backward), since one optimizer step may run the whole training."""
         if self.source != CLOSURE:
             weaker = self.source
             self.source = CLOSURE
