@@ -186,7 +186,8 @@ def without_emulation_frames(python: list[Event], outermost: list[tuple[float, f
     (a builtin, so `bool(t)` would show as a `__bool__` call there). Events sorted by start, enclosing first.
     `outermost`: given a list, the spans of the mode's outermost frames are added to it."""
     kept: list[Event] = []
-    open_by_thread: dict = {}  # (pid, tid) -> [open frames' (end, own)], [own frames among them]
+    # (pid, tid) -> [open frames' (end, own)], [own frames among them]
+    open_by_thread: dict[tuple, tuple[list[tuple[float, bool]], list[int]]] = {}
     kinds: dict[str, tuple[bool, bool]] = {}  # name -> (the mode's own frame, a builtin): names repeat
     for ev in python:
         name, ts = ev.name, ev.ts
