@@ -72,7 +72,9 @@ def needs_program(*names: str, why: str) -> str:
 
 
 def needs_cxx() -> str:
-    """torch.compile's default backend (inductor) builds C++ on the CPU, with `$CXX` or g++ (its own default)."""
+    """torch.compile's default backend (inductor) builds C++ on the CPU, with `$CXX` or g++ (its own default), and
+    hashes its precompiled header with `openssl sha512` (torch/_inductor/codecache.py)."""
+    needs_program("openssl", why="torch.compile's inductor hashes its C++ header with it")
     return needs_program(os.environ.get("CXX") or "g++", why="torch.compile's inductor builds C++ on the CPU")
 
 
