@@ -16,6 +16,13 @@ RETURN_FUNCTIONS = ("vmap", "grad", "grad_and_value", "jacrev", "jacfwd", "hessi
 RETURN_PAIRS = ("vjp", "linearize")
 
 
+def outside_transforms() -> bool:
+    """Whether no transform is running here: inside one, tensors are its wrappers (functorch's level is set)."""
+    import torch
+    level = getattr(torch._C._functorch, "maybe_current_level", None)
+    return level is None or level() is None
+
+
 def wrap_transforms(wrap_function: Callable, wrap_pair: Callable) -> None:
     """Each transform replaced by `wrap_function(transform)` or `wrap_pair(transform)` wherever it is named."""
     import torch

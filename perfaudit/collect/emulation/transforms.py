@@ -12,18 +12,13 @@ import functools
 import torch
 from torch.utils._pytree import tree_leaves
 
-from ..func_transforms import wrap_transforms
+from ..func_transforms import outside_transforms, wrap_transforms
 
 
 def follow_func_transforms(mode) -> None:
     """Each transform of torch.func gives what it returns the device of what it was given."""
     wrap_transforms(lambda transform: _returning_functions(mode, transform),
                     lambda transform: _returning_outputs(mode, transform))
-
-
-def _outermost() -> bool:
-    level = getattr(torch._C._functorch, "maybe_current_level", None)
-    return level is None or level() is None
 
 
 def _placed(mode, given) -> bool:
@@ -53,7 +48,7 @@ def _following(mode, transformed):
     @functools.wraps(transformed)
     def run(*args, **kwargs):
         out = transformed(*args, **kwargs)
-        return _place(mode, out) if _outermost() and _placed(mode, (args, kwargs)) else out
+        return _place(mode, out) if outside_transforms() and _placed(mode, (args, kwargs)) else out
     return run
 
 
@@ -68,5 +63,5 @@ def _returning_outputs(mode, transform):
     @functools.wraps(transform)
     def apply(func, *args, **kwargs):
         out = transform(func, *args, **kwargs)
-        return _place(mode, out) if _outermost() and _placed(mode, (args, kwargs)) else out
+        return _place(mode, out) if outside_transforms() and _placed(mode, (args, kwargs)) else out
     return apply

@@ -15,17 +15,16 @@ import threading
 from collections.abc import Callable
 
 from ..emulation.memory.saved_tensors import saved_tensors_aside
-from ..func_transforms import wrap_transforms
+from ..func_transforms import outside_transforms, wrap_transforms
 from ..wrap import patch
 
 
 def watch_gradient_calls(torch, before: Callable, after: Callable) -> None:
     """`before(outputs)` and `after()` around each outermost gradient computation that is not backward()."""
     state = threading.local()
-    level = getattr(torch._C._functorch, "maybe_current_level", lambda: None)
 
     def outside() -> bool:
-        return not getattr(state, "busy", False) and level() is None
+        return not getattr(state, "busy", False) and outside_transforms()
 
     original_grad = torch.autograd.grad
 

@@ -11,12 +11,7 @@ def saved_tensors_watch(packed):
     """A saved-tensors hook that notes what autograd saves and keeps it as it is; none while the script's own
     hooks are active (`save_on_cpu`, offloading): on top of them it would bypass them, and the step measured
     would not be the script's (its saved tensors are then not told apart from temporaries)."""
-    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-    try:
-        theirs = top(False) if top is not None else None
-    except (TypeError, RuntimeError):  # another signature: as if none
-        theirs = None
-    if theirs is not None:
+    if _top_hooks() is not None:
         return contextlib.nullcontext()
     return torch.autograd.graph.saved_tensors_hooks(packed, _unpacked)
 
@@ -30,11 +25,7 @@ def saved_tensors_aside():
     """The watch above taken off for a call that refuses any saved-tensors hook (a torch.func transform: the
     script has none without perfaudit), and put back after it; what autograd saves inside the transform is
     freed with it, counted as the step's temporaries."""
-    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-    try:
-        hooks = top(False) if top is not None else None
-    except (TypeError, RuntimeError):  # another signature: as if none
-        hooks = None
+    hooks = _top_hooks()
     ours = hooks is not None and hooks[1] is _unpacked
     if ours:
         torch._C._autograd._pop_saved_tensors_default_hooks()
@@ -43,3 +34,12 @@ def saved_tensors_aside():
     finally:
         if ours:
             torch._C._autograd._push_saved_tensors_default_hooks(*hooks)
+
+
+def _top_hooks():
+    """The innermost saved-tensors hooks in force (pack, unpack), else None."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    try:
+        return top(False) if top is not None else None
+    except (TypeError, RuntimeError):  # another signature: as if none
+        return None
