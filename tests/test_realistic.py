@@ -72,6 +72,32 @@ def test_a_critic_stepping_five_times_a_generator_step_is_said_to(realistic_repo
     assert notes and "RMSprop (line 11) steps once every 5 of them" in notes[0], notes
 
 
+def test_a_hostile_window_record_gives_a_cadence_or_nothing():
+    """The optimizers' counts and order come from the trace, the user's file: any JSON there gives a note or
+    none, and never a cadence made of a count perfaudit could not have written (a string, a negative, a bool)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from perfaudit.usecases.audit import _what_a_step_is
+
+    class Trace:
+        def __init__(self, window):
+            self.probes = {"window": window, "probes": {}}
+
+    values = st.recursive(st.none() | st.booleans() | st.integers(-5, 50) | st.floats() | st.text(max_size=3),
+                          lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner,
+                                                                                         max_size=4), max_leaves=12)
+    labels = st.sampled_from(["SGD (line 3)", "Adam (line 4)", "x"])
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.dictionaries(labels, values, max_size=3) | values, st.lists(labels | values, max_size=30) | values)
+    def check(counts, order):
+        note = _what_a_step_is({}, Trace({"optimizer_steps": counts, "optimizer_order": order}))
+        assert note is None or (isinstance(note, str) and "every -" not in note and "every 0" not in note), note
+
+    check()
+
+
 def test_a_worker_count_from_the_scripts_option_is_changed_through_that_option(realistic_reports):
     """unet_segmentation.py builds its loader with `num_workers=args.workers` (`--workers`, default 0): DATA001
     says to pass the option, with the count it recommends, and how to audit that run."""

@@ -230,11 +230,13 @@ def _what_a_step_is(outcome: dict, trace) -> str | None:
         return (f"{named} steps with a closure (optimizer.step(closure)): one measured step is one closure step, "
                 "its forward and backward run inside the optimizer's step")
     cadence, order = window.get("optimizer_steps"), window.get("optimizer_order")
-    if isinstance(cadence, dict) and len(cadence) > 1 and len(set(cadence.values())) > 1:
+    cadence = {name: count for name, count in cadence.items() if type(count) is int and count > 0} \
+        if isinstance(cadence, dict) else {}  # a trace is the user's file: counts as perfaudit writes them
+    if len(cadence) > 1 and len(set(cadence.values())) > 1:
         ranked = sorted(cadence.items(), key=lambda kv: -kv[1])
         (first, most), rest = ranked[0], ranked[1:]
         order = order if isinstance(order, list) else []
-        others = "; ".join(_cadence(name, count, most, _gaps(order, first, name)) for name, count in rest if count)
+        others = "; ".join(_cadence(name, count, most, _gaps(order, first, name)) for name, count in rest)
         return (f"the optimizers step at different cadences: one measured step is one step of {first}; {others} "
                 "(figures per step include their share)")
     return None
