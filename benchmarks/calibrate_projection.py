@@ -2,15 +2,15 @@
 print the per-op error held out by GPU, beside plain roofline's.
 
     python benchmarks/calibrate_projection.py          # print the errors with the shipped calibration
-    python benchmarks/calibrate_projection.py --fit    # refit on all GPUs and print what to ship
+    python benchmarks/calibrate_projection.py --fit    # refit on all GPUs and print what to ship (the
+                                                       # calibration's values, and each GPU's measured ones)
     python benchmarks/calibrate_projection.py --all    # kernels over 50 ms too (clock throttling shows)
 
 Memory-bound ops (the floor and the bandwidth efficiency) and fp32 matrix ops come from NeuSight's labels
 (benchmarks/neusight.py). Error is time-weighted: sum |projected - measured| / sum measured, per GPU, fitted
-on the other GPUs."""
+on the other GPUs, that GPU's own measured efficiencies (devices.yaml) dropped."""
 from __future__ import annotations
 
-import itertools
 import sys
 from collections import defaultdict
 from dataclasses import replace
@@ -26,6 +26,8 @@ GRID = {
     "memory_efficiency": [0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95],
     "matmul_fp32": [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0],
 }
+# a GPU's own efficiencies, where its labels are measured: a finer grid (the 70 W cards sit far below)
+OWN = [round(0.3 + 0.025 * i, 3) for i in range(27)]
 
 
 def _cal(floor, mem, mm) -> dict:
@@ -36,7 +38,7 @@ def _cal(floor, mem, mm) -> dict:
 
 
 def error(data, cal, model=kernel_us, unseen: bool = False) -> float:
-    """Time-weighted error; `unseen`: as for a GPU nothing was measured on (its own fp32_sustained dropped)."""
+    """Time-weighted error; `unseen`: as for a GPU nothing was measured on (its own efficiencies dropped)."""
     measured = sum(us for _, _, _, us in data)
     if not measured:
         return 0.0
@@ -44,24 +46,50 @@ def error(data, cal, model=kernel_us, unseen: bool = False) -> float:
     for _, d, w, us in data:
         device = device_named(d)
         if unseen:
-            device = replace(device, fp32_sustained=1.0)
+            device = _unseen(device)
         total += abs((model(w, device) if model is roofline_us else model(w, device, cal)) - us)
     return total / measured
 
 
-def log_error(data, cal) -> float:
+def _unseen(device):
+    return replace(device, sgemm_efficiency=None, memory_efficiency=None)
+
+
+def log_error(data, cal, device=None) -> float:
     """The mean |log(projected / measured)|: what the fit minimises, so that no GPU's large times outweigh
-    the others' (the printed error is time-weighted)."""
-    return sum(abs(log(kernel_us(w, device_named(d), cal) / us)) for _, d, w, us in data) / max(len(data), 1)
+    the others' (the printed error is time-weighted). `device`: every row on this one."""
+    return sum(abs(log(kernel_us(w, device or _unseen(device_named(d)), cal) / us))
+               for _, d, w, us in data) / max(len(data), 1)
 
 
-def fit(data) -> dict:
-    memory = [r for r in data if r[0] == "memory"]
-    matmul = [r for r in data if r[0] == "matmul"]
-    floor, mem = min(itertools.product(GRID["kernel_floor_us"], GRID["memory_efficiency"]),
-                     key=lambda fm: log_error(memory, _cal(fm[0], fm[1], 1.0)))
-    mm = min(GRID["matmul_fp32"], key=lambda e: log_error(matmul, _cal(floor, mem, e)))
-    return _cal(floor, mem, mm)
+def fit(data) -> tuple[dict, dict]:
+    """The calibration's values and each GPU's measured efficiencies (devices.yaml `memory_efficiency`: the
+    bandwidth share its memory-bound ops reach; `sgemm_efficiency`: the FP32 share its GEMMs reach). The
+    floor is fitted with every GPU at its own bandwidth share; the calibration's efficiencies, what a GPU
+    with no labels gets, are the median GPU's."""
+    gpus = sorted({r[1] for r in data})
+    rows_of = {(g, cls): [r for r in data if r[1] == g and r[0] == cls] for g in gpus for cls in ("memory", "matmul")}
+
+    def own(gpu: str, cls: str, cal: dict) -> tuple[float, float] | None:
+        part = rows_of[(gpu, cls)]
+        if not part:
+            return None
+        key = "memory_efficiency" if cls == "memory" else "sgemm_efficiency"
+        device = _unseen(device_named(gpu))
+        return min((log_error(part, cal, replace(device, **{key: e})) * len(part), e) for e in OWN)
+
+    def floor_error(floor: float) -> float:
+        cal = _cal(floor, 0.75, 0.75)
+        return sum(found[0] for g in gpus if (found := own(g, "memory", cal)))
+
+    floor = min(GRID["kernel_floor_us"], key=floor_error)
+    base = _cal(floor, 0.75, 0.75)
+    measured = {g: {key: (found[1] if (found := own(g, cls, base)) else None)
+                    for key, cls in (("memory_efficiency", "memory"), ("sgemm_efficiency", "matmul"))} for g in gpus}
+    pooled = {cls: [r for r in data if r[0] == cls] for cls in ("memory", "matmul")}
+    mem = min(GRID["memory_efficiency"], key=lambda e: log_error(pooled["memory"], _cal(floor, e, 0.75)))
+    mm = min(GRID["matmul_fp32"], key=lambda e: log_error(pooled["matmul"], _cal(floor, mem, e)))
+    return _cal(floor, mem, mm), measured
 
 
 LONG_US = 50_000  # kernels longer than a training step's are where a card's clock throttles (P100: 11 s GEMMs)
@@ -75,12 +103,12 @@ def main() -> None:
     for r in data:
         by_gpu[r[1]].append(r)
     shipped = calibration()
-    print("time-weighted per-op error; held out: fitted on the other GPUs, the GPU's own measured FP32 derating "
+    print("time-weighted per-op error; held out: fitted on the other GPUs, the GPU's own measured efficiencies "
           "dropped; shipped: calibration.yaml and devices.yaml as shipped")
     print(f"{'GPU':<16}{'class':<8}{'rows':>6}{'held out':>10}{'shipped':>9}{'roofline':>10}")
     totals = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
     for gpu, own in sorted(by_gpu.items()):
-        held = fit([r for r in data if r[1] != gpu])
+        held, _ = fit([r for r in data if r[1] != gpu])
         for cls in ("matmul", "memory"):
             part = [r for r in own if r[0] == cls]
             t = sum(us for *_, us in part)
@@ -97,9 +125,11 @@ def main() -> None:
     t, h, s, r = (sum(v[i] for v in totals.values()) for i in range(4))
     print(f"{'all GPUs':<16}{'all':<8}{'':>6}{h / t:>9.1%}{s / t:>9.1%}{r / t:>10.1%}")
     if "--fit" in sys.argv:
-        cal = fit(data)
+        cal, measured = fit(data)
         print("fitted on all:", {k: cal[k] for k in ("kernel_floor_us", "memory_efficiency")}, "matmul fp32",
               cal["matmul"]["fp32"])
+        for gpu, own in measured.items():
+            print(f"  {gpu:<16} measured: {own}")
 
 
 if __name__ == "__main__":

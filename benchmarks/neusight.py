@@ -9,9 +9,24 @@ from pathlib import Path
 
 from perfaudit.projection.devices import device_named
 from perfaudit.projection.kernels import Work
+from perfaudit.projection.work import work_of
+from perfaudit.trace.model import Event
 
 DATA = Path(__file__).with_name("data") / "neusight_ops.csv.gz"
-THREE_ARRAYS = {"add", "mul", "div", "pow"}   # two inputs and an output; the `…u` ops and activations: one input
+F = "float"
+# each memory-bound op as the profiler records it (name, input types; "x": the [b, m] input, "w": an [m]
+# weight): its bytes come from projection/work.py, as a CPU run's ops get theirs. `…u`: with a scalar.
+OPS = {"add": ("aten::add", "xxs"), "mul": ("aten::mul", "xx"), "div": ("aten::div", "xx"), "pow": ("aten::pow", "xx"),
+       "addu": ("aten::add", "xss"), "mulu": ("aten::mul", "xs"), "divu": ("aten::div", "xs"),
+       "powu": ("aten::pow", "xs"), "gelu": ("aten::gelu", "xs"), "relu": ("aten::relu", "x"),
+       "tanh": ("aten::tanh", "x"), "ln": ("aten::native_layer_norm", "xswws"), "softmax": ("aten::_softmax", "xss")}
+
+
+def _op(op: str, b: int, m: int) -> Event:
+    name, inputs = OPS[op]
+    dims = [[b, m] if c == "x" else [m] if c == "w" else [] for c in inputs]
+    types = [F if c in "xw" else "Scalar" for c in inputs]
+    return Event("cpu_op", name, 0.0, 0.0, 0, 0, {"Input Dims": dims, "Input type": types})
 
 
 def rows() -> list[tuple[str, str, Work, float]]:
@@ -30,8 +45,6 @@ def rows() -> list[tuple[str, str, Work, float]]:
                             gemm=(b, m, n, k))
                 cls = "matmul"
             else:
-                arrays = 3 if r["op"] in THREE_ARRAYS else 2
-                work = Work("memory", bytes=4.0 * arrays * b * m)
-                cls = "memory"
+                work, cls = work_of(_op(r["op"], b, m)), "memory"
             out.append((cls, device.name, work, us))
     return out

@@ -17,10 +17,11 @@ class Device:
     sms: int
     pcie: int             # the host link's PCIe generation
     match: tuple
-    fp32_sustained: float = 1.0   # share of the nominal FP32 peak a long FP32 GEMM sustains (devices.yaml)
+    sgemm_efficiency: float | None = None   # measured share of the FP32 peak an FP32 GEMM reaches (devices.yaml)
     memory_gib: float = 0.0       # its memory (datasheet)
     compute_capability: float = 0.0  # NVIDIA's (9.0: Hopper); 0: not an NVIDIA GPU, or not in the table
     memory_bytes: int = 0         # its memory as the device reports it (a recorded trace's), where known
+    memory_efficiency: float | None = None  # measured share of peak bandwidth a streaming kernel reaches
 
     @property
     def reported_memory(self) -> int:
@@ -91,9 +92,13 @@ def entry_by_architecture(props: dict | None) -> dict | None:
 
 def _device(entry: dict) -> Device:
     return Device(entry["name"], dict(entry["tflops"]), float(entry["memory_gbs"]), int(entry["sms"]),
-                  int(entry["pcie"]), tuple(entry["match"]), float(entry.get("fp32_sustained", 1.0)),
+                  int(entry["pcie"]), tuple(entry["match"]), _measured(entry, "sgemm_efficiency"),
                   float(entry.get("memory_gib", 0.0)), float(entry.get("compute_capability", 0.0)),
-                  int(entry.get("memory_bytes", 0)))
+                  int(entry.get("memory_bytes", 0)), _measured(entry, "memory_efficiency"))
+
+
+def _measured(entry: dict, key: str) -> float | None:
+    return float(entry[key]) if entry.get(key) is not None else None
 
 
 def device_named(name: str | None) -> Device | None:

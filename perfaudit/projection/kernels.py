@@ -67,11 +67,13 @@ def kernel_us(work: Work, device: Device, cal: dict | None = None) -> float:
     if work.kind == "none" or not (isfinite(work.flops) and isfinite(work.bytes)):
         return 0.0
     floor = cal["kernel_floor_us"] * work.kernels
-    memory = work.bytes / (device.memory_gbs * 1e3 * cal["memory_efficiency"])   # GB/s -> bytes/µs
+    memory = work.bytes / (device.memory_gbs * 1e3 * (device.memory_efficiency or cal["memory_efficiency"]))
     if work.kind in MATH_KINDS:
         tensor = work.precision != "fp32"
         eff = cal[work.kind]["tensor" if tensor else "fp32"]
-        util = gemm_utilisation(work.gemm, device.sms, cal) * (1.0 if tensor else device.fp32_sustained)
+        if not tensor and device.sgemm_efficiency:   # measured on this device: its clocks, its SGEMM
+            eff *= device.sgemm_efficiency / cal["matmul"]["fp32"]
+        util = gemm_utilisation(work.gemm, device.sms, cal)
         math = work.flops / (device.peak_flops(work.precision) * 1e-6 * eff * util)
         return max(math, memory, 0.0) + floor
     return max(memory, 0.0) + floor

@@ -188,7 +188,9 @@ def work_of(op: Event, tf32_matmul: bool = False, tf32_conv: bool = True, bf16_a
     elif short.startswith(REDUCTIONS) or short.endswith("_backward") and "loss" in short:
         moved = total
     elif short in ("_softmax", "_log_softmax", "softmax", "log_softmax") and sizes:
-        moved = (2 if _row(op) <= 1024 else 3) * sizes[0] + sizes[0]  # a long row is read again per pass
+        moved = (1 if _row(op) <= 1024 else 2) * sizes[0] + sizes[0]  # a long row is read again for its sums
+    elif short in ("native_layer_norm", "layer_norm") and sizes:
+        moved = 3 * sizes[0] + sum(sizes[1:])  # read for its statistics, read again to normalise, written
     elif short == "embedding" and len(sizes) > 1:  # the rows looked up, read and written, and the indices
         moved = 2 * _embedding_out(op) + sizes[1]
     else:
