@@ -12,9 +12,10 @@ import ast
 HOST_READS = frozenset({"item", "cpu", "numpy", "tolist"})
 # Calls that move a tensor to the device.
 DEVICE_COPIES = frozenset({"to", "cuda", "copy_"})
-# torch factory functions: without `device=` they create on the host.
+# torch factory functions: without `device=` they create on the host. Not `from_numpy`: it wraps a NumPy
+# array's host memory and takes no `device=`; its move is a copy of host data (COPY001's), as a batch's is.
 CREATION = frozenset({"randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace", "eye",
-                      "tensor", "as_tensor", "from_numpy", "randperm", "normal"})
+                      "tensor", "as_tensor", "randperm", "normal"})
 # Optimizers with a foreach and (for the first four) a fused implementation in torch 2.x.
 FUSABLE_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
 FOREACH_OPTIMIZERS = FUSABLE_OPTIMIZERS | {"Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"}

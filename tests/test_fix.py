@@ -121,6 +121,19 @@ def test_a_multi_line_call_keeps_its_layout_and_its_comments(tmp_path):
         ''')
 
 
+def test_a_factory_moved_to_the_device_is_made_there_and_a_numpy_arrays_copy_is_left_alone(tmp_path):
+    """`torch.randn(...).to(device)` takes `device=`; `torch.from_numpy(...)` has no `device=` (it wraps host
+    memory): adding one would break the line, so it is no factory to the edit."""
+    path = _write(tmp_path, """\
+        import torch
+        noise = torch.randn(8, 4).to(device)
+        batch = torch.from_numpy(array).to(device)
+        """)
+    plan = plan_fixes([_finding("COPY002", path, 2, 3, kind="create_on_device")], str(tmp_path))
+    fixed = plan.files[0].fixed.splitlines()
+    assert fixed[1] == "noise = torch.randn(8, 4, device=device)" and fixed[2] == "batch = torch.from_numpy(array).to(device)"
+
+
 @pytest.mark.parametrize("deterministic", [False, True, None])
 def test_the_cudnn_flag_is_left_to_a_script_that_asks_for_reproducible_runs(tmp_path, deterministic):
     """CUDNN001's edit turns benchmarking on, except in a script that sets cudnn.deterministic = True (the

@@ -117,6 +117,17 @@ def test_a_libraries_own_read_in_the_models_forward_names_the_option_that_remove
     assert "attention mask for padding" in at["detail"] and "attention_mask=None" in at["detail"], at
 
 
+def test_a_batch_cut_from_a_numpy_array_is_a_copy_to_pin_not_a_tensor_to_make_on_the_device(realistic_reports):
+    """dp_sgd_per_sample.py cuts each batch from NumPy arrays (`torch.from_numpy(x_all[idx]).to(device)`): host
+    data, which no `device=` could make on the GPU. COPY001, told to pin it or keep the data on the device (no
+    DataLoader is there to pin it); not COPY002, whose fix `torch.from_numpy(..., device=)` would not run.
+    nanogpt_style.py's memmap'd batches, pinned and non_blocking, are clean (its markers)."""
+    findings = realistic_reports["dp_sgd_per_sample.py"]["run"]["findings"]
+    copy = next(f for f in findings if f["rule"] == "COPY001")
+    assert "pin_memory().to(device, non_blocking=True)" in copy["fix"] and "DataLoader(" not in copy["fix"], copy
+    assert not [f for f in findings if f["rule"] == "COPY002"]
+
+
 def test_a_schedule_kept_on_the_host_and_indexed_by_a_device_read_is_told_to_move(realistic_reports):
     """diffusion_schedule.py keeps its noise schedule as plain attributes (on the host after `.to(device)`) and
     indexes it with `t.cpu()`: SYNC001 at that line, twice a step, says the table is on the host and how to move it."""

@@ -90,7 +90,7 @@ def copy_sites(ctx: Context, origins: set[str], only_costly: bool) -> list[Site]
         detail = (f"{ORIGIN[copy['origin']]}{made_text}, {_size(per_copy)} each, "
                   + ("pinned" if pinned else "pageable") + (", non_blocking" if non_blocking else ", blocking"))
         site = site_from_probe(ctx, copy["site"], detail, blocking=not non_blocking, pageable=not pinned,
-                               estimated=True, emulated=True, lines=[copy["site"]["line"]])
+                               estimated=True, emulated=True, lines=[copy["site"]["line"]], origin=copy["origin"])
         site.count = count
         site.ms = per_copy * count / ((PINNED_GBPS if pinned else PAGEABLE_GBPS) * 1e9) * 1000.0
         site.steps_seen = set(by_step)

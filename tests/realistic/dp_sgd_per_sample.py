@@ -61,8 +61,8 @@ def main():
     lr, clipped_share = 0.5, []
     for step in range(args.steps):
         idx = rng.choice(len(x_all), args.batch_size, replace=False)
-        xb = torch.from_numpy(x_all[idx]).to(device)  # expect-run: COPY002
-        yb = torch.from_numpy(y_all[idx]).to(device)  # expect-run: COPY002
+        xb = torch.from_numpy(x_all[idx]).to(device)  # expect-run: COPY001
+        yb = torch.from_numpy(y_all[idx]).to(device)  # expect-run: COPY001
         grads = per_sample_grads(params, buffers, model, xb, yb)
         noisy, norms = privatize(grads, args.clip, args.sigma)
         with torch.no_grad():

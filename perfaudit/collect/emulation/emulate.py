@@ -18,7 +18,6 @@ from ..internal import record_internal_error
 from ..wrap import on_undo, patch
 from . import cuda_shim
 from .checkpointing import checkpoint_compares_without_the_device
-from .factories import follow_from_numpy
 from .memory.device_memory import DeviceMemory
 from .placement import Placement
 from .precision.autocast import follow_autocast
@@ -42,7 +41,6 @@ def install(probes, steps_ended, gpu: dict | None = None) -> Placement:
     follow_autocast(mode)
     _compiled_code_without_the_mode(mode)
     follow_func_transforms(mode)
-    follow_from_numpy(mode)
     checkpoint_compares_without_the_device()
     _host_fetches_without_the_mode(mode)
     _cpu_branch_without_the_mode(mode)

@@ -148,12 +148,14 @@ def source_pins(ctx: Context) -> bool:
 
 
 @fact("copy.kinds", "What the copy sites reported are: any blocking (no non_blocking=True), any from "
-                    "pageable memory (an unpinned DataLoader), so that the fix names only what is missing.",
+                    "pageable memory (an unpinned DataLoader), any a DataLoader's batch (on the emulated device, "
+                    "which knows; else assumed), so that the fix names only what is missing.",
       needs=("stacks",))
 def copy_kinds(ctx: Context) -> dict:
     sites = ctx.get("copy.pageable_sites")
     return {"blocking": any(s.extra.get("blocking", True) for s in sites),
-            "pageable": any(s.extra.get("pageable", True) for s in sites)}
+            "pageable": any(s.extra.get("pageable", True) for s in sites),
+            "from_loader": any(s.extra.get("origin", "loader") in ("loader", "sample") for s in sites)}
 
 
 @fact("data.unpinned_loaders", "DataLoaders that fed batches during the run with pin_memory=False (on a CPU "
