@@ -14,8 +14,9 @@ HOST_READS = frozenset({"item", "cpu", "numpy", "tolist"})
 DEVICE_COPIES = frozenset({"to", "cuda", "copy_"})
 # torch factory functions: without `device=` they create on the host. Not `from_numpy`: it wraps a NumPy
 # array's host memory and takes no `device=`; its move is a copy of host data (COPY001's), as a batch's is.
-CREATION = frozenset({"randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace", "eye",
-                      "tensor", "as_tensor", "randperm", "normal"})
+CREATION = frozenset({"randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace", "logspace",
+                      "eye", "tensor", "as_tensor", "randperm", "normal", "hann_window", "hamming_window",
+                      "blackman_window", "bartlett_window", "kaiser_window", "tril_indices", "triu_indices"})
 # Optimizers with a foreach and (for the first four) a fused implementation in torch 2.x.
 FUSABLE_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
 FOREACH_OPTIMIZERS = FUSABLE_OPTIMIZERS | {"Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"}

@@ -154,6 +154,20 @@ def test_what_the_cpu_run_finds_the_default_run_finds_too(tmp_path, realistic_re
     assert auto["run"]["device"] == expected
 
 
+def test_both_modes_tell_a_host_made_window_from_a_batch_copy(tmp_path, realistic_reports):
+    """audio_keywords.py makes its STFT window on the host in every forward and moves it (COPY002), and moves
+    unpinned DataLoader batches (COPY001). `--device cpu` found the window's move under COPY001 too (every
+    `.to(device)` of a step counted as a batch's), and no window function counted as a factory."""
+    path = REALISTIC / "audio_keywords.py"
+    lines = path.read_text().splitlines()
+    window = next(n for n, text in enumerate(lines, 1) if "hann_window(N_FFT).to(" in text)
+    batch = next(n for n, text in enumerate(lines, 1) if "wave.to(device)" in text)
+    plain, _, _ = _run(tmp_path, path, "--device", "cpu")
+    for report in (plain, realistic_reports[path.name]["run"]):
+        at = {(f["rule"], loc["line"]) for f in report["findings"] for loc in f["locations"]}
+        assert ("COPY002", window) in at and ("COPY001", batch) in at and ("COPY001", window) not in at, at
+
+
 def test_the_gpu_switch_is_read_from_the_scripts_own_options(tmp_path):
     from perfaudit.static.gpu_switch import gpu_switch
     cases = {

@@ -97,6 +97,13 @@ def _device_moves(ctx: Context):
                 yield step, f, call
 
 
+def _made_on_host(ctx: Context, f, call) -> bool:
+    """Whether the tensor a device move copies was made by a host factory (`torch.randn(...)`), in the call
+    or in an assignment of its name in that function."""
+    origins = [call.receiver] + ctx.source.assignments(f.path, f.line, f.func).get(call.receiver, [])
+    return any(creates_on_host_text(o) for o in origins)
+
+
 def _cpu_copy_sites(ctx: Context) -> list[Site]:
     """On a CPU run: the lines that move each batch to the device, from the trace's aten::to ops and
     the source (no copy happens on the CPU, but the same line pays on a GPU)."""
@@ -108,7 +115,7 @@ def _cpu_copy_sites(ctx: Context) -> list[Site]:
     sites: dict[tuple, Site] = {}
     for step, f, call in _device_moves(ctx):
         blocking = call.kwargs.get("non_blocking") is not True
-        if not blocking and not unpinned:
+        if (not blocking and not unpinned) or _made_on_host(ctx, f, call):  # COPY002's, not a batch
             continue
         path = ctx.source.display_path(f.path)
         site = sites.setdefault((path, call.line), Site(
@@ -175,8 +182,7 @@ def host_created_sites(ctx: Context) -> list[Site]:
         return copy_sites(ctx, {"made"}, only_costly=False)
     sites: dict[tuple, Site] = {}
     for step, f, call in _device_moves(ctx):  # in a loop or in a helper the step calls: steps_seen says
-        origins = [call.receiver] + ctx.source.assignments(f.path, f.line, f.func).get(call.receiver, [])
-        if not any(creates_on_host_text(o) for o in origins):
+        if not _made_on_host(ctx, f, call):
             continue
         path = ctx.source.display_path(f.path)
         site = sites.setdefault((path, call.line), Site(path, call.line, f.func, call.code, call.call,
