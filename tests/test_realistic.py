@@ -128,6 +128,19 @@ def test_a_batch_cut_from_a_numpy_array_is_a_copy_to_pin_not_a_tensor_to_make_on
     assert not [f for f in findings if f["rule"] == "COPY002"]
 
 
+def test_an_if_on_a_device_tensor_is_placed_at_its_own_line_beside_a_logged_item(realistic_reports):
+    """multitask_tqdm.py guards its step with `if torch.isnan(norm):` and logs `loss.item()` and `float(norm)` in
+    a tqdm postfix. The trace shows the `if`'s read as an op with no Python call, which the source search placed
+    at the function's `.item()`: three reads a step at the postfix. The emulated run saw it at the `if`."""
+    path = REALISTIC / "multitask_tqdm.py"
+    lines = path.read_text().splitlines()
+    guard = next(n for n, text in enumerate(lines, 1) if "if torch.isnan(norm)" in text)
+    postfix = next(n for n, text in enumerate(lines, 1) if "set_postfix" in text)
+    sync = next(f for f in realistic_reports[path.name]["run"]["findings"] if f["rule"] == "SYNC001")
+    counts = [(loc["line"], loc["count_per_step"]) for loc in sync["locations"]]
+    assert counts == [(guard, 1.0), (postfix, 2.0)], counts   # one location a line, counts added up
+
+
 def test_a_schedule_kept_on_the_host_and_indexed_by_a_device_read_is_told_to_move(realistic_reports):
     """diffusion_schedule.py keeps its noise schedule as plain attributes (on the host after `.to(device)`) and
     indexes it with `t.cpu()`: SYNC001 at that line, twice a step, says the table is on the host and how to move it."""

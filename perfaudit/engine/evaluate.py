@@ -1,6 +1,7 @@
 """Evaluate rules against the facts of one trace: conditions, evidence, cost, severity, message."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..facts import Context, Missing, Site
@@ -216,7 +217,10 @@ def _cost(ev: _Evaluation, step_ms: float) -> Cost:
     return Cost(ms, share, bool(estimated))
 
 
-def _locations(sites: list[Site], n_steps: int):
+def _locations(sites: list[Site], n_steps: int) -> list[Location]:
+    """One location per line and detail: two sites that share a line (a `.item()` and an `if` on a tensor the
+    run placed there) add up."""
+    out: dict[tuple, Location] = {}
     for site in sites:
         if not site.path:
             continue
@@ -226,5 +230,15 @@ def _locations(sites: list[Site], n_steps: int):
         for line in site.extra.get("lines") or [site.line]:
             code = site.code if line == site.line else code_of.get(line, "")
             part = share.get(line, 1.0)
-            yield Location(site.path, line, code, site.detail, per_step["count_per_step"] * part,
-                           per_step["ms_per_step"] * part, site.exact)
+            here = Location(site.path, line, code, site.detail, per_step["count_per_step"] * part,
+                            per_step["ms_per_step"] * part, site.exact)
+            key = (site.path, line, site.detail)
+            seen = out.get(key)
+            out[key] = here if seen is None else replace(
+                seen, code=seen.code or code, count_per_step=_add(seen.count_per_step, here.count_per_step),
+                ms_per_step=_add(seen.ms_per_step, here.ms_per_step), exact=seen.exact and here.exact)
+    return list(out.values())
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    return None if a is None and b is None else (a or 0.0) + (b or 0.0)

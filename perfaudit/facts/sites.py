@@ -6,6 +6,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..source import CallSite
 from .registry import Context
 
 _OWN_FRAMES = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"})
@@ -44,10 +45,14 @@ def site_from_probe(ctx: Context, where: dict | None, detail: str, **extra) -> S
 class SiteCollector:
     """Groups evidence events by the user line they come from."""
 
-    def __init__(self, ctx: Context, fallback_calls: Collection[str] = frozenset(), forms: tuple[str, ...] = ()):
+    def __init__(self, ctx: Context, fallback_calls: Collection[str] = frozenset(), forms: tuple[str, ...] = (),
+                 seen_lines: dict[tuple[str, str, str], list[int]] | None = None):
         self.ctx = ctx
         self.fallback = set(fallback_calls)
         self.forms = forms
+        # (display path, function, detail) -> the lines where the run itself saw what an op of that detail without
+        # a Python call of its own came from (the emulated device's `if tensor:` reads): before any source search
+        self.seen_lines = seen_lines or {}
         self.sites: dict[tuple, Site] = {}
 
     def add_all(self, items: list[tuple], hints: dict[str, tuple[Collection[str], tuple]] | None = None,
@@ -72,8 +77,11 @@ class SiteCollector:
                 where = (f.path, f.line, f.func, att.via, att.via_path, detail)
                 if where not in located:
                     fallback, forms = (hints or {}).get(detail, (self.fallback, self.forms))
-                    calls, exact = self.ctx.source.locate(f.path, f.line, f.func, att.via, fallback, forms,
-                                                          att.via_path)
+                    seen = self.seen_lines.get((self.ctx.source.display_path(f.path), f.func, detail)) \
+                        if att.via is None else None
+                    calls, exact = ([CallSite(n, f.func, self.ctx.source.line_text(f.path, n)) for n in seen], True) \
+                        if seen else self.ctx.source.locate(f.path, f.line, f.func, att.via, fallback, forms,
+                                                            att.via_path)
                     theirs = own.get(f.path, set()) if f.func not in _OWN_FRAMES else set()
                     mine = [c for c in calls if c.line not in theirs]
                     located[where] = (mine or calls, exact)

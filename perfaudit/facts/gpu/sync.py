@@ -125,7 +125,7 @@ def sync_sites(ctx: Context):
                      or _device_read_in(ctx, attributions.get(id(item[0])), on_device)]
     items = [_for_grad_scaler(_for_framework(_for_module(item, att), att), att) for item in items
              for att in [attributions.get(id(item[0]))]]
-    collector = SiteCollector(ctx, *COPY_FALLBACK)
+    collector = SiteCollector(ctx, *COPY_FALLBACK, seen_lines=_callless_reads(ctx) if emulated(ctx) else None)
     collector.add_all(items, hints={DETAIL["aten::_local_scalar_dense"]: SCALAR_FALLBACK, GRAD_SCALER: SCALAR_FALLBACK,
                                     DETAIL["aten::nonzero"]: NONZERO_FALLBACK}, attributions=attributions)
     sites = collector.result()
@@ -145,6 +145,24 @@ def sync_sites(ctx: Context):
     for site in kept:
         _for_host_table(ctx, site)
     return kept
+
+
+# reads the emulated device saw that make no Python call a trace records (`if loss:`, `x[t]`, an f-string)
+_CALLLESS = {"bool(tensor)", "index(tensor)", "int(tensor)", "float(tensor)", "format(tensor)"}
+
+
+def _callless_reads(ctx: Context) -> dict[tuple[str, str, str], list[int]]:
+    """(display path, function, the scalar read's detail) -> the lines of the user's own reads of device values
+    the emulated device saw there, of the kinds the trace shows as an op with no Python call: the trace alone
+    can only guess their line (a `.item()` elsewhere in the function), the run knows it."""
+    out: dict[tuple[str, str, str], set[int]] = {}
+    for read in ctx.probes["cuda_emulation"]["reads"]:
+        where = read.get("site") or {}
+        if read.get("api") in _CALLLESS and not read.get("inside") and in_measured_steps(ctx, read) \
+                and where.get("path") and where.get("func") and isinstance(where.get("line"), int):
+            key = (ctx.source.display_path(where["path"]), where["func"], DETAIL["aten::_local_scalar_dense"])
+            out.setdefault(key, set()).add(where["line"])
+    return {key: sorted(lines) for key, lines in out.items()}
 
 
 def _for_host_table(ctx: Context, site) -> None:
