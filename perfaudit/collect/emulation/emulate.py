@@ -18,6 +18,7 @@ from ..internal import record_internal_error
 from ..wrap import on_undo, patch
 from . import cuda_shim
 from .checkpointing import checkpoint_compares_without_the_device
+from .grouping import group_on_the_emulated_device
 from .memory.device_memory import DeviceMemory
 from .placement import Placement
 from .precision.autocast import follow_autocast
@@ -41,6 +42,7 @@ def install(probes, steps_ended, gpu: dict | None = None) -> Placement:
     follow_autocast(mode)
     _compiled_code_without_the_mode(mode)
     follow_func_transforms(mode)
+    group_on_the_emulated_device(mode)
     checkpoint_compares_without_the_device()
     _host_fetches_without_the_mode(mode)
     _cpu_branch_without_the_mode(mode)
