@@ -168,14 +168,15 @@ def test_both_modes_tell_a_host_made_window_from_a_batch_copy(tmp_path, realisti
         assert ("COPY002", window) in at and ("COPY001", batch) in at and ("COPY001", window) not in at, at
 
 
-def test_clipping_gradients_reads_nothing_back_from_the_device(realistic_reports):
-    """clip_grad_norm_ groups the gradients by device in C++, which saw the emulated device's tensors on the
-    CPU: it moved its clip coefficient to "cpu", a blocking read a GPU never makes, every step (and the
-    projection waited for the GPU's queue there). nanogpt_style.py clips every step: the only reads left are
-    the GradScaler's own and the logging's."""
-    run_dir = Path(realistic_reports["nanogpt_style.py"]["run_dir"])
+@pytest.mark.parametrize("name,grouped_by", [("nanogpt_style.py", "clip_grad"), ("fp16_scaler_trainer.py", "adam")])
+def test_clipping_and_fused_steps_read_nothing_back_from_the_device(realistic_reports, name, grouped_by):
+    """clip_grad_norm_ and the fused optimizers group tensors by device in C++, which saw the emulated device's
+    on the CPU: clipping moved its coefficient to "cpu", a blocking read a GPU never makes, every step (and the
+    projection waited for the GPU's queue there); fused AdamW moved the GradScaler's scale and inf flag. The
+    reads left are the GradScaler's own and the scripts'."""
+    run_dir = Path(realistic_reports[name]["run_dir"])
     reads = run_trace_json(run_dir / "trace.json.gz")["perfaudit"]["probes"]["cuda_emulation"]["reads"]
-    assert not [r for r in reads if "clip_grad" in str(r.get("inside"))], reads
+    assert not [r for r in reads if grouped_by in str((r.get("inside") or {}).get("reader"))], reads
 
 
 def test_the_gpu_switch_is_read_from_the_scripts_own_options(tmp_path):
