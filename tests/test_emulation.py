@@ -729,6 +729,32 @@ def test_a_host_tensor_meeting_a_device_tensor_raises_as_on_a_gpu(tmp_path):
     assert "the tensor on the host was made at train.py:6" in outcome["message"], outcome
 
 
+def test_sequence_lengths_moved_to_the_device_refuse_to_pack_as_on_a_gpu(tmp_path):
+    """`pack_padded_sequence` takes its lengths on the CPU only: lengths moved to the device with the batch raise
+    on a GPU ("'lengths' argument should be a 1D CPU int64 tensor", pytorch/pytorch#43227, the seq2seq tutorials'
+    classic). The emulated device packed them without complaint; it raises as a GPU does, at the user's call."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "from torch.nn.utils.rnn import pack_padded_sequence\n"
+        "rnn = torch.nn.GRU(8, 16, batch_first=True).cuda()\n"
+        "opt = torch.optim.SGD(rnn.parameters(), lr=0.1)\n"
+        "for step in range(20):\n"
+        "    x, lengths = torch.randn(4, 10, 8).cuda(), torch.tensor([10, 7, 5, 2]).cuda()\n"
+        "    _, h = rnn(pack_padded_sequence(x, lengths, batch_first=True))\n"
+        "    opt.zero_grad()\n"
+        "    h.pow(2).mean().backward()\n"
+        "    opt.step()\n")
+    report, _, console = _run(tmp_path, script)
+    outcome = report["run"]["outcome"]
+    assert outcome["exception"] == "RuntimeError", outcome
+    assert "'lengths' argument should be a 1D CPU int64 tensor, but got 1D cuda:0 Long tensor" in outcome["message"]
+    assert outcome["site"]["line"] == 7 and "fails the same way on a GPU" in console, outcome
+    script.write_text(script.read_text().replace("pack_padded_sequence(x, lengths,", "pack_padded_sequence(x, lengths.cpu(),"))
+    fixed, _, _ = _run(tmp_path, script)
+    assert fixed["run"]["outcome"]["outcome"] in ("window_complete", "completed"), fixed["run"]["outcome"]
+
+
 def test_only_what_a_gpu_refuses_across_devices_raises():
     """A known host tensor of one dimension or more meets a device tensor in arithmetic, a product, a concatenation
     or a loss: raised. A 0-dim host tensor (a scalar to CUDA kernels), host indices, a copy across, and a tensor
