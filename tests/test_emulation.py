@@ -755,6 +755,54 @@ def test_sequence_lengths_moved_to_the_device_refuse_to_pack_as_on_a_gpu(tmp_pat
     assert fixed["run"]["outcome"]["outcome"] in ("window_complete", "completed"), fixed["run"]["outcome"]
 
 
+@pytest.mark.parametrize("layer,feed,says", [
+    ("torch.nn.Conv2d(3, 8, 3)", "torch.randn(64, 3, 8, 8)", "Input type (torch.FloatTensor) and weight type "
+                                                              "(torch.cuda.FloatTensor) should be the same"),
+    ("torch.nn.Embedding(100, 8)", "torch.randint(0, 100, (64, 8))", "Expected all tensors to be on the same device")])
+def test_a_batch_never_moved_to_the_device_fails_there_as_on_a_gpu(tmp_path, layer, feed, says):
+    """The loop forgets `x.to(device)`: a GPU's convolution or embedding refuses the DataLoader's host batch (the
+    most common first error of a CUDA port); the emulated device, computing on the CPU, ran it. It raises the
+    GPU's error at the user's line, and says the host tensor is a DataLoader batch."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        f"model = torch.nn.Sequential({layer}, torch.nn.Flatten(1), torch.nn.LazyLinear(4)).cuda()\n"
+        f"loader = DataLoader(TensorDataset({feed}), batch_size=16)\n"
+        "for epoch in range(3):\n"
+        "    for (x,) in loader:\n"
+        "        loss = model(x).float().pow(2).mean()\n"
+        "        loss.backward()\n")
+    report, _, console = _run(tmp_path, script)
+    outcome = report["run"]["outcome"]
+    assert outcome["exception"] == "RuntimeError" and says in outcome["message"], outcome
+    assert "the tensor on the host is a DataLoader batch" in outcome["message"], outcome
+    assert outcome["site"]["line"] == 7 and "fails the same way on a GPU" in console, outcome
+
+
+def test_a_lazy_module_moved_before_its_first_forward_runs_on_the_device(tmp_path):
+    """`nn.LazyConv2d`/`nn.LazyLinear` moved with `.cuda()` before any forward (their parameters placeholders whose
+    shape, storage and size torch refuses): the emulated device gave up ("could not serve this script") and the
+    CPU path's `.cuda()` then failed. They move, materialise on the device at the first forward, and train."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Sequential(torch.nn.LazyConv2d(8, 3), torch.nn.ReLU(), torch.nn.Flatten(),\n"
+        "                            torch.nn.LazyLinear(10)).cuda()\n"
+        "model(torch.randn(2, 3, 16, 16, device='cuda'))  # the dry run that materialises the parameters\n"
+        "assert all(p.is_cuda and p.shape[0] for p in model.parameters())\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(20):\n"
+        "    loss = model(torch.randn(16, 3, 16, 16, device='cuda')).logsumexp(1).mean()\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n")
+    report, _, _ = _run(tmp_path, script)
+    assert report["run"]["outcome"]["outcome"] in ("window_complete", "completed"), report["run"]["outcome"]
+    assert report["run"]["device"] == "cpu, CUDA path emulated" and report["run"]["steps"] >= 1
+    assert not any("could not serve" in n for n in report["notes"]), report["notes"]
+
+
 def test_only_what_a_gpu_refuses_across_devices_raises():
     """A known host tensor of one dimension or more meets a device tensor in arithmetic, a product, a concatenation
     or a loss: raised. A 0-dim host tensor (a scalar to CUDA kernels), host indices, a copy across, and a tensor

@@ -134,7 +134,7 @@ class Placement(TorchFunctionMode):
             if a is not None:
                 self.device_ops += 1
                 if func in SAME_DEVICE and (self._made_refs or self._from_loader_refs):
-                    raise_if_mixed(self, args, kwargs or {})  # a known host tensor meets it: a GPU raises
+                    raise_if_mixed(self, args, kwargs or {}, func)  # a known host tensor meets it: a GPU raises
                 if func in KERNEL_READS:
                     self._kernel_read(func, args, kwargs)
                 if kind == 1:

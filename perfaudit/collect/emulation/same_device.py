@@ -30,7 +30,10 @@ SAME_DEVICE = frozenset(
     + [torch.add, torch.sub, torch.mul, torch.div, torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.cat,
        torch.concat, torch.stack, torch.maximum, torch.minimum, torch.einsum, torch.eq, torch.ne, torch.lt, torch.le,
        torch.gt, torch.ge, F.linear, F.cross_entropy, F.nll_loss, F.mse_loss, F.l1_loss, F.smooth_l1_loss,
-       F.binary_cross_entropy, F.binary_cross_entropy_with_logits, F.kl_div])
+       F.binary_cross_entropy, F.binary_cross_entropy_with_logits, F.kl_div, F.embedding, F.batch_norm,
+       F.layer_norm, F.group_norm]) | frozenset(CONVOLUTIONS := (torch.conv1d, torch.conv2d, torch.conv3d,
+                                                                 torch.conv_transpose1d, torch.conv_transpose2d,
+                                                                 torch.conv_transpose3d))
 
 
 def _tensors(args, kwargs):
@@ -41,9 +44,9 @@ def _tensors(args, kwargs):
             yield from (v for v in value if isinstance(v, Tensor))
 
 
-def raise_if_mixed(placement, args: tuple, kwargs: dict) -> None:
+def raise_if_mixed(placement, args: tuple, kwargs: dict, func=None) -> None:
     """Raise as a GPU raises when a known host tensor of at least one dimension meets a device tensor; the
-    message says where the host one came from (torch's own cannot)."""
+    message says where the host one came from (torch's own cannot). A convolution says it as cuDNN's does."""
     on_device, made, loaded = placement.on_device, placement.made, placement.from_loader
     device, host = False, None
     for t in _tensors(args, kwargs):
@@ -52,12 +55,19 @@ def raise_if_mixed(placement, args: tuple, kwargs: dict) -> None:
         elif t.dim() and (made.has(t) or loaded.has(t)):
             host = t
     if device and host is not None:
+        if func in CONVOLUTIONS and args and args[0] is host:  # the input on the host, its weight on the device
+            kind = host.type()   # torch.FloatTensor
+            raise gpu_error(f"Input type ({kind}) and weight type ({kind.replace('torch.', 'torch.cuda.', 1)}) "
+                            f"should be the same or input should be a MKLDNN tensor and weight is a dense tensor "
+                            f"({_origin(placement, host)})")
         raise gpu_error(f"{MESSAGE} ({_origin(placement, host)})")
 
 
 def _origin(placement, t: Tensor) -> str:
+    if placement.from_loader.has(t):  # a batch the loop never moved (its dataset's tensors made at some line)
+        return "the tensor on the host is a DataLoader batch"
     made = placement.made.get(t)
     site = made[0] if isinstance(made, tuple) and made else None
     if isinstance(site, dict) and site.get("path"):
         return f"the tensor on the host was made at {site['path'].replace(chr(92), '/').rsplit('/', 1)[-1]}:{site['line']}"
-    return "the tensor on the host is a DataLoader batch" if placement.from_loader.has(t) else "a tensor on the host"
+    return "a tensor on the host"

@@ -6,6 +6,10 @@ from __future__ import annotations
 import weakref
 
 import torch
+import torch.nn.parameter
+
+# a lazy module's parameter before its first forward (torch.nn.UninitializedParameter, ...Buffer)
+_UNINITIALIZED = getattr(torch.nn.parameter, "UninitializedTensorMixin", ())
 
 Tensor = torch.Tensor
 
@@ -128,6 +132,8 @@ def copied(t: Tensor) -> Tensor:
     image batch cost a real copy of its megabytes per step). A plain clone for a source that is not all of its
     storage: a slice of a dataset tensor would share, and on a write copy, the whole dataset; a non-contiguous
     one's GPU copy is contiguous."""
+    if isinstance(t, _UNINITIALIZED):  # a lazy module's parameter, moved before its first forward: its
+        return t.data.clone()                     # empty placeholder (its shape, storage, even numel are refused)
     if t.layout is not torch.strided:  # a sparse tensor (a graph's adjacency) has no one storage to share
         return t.clone()
     if (_LAZY_CLONE is not None and t.untyped_storage().nbytes() == t.nbytes  # then a contiguous one starts
@@ -147,7 +153,7 @@ _SPARSE_PARTS = {torch.sparse_coo: ("_indices", "_values"), torch.sparse_csr: ("
 
 def tensor_bytes(t) -> int:
     """The bytes a tensor's elements take on the device; a sparse one's, its indices and values."""
-    if not isinstance(t, Tensor):
+    if not isinstance(t, Tensor) or isinstance(t, _UNINITIALIZED):  # a lazy parameter holds nothing yet
         return 0
     parts = _SPARSE_PARTS.get(t.layout)
     if parts is None:
