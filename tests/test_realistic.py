@@ -141,6 +141,13 @@ def test_an_if_on_a_device_tensor_is_placed_at_its_own_line_beside_a_logged_item
     assert counts == [(guard, 1.0), (postfix, 2.0)], counts   # one location a line, counts added up
 
 
+def test_a_copy_back_then_numpy_is_one_read_not_two(realistic_reports):
+    """tabular_metrics.py computes its accuracy in NumPy every step: `logits.argmax(1).cpu().numpy()`. On the
+    emulated device the trace's `.numpy()` call (of the host copy) was counted as a second read of the device."""
+    sync = next(f for f in realistic_reports["tabular_metrics.py"]["run"]["findings"] if f["rule"] == "SYNC001")
+    assert [loc["count_per_step"] for loc in sync["locations"]] == [1.0, 1.0], sync["locations"]
+
+
 def test_a_schedule_kept_on_the_host_and_indexed_by_a_device_read_is_told_to_move(realistic_reports):
     """diffusion_schedule.py keeps its noise schedule as plain attributes (on the host after `.to(device)`) and
     indexes it with `t.cpu()`: SYNC001 at that line, twice a step, says the table is on the host and how to move it."""

@@ -12,6 +12,7 @@ from ..emulated import emulated, emulated_waits, in_measured_steps
 from ..registry import Context, fact
 from ..sites import Site, SiteCollector, site_from_probe
 from .copies import pageable_h2d
+from .emulated_reads import NOT_READS, ReadLines, callless_reads, device_read_in, device_read_lines, probe_path
 from .waits import host_waits
 
 # Ops that read a device value back to the host: they block until the GPU has caught up.
@@ -94,6 +95,12 @@ def _read_inside_another_op(host_ops: list[Event], reads: list[Event]) -> tuple[
 _HOST_READ = re.compile(rf"^<built-in method ({'|'.join(sorted(HOST_READS - {'item'}))}) of Tensor object")
 
 
+def _method(anchor) -> str | None:
+    """The Tensor method a host-read anchor of `_host_reads` is (`cpu`, `numpy`, `tolist`); None for an op."""
+    m = _HOST_READ.match(anchor.name)
+    return m.group(1) if m else None
+
+
 def _host_reads(ctx: Context):
     """On a CPU run `.cpu()`, `.numpy()` and `.tolist()` copy nothing, so no sync op shows; the Python
     tracer still records the calls. Each one is a device-to-host copy and sync on a GPU."""
@@ -117,15 +124,16 @@ def sync_sites(ctx: Context):
     items, called = _sync_items(ctx)
     attributions = ctx.frames.attribute_all([anchor for anchor, _, _, _ in items]) if ctx.frames else {}
     if not ctx.is_gpu and ctx.frames:
-        on_device = _device_read_lines(ctx)
+        on_device = device_read_lines(ctx)
         items = [item for item in items if _user_read(attributions.get(id(item[0])))
                  or _read_of_the_device(ctx, attributions.get(id(item[0])), on_device)]
         if emulated(ctx):
             items = [item for item in items if id(item[0]) not in called
-                     or _device_read_in(ctx, attributions.get(id(item[0])), on_device)]
+                     or device_read_in(ctx, attributions.get(id(item[0])), on_device, _method(item[0]))]
     items = [_for_grad_scaler(_for_framework(_for_module(item, att), att), att) for item in items
              for att in [attributions.get(id(item[0]))]]
-    collector = SiteCollector(ctx, *COPY_FALLBACK, seen_lines=_callless_reads(ctx) if emulated(ctx) else None)
+    seen = callless_reads(ctx, DETAIL["aten::_local_scalar_dense"]) if emulated(ctx) else None
+    collector = SiteCollector(ctx, *COPY_FALLBACK, seen_lines=seen)
     collector.add_all(items, hints={DETAIL["aten::_local_scalar_dense"]: SCALAR_FALLBACK, GRAD_SCALER: SCALAR_FALLBACK,
                                     DETAIL["aten::nonzero"]: NONZERO_FALLBACK}, attributions=attributions)
     sites = collector.result()
@@ -145,24 +153,6 @@ def sync_sites(ctx: Context):
     for site in kept:
         _for_host_table(ctx, site)
     return kept
-
-
-# reads the emulated device saw that make no Python call a trace records (`if loss:`, `x[t]`, an f-string)
-_CALLLESS = {"bool(tensor)", "index(tensor)", "int(tensor)", "float(tensor)", "format(tensor)"}
-
-
-def _callless_reads(ctx: Context) -> dict[tuple[str, str, str], list[int]]:
-    """(display path, function, the scalar read's detail) -> the lines of the user's own reads of device values
-    the emulated device saw there, of the kinds the trace shows as an op with no Python call: the trace alone
-    can only guess their line (a `.item()` elsewhere in the function), the run knows it."""
-    out: dict[tuple[str, str, str], set[int]] = {}
-    for read in ctx.probes["cuda_emulation"]["reads"]:
-        where = read.get("site") or {}
-        if read.get("api") in _CALLLESS and not read.get("inside") and in_measured_steps(ctx, read) \
-                and where.get("path") and where.get("func") and isinstance(where.get("line"), int):
-            key = (ctx.source.display_path(where["path"]), where["func"], DETAIL["aten::_local_scalar_dense"])
-            out.setdefault(key, set()).add(where["line"])
-    return {key: sorted(lines) for key, lines in out.items()}
 
 
 def _for_host_table(ctx: Context, site) -> None:
@@ -286,24 +276,7 @@ def _for_framework(item, att):
     return anchor, counted, ms, f"{known[0]}: {known[1]} removes it"
 
 
-def _device_read_lines(ctx: Context) -> dict[str, set[int]]:
-    """On the emulated CUDA path, the user's lines (file -> lines) that read a value on the device in the
-    window, directly or through library code they call: the emulation saw each read, wherever it was made.
-    Not torch's own moves to the CPU (a gradient clip's per-device groups): there only because the emulated
-    device's tensors live on the CPU."""
-    if not emulated(ctx):
-        return {}
-    lines: dict[str, set[int]] = {}
-    for r in (ctx.probes.get("cuda_emulation") or {}).get("reads") or []:
-        site = r.get("site") if isinstance(r, dict) and r.get("window_calls") else None
-        if site and r.get("api") in _NOT_READS and str((r.get("inside") or {}).get("reader")).startswith("torch/"):
-            continue
-        if isinstance(site, dict) and isinstance(site.get("path"), str) and isinstance(site.get("line"), int):
-            lines.setdefault(ctx.source.resolve(site["path"]) or site["path"], set()).add(site["line"])
-    return lines
-
-
-def _read_of_the_device(ctx: Context, att, lines: dict[str, set[int]]) -> bool:
+def _read_of_the_device(ctx: Context, att, lines: ReadLines) -> bool:
     """A read inside library code the step calls (a pooling function's `int(index.max())`) is a device sync
     when the emulated device saw the user's line that calls that function read a device value; a library's
     read of its own host tensors (an optimizer's step counters) is not, nor torch's own checks, except
@@ -314,32 +287,9 @@ def _read_of_the_device(ctx: Context, att, lines: dict[str, set[int]]) -> bool:
         where = where.replace("\\", "/")
         if (where.startswith("torch/") or "/torch/" in where) and not _grad_scalers(att):
             return False
-    path = _probe_path(lines, ctx.source.resolve(att.frame.path) or att.frame.path)
+    path = probe_path(lines, ctx.source.resolve(att.frame.path) or att.frame.path)
     call = f"{att.via.rsplit('.', 1)[-1]}("
     return any(call in ctx.source.line_text(path, line) for line in lines.get(path, ()))
-
-
-def _device_read_in(ctx: Context, att, lines: dict[str, set[int]]) -> bool:
-    """On the emulated CUDA path, whether a read a Python call made (which the emulated device sees, in the
-    user's code or a module's) was of a device value: the device saw one in the user's function that made it.
-    None seen there: the call read a host tensor (a GRU's `int(batch_sizes[0])` of a packed sequence, whose
-    batch sizes live on the CPU on a GPU too; `.cpu()` of a host tensor), which waits for nothing on a GPU."""
-    if att is None:
-        return True
-    path = ctx.source.resolve(att.frame.path) or att.frame.path
-    seen = lines.get(_probe_path(lines, path), ())
-    span = ctx.source.function_lines(path, att.frame.line, att.frame.func)
-    if span is None:  # the source is not here (a trace analysed away from its script): the line itself
-        return att.frame.line in seen
-    return any(line in span for line in seen)
-
-
-def _probe_path(lines: dict[str, set[int]], path: str) -> str:
-    """`path` as the probe names it: a frame named by its file alone (the profiler's Python events) too."""
-    if path in lines:
-        return path
-    tail = "/" + path.replace("\\", "/").lstrip("./")
-    return next((k for k in lines if k.replace("\\", "/").endswith(tail)), path)
 
 
 def _user_read(att) -> bool:
@@ -355,7 +305,6 @@ def _user_read(att) -> bool:
 # reads torch makes that the trace side reports itself (a module's on behalf of the user's call, GradScaler's
 # inf check), and moves between devices torch makes because the emulated device's tensors live on the CPU
 _TRACED_READERS = ("torch/nn/modules/module.py", "torch/amp/grad_scaler.py", "torch/cuda/amp/grad_scaler.py")
-_NOT_READS = (".to(cpu)", ".cpu()", ".to(cpu, non_blocking=True)")
 
 
 def torch_internal_reads(ctx: Context, covered: list[Site]) -> list[Site]:
@@ -370,7 +319,7 @@ def torch_internal_reads(ctx: Context, covered: list[Site]) -> list[Site]:
         by_step = in_measured_steps(ctx, read)
         kernel = read.get("kernel") is True  # an op's own read on a GPU (one_hot, bincount, unique): not traced here
         if not (isinstance(inside, dict) or kernel) or not by_step or not read.get("blocking") \
-                or read.get("api") in _NOT_READS:
+                or read.get("api") in NOT_READS:
             continue
         callee, reader = (str(inside.get("callee")), str(inside.get("reader"))) if isinstance(inside, dict) else ("", "")
         if not kernel and (not reader.startswith("torch/") or callee.startswith(_TRACED_READERS)
