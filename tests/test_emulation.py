@@ -27,6 +27,15 @@ def _run(tmp_path: Path, script: Path, *extra: str) -> tuple[dict, dict, str]:
     return json.loads(report.read_text()), probes, proc.stdout
 
 
+def _failed_as_on_a_gpu(report: dict, console: str, says: str, line: int) -> dict:
+    """The run raised the GPU's RuntimeError (`says` in its message) at the script's `line`, and said the script
+    fails the same way on a GPU; the outcome, for more checks."""
+    outcome = report["run"]["outcome"]
+    assert outcome["exception"] == "RuntimeError" and says in outcome["message"], outcome
+    assert outcome["site"]["line"] == line and "fails the same way on a GPU" in console, outcome
+    return outcome
+
+
 def test_the_cuda_calls_of_a_training_script_are_served_and_recorded(tmp_path):
     """Device queries, set_device, seeds, memory queries, streams, events, autocast("cuda"), GradScaler,
     a pinning DataLoader and non_blocking copies: the script runs its CUDA branch to the window's end."""
@@ -723,9 +732,7 @@ def test_a_host_tensor_meeting_a_device_tensor_raises_as_on_a_gpu(tmp_path):
         "    loss.backward()\n"
         "    opt.step()\n")
     report, _, console = _run(tmp_path, script)
-    outcome = report["run"]["outcome"]
-    assert outcome["exception"] == "RuntimeError" and "same device" in outcome["message"], outcome
-    assert outcome["site"]["line"] == 7 and "fails the same way on a GPU" in console, outcome
+    outcome = _failed_as_on_a_gpu(report, console, "same device", 7)
     assert "the tensor on the host was made at train.py:6" in outcome["message"], outcome
 
 
@@ -746,10 +753,8 @@ def test_sequence_lengths_moved_to_the_device_refuse_to_pack_as_on_a_gpu(tmp_pat
         "    h.pow(2).mean().backward()\n"
         "    opt.step()\n")
     report, _, console = _run(tmp_path, script)
-    outcome = report["run"]["outcome"]
-    assert outcome["exception"] == "RuntimeError", outcome
-    assert "'lengths' argument should be a 1D CPU int64 tensor, but got 1D cuda:0 Long tensor" in outcome["message"]
-    assert outcome["site"]["line"] == 7 and "fails the same way on a GPU" in console, outcome
+    _failed_as_on_a_gpu(report, console, "'lengths' argument should be a 1D CPU int64 tensor, but got 1D cuda:0 Long "
+                                         "tensor", 7)
     script.write_text(script.read_text().replace("pack_padded_sequence(x, lengths,", "pack_padded_sequence(x, lengths.cpu(),"))
     fixed, _, _ = _run(tmp_path, script)
     assert fixed["run"]["outcome"]["outcome"] in ("window_complete", "completed"), fixed["run"]["outcome"]
@@ -774,10 +779,8 @@ def test_a_batch_never_moved_to_the_device_fails_there_as_on_a_gpu(tmp_path, lay
         "        loss = model(x).float().pow(2).mean()\n"
         "        loss.backward()\n")
     report, _, console = _run(tmp_path, script)
-    outcome = report["run"]["outcome"]
-    assert outcome["exception"] == "RuntimeError" and says in outcome["message"], outcome
+    outcome = _failed_as_on_a_gpu(report, console, says, 7)
     assert "the tensor on the host is a DataLoader batch" in outcome["message"], outcome
-    assert outcome["site"]["line"] == 7 and "fails the same way on a GPU" in console, outcome
 
 
 def test_a_lazy_module_moved_before_its_first_forward_runs_on_the_device(tmp_path):
