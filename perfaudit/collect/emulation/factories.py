@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import torch
 
+from ...calls import CREATION
+
 Tensor = torch.Tensor
 
 # calls that build a tensor from host data: with device="cuda" they copy that data over (pageable)
 FROM_DATA = {torch.tensor, torch.as_tensor, torch.asarray, Tensor.new_tensor}
-# calls that make a new host tensor from nothing on the device (the COPY002 pattern when moved after). Not
-# torch.from_numpy (host data, no `device=`: its move is COPY001's, and it reaches no TorchFunctionMode). Not the
-# `*_like`, `Tensor.new_*`, bernoulli and multinomial calls: they take their source's device, and a source the
-# device never saw made (a torch.func transform's or a TorchScript function's output) is no sign of the host; a
-# known host source (made here, a batch) makes its result so too, through the mode's record of what came of what.
-FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm, torch.zeros, torch.ones, torch.full, torch.empty,
-             torch.arange, torch.linspace, torch.logspace, torch.eye, torch.tensor, torch.as_tensor, torch.asarray,
-             torch.normal, Tensor.new_tensor, torch.hann_window, torch.hamming_window,
-             torch.blackman_window, torch.bartlett_window, torch.kaiser_window, torch.tril_indices, torch.triu_indices}
+# calls that make a new host tensor from nothing on the device (the COPY002 pattern when moved after): the factories
+# the static pass and the fixes know by name (calls.CREATION), and two that take `device=` too. Not torch.from_numpy
+# (host data, no `device=`: its move is COPY001's, and it reaches no TorchFunctionMode). Not the `*_like`,
+# `Tensor.new_*`, bernoulli and multinomial calls: they take their source's device, and a source the device never saw
+# made (a torch.func transform's or a TorchScript function's output) is no sign of the host; a known host source
+# (made here, a batch) makes its result so too, through the mode's record of what came of what.
+FACTORIES = {getattr(torch, name) for name in CREATION if hasattr(torch, name)} | {torch.asarray, Tensor.new_tensor}

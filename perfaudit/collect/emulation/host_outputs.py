@@ -20,7 +20,7 @@ _HOST_RESULTS = {_PACK: (1,), torch._VF._pad_packed_sequence: (1,)}
 def host_output_handlers(placement) -> dict:
     """The mode's handlers for these kernels: the device results tagged, the host ones left alone."""
     def run(func, args, kwargs):
-        lengths = args[1] if func is _PACK and len(args) > 1 else kwargs.get("lengths")
+        lengths = (args[1] if len(args) > 1 else kwargs.get("lengths")) if func is _PACK else None
         if isinstance(lengths, torch.Tensor) and placement.on_device.has(lengths):
             kind = lengths.type().rsplit(".", 1)[-1].replace("Tensor", "")  # torch.LongTensor -> Long
             raise gpu_error(f"'lengths' argument should be a 1D CPU int64 tensor, but got {lengths.dim()}D cuda:0 "

@@ -80,9 +80,16 @@ def _gpu_pageable_sites(ctx: Context) -> list[Site]:
     return collector.result()
 
 
-def _device_moves(ctx: Context):
+def _device_moves(ctx: Context) -> list[tuple]:
     """(step, frame, call) for each `.to(device)`/`.cuda()` call in the user's code that ran in a
-    measured step (its aten::to op attributed to that function; the call found in its source)."""
+    measured step (its aten::to op attributed to that function; the call found in its source). Read once
+    per context: the copy sites and the host-made sites both walk them."""
+    if "_device_moves" not in ctx.__dict__:
+        ctx.__dict__["_device_moves"] = list(_find_device_moves(ctx))
+    return ctx.__dict__["_device_moves"]
+
+
+def _find_device_moves(ctx: Context):
     if not ctx.frames:
         raise Missing("the trace has no Python stacks to find the lines")
     ops = ctx.need_trace().named("aten::to".__eq__, kind="op")
