@@ -19,6 +19,7 @@ from .tensor_registry import Registry, copied, tag, tensor_bytes
 
 _real_cuda_available = torch.cuda.is_available
 _real_cudnn_available, _real_cudnn_version = torch.backends.cudnn.is_available, torch.backends.cudnn.version
+_real_cuda_version = torch.version.cuda
 # the device the script sees: the run's --target GPU (the child's config, from the projection's table), else the
 # default target's (facts/gpu/projection.py), so that every run of a script, verify's and plan's too, sees one GPU
 GPU: dict[str, Any] = {"name": "H100 SXM (emulated on the CPU by perfaudit)", "total_memory": 80 * 2 ** 30,
@@ -28,6 +29,11 @@ GPU: dict[str, Any] = {"name": "H100 SXM (emulated on the CPU by perfaudit)", "t
 def gpu_present() -> bool:
     """Whether this machine really has a CUDA device (never the emulated answer)."""
     return _real_cuda_available()
+
+
+def real_cuda_version() -> str | None:
+    """The CUDA this build of torch was made with (None on a CPU build), never the emulated answer."""
+    return _real_cuda_version
 
 
 def real_cudnn_version() -> int | None:
@@ -275,6 +281,7 @@ class _NoRecorder:
 
 
 CUDNN_VERSION = 91002  # what a current CUDA 12 build of torch reports
+CUDA_VERSION = "12.8"  # the CUDA of that build (torch's cu128 wheels carry cuDNN 9.10.2)
 
 
 _recorder = _NoRecorder()
@@ -339,6 +346,10 @@ def install(recorder, gpu: dict | None = None) -> None:
     cudnn = torch.backends.cudnn
     cudnn.is_available = lambda: True
     cudnn.version = lambda: CUDNN_VERSION
+    if torch.version.cuda is None and torch.version.hip is None:
+        # a CPU build's None breaks a script that parses it (`torch.version.cuda.split(".")`) or takes it
+        # for ROCm; a build made for a GPU keeps its own
+        torch.version.cuda = CUDA_VERSION
     # no cuDNN kernel runs here: an RNN's flatten_parameters() and forward take the native path
     cudnn.is_acceptable = lambda tensor: False
 

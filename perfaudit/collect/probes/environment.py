@@ -53,7 +53,7 @@ def _platform() -> dict:
 def environment() -> dict:
     import torch
 
-    from ..emulation.cuda_shim import emulated, gpu_present, real_cudnn_version
+    from ..emulation.cuda_shim import emulated, gpu_present, real_cuda_version, real_cudnn_version
     cuda = gpu_present()
     env = {
         "torch": torch.__version__,
@@ -61,7 +61,7 @@ def environment() -> dict:
         "cpu_count": os.cpu_count(),
         "load_avg": load_average(),
         "cuda_available": cuda,
-        "cuda": torch.version.cuda,
+        "cuda": real_cuda_version(),  # the build's, as cudnn below
         "cudnn": real_cudnn_version(),  # the build's, not what the emulated device answers the script
         "cudnn_enabled": torch.backends.cudnn.enabled,
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
