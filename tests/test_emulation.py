@@ -979,3 +979,36 @@ def test_a_dataset_moving_samples_to_cuda_in_forked_workers_fails_as_on_a_gpu(tm
     assert "Cannot re-initialize CUDA in forked subprocess" in outcome["message"], outcome
     assert outcome["site"]["line"] == 10 and "fails the same way on a GPU" in console, outcome
     assert not any("could not serve" in n for n in report["notes"]), report["notes"]
+
+
+@pytest.mark.parametrize("lengths, fires", [("[60, 90, 75, 120, 100, 85]", True), ("[80]", False)])
+def test_varying_batch_shapes_are_seen_when_the_budget_leaves_two_measured_steps(tmp_path, lengths, fires):
+    """An emulated step writes more trace than a CPU step (its allocations are the device's), so the budget
+    can leave two measured steps where `--device cpu` keeps three: the warm-up step's shapes count too (its
+    probes' own dispatches of an op are not the script's), and batches padded to their own longest
+    utterance are still seen to change; fixed-size batches stay silent."""
+    script = tmp_path / "asr.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\nfrom torch.nn.utils.rnn import pad_sequence\n"
+        "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        f"LENGTHS = {lengths}\n"
+        "def collate(step):\n"
+        "    longest = LENGTHS[step % len(LENGTHS)]\n"
+        "    feats = [torch.randn(n, 40) for n in (longest, longest // 2, longest - 7)]\n"
+        "    return pad_sequence(feats, batch_first=True)\n"
+        "model = nn.Sequential(nn.Conv1d(40, 64, 3, padding=1), nn.GELU(), nn.Conv1d(64, 29, 1)).to(device)\n"
+        "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+        "for step in range(200):\n"
+        "    x = collate(step).to(device)\n"
+        "    loss = model(x.transpose(1, 2)).log_softmax(1).mean()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n")
+    report, _, _ = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
+    assert report["run"]["steps"] == 2 and "emulated" in report["run"]["device"]
+    shape = [f for f in report["findings"] if f["rule"] == "SHAPE001"]
+    assert bool(shape) == fires, shape
+    if fires:  # every step padded to its own longest: each differs (a busy machine records extra steps)
+        said = re.search(r"in (\d+)% of the recorded steps \((\d+) distinct shape sets; "
+                         r"e\.g\. aten::convolution input \[3, 40, (\d+)\] vs \[3, 40, (\d+)\]\)", shape[0]["message"])
+        assert said and int(said[1]) >= 50 and int(said[2]) >= 3 and said[3] != said[4], shape[0]["message"]

@@ -10,22 +10,29 @@ from .registry import Context, Missing, fact
 
 CONV_OPS = {"aten::convolution", "aten::cudnn_convolution", "aten::_convolution", "aten::mkldnn_convolution"}
 SHAPED_OPS = CONV_OPS | {"aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::embedding"}
+MIN_STEPS = 3  # steps whose shapes are compared: with two, one odd step is half of them
 
 
-def _signature(ctx: Context, names: set[str]) -> list[tuple]:
+def _signature(ctx: Context, names: set[str], steps: list | None = None) -> list[tuple]:
     """Per step, the tuple of first-input shapes of the named ops, in order: over every recorded step but
     warm-up and steps unlike the others (an evaluation pass), a step delayed by a busy CPU included
-    (its shapes are the script's, however long it took)."""
+    (its shapes are the script's, however long it took); or over `steps`."""
     ops = ctx.need_trace().named(names.__contains__, kind="op")
     if ops and not any("Input Dims" in e.args for e in ops):
         raise Missing("the trace has no input shapes (record with record_shapes=True)")
-    steps = ctx.load_independent_steps
+    steps = steps if steps is not None else ctx.load_independent_steps
     starts = [s.ts for s in steps]
     per_step: list[list] = [[] for _ in steps]
+    outer: list = [None] * len(steps)  # each step's last op kept
     for op in ops:
         i = bisect_right(starts, op.ts) - 1
         dims = op.args.get("Input Dims")
         if i >= 0 and op.ts <= steps[i].end and isinstance(dims, list) and dims:
+            last = outer[i]
+            if (last is not None and last.name == op.name and last.tid == op.tid and op.end <= last.end
+                    and last.args.get("Input Dims") == dims):
+                continue  # the same op dispatched again inside itself (a warm-up probe's mode)
+            outer[i] = op
             per_step[i].append((op.name, str(dims[0])))
     return [tuple(s) for s in per_step]
 
@@ -56,17 +63,22 @@ def _conv_flops_share(ctx: Context) -> float | None:
 @fact("shapes.varying", "How often the input shapes of matmul/conv/embedding ops changed between steps: "
                         "share of steps whose shapes differ from the most common step (%).", needs=("shapes",))
 def varying_shapes(ctx: Context) -> dict:
-    ctx.need_trace()
-    signatures = _signature(ctx, SHAPED_OPS)
-    if len(signatures) < 3 or not any(signatures):
-        raise Missing("fewer than three measured steps with shaped ops")
+    trace = ctx.need_trace()
+    steps = ctx.load_independent_steps
+    if len(steps) < MIN_STEPS:
+        # the trace budget left fewer measured steps (an emulated step, its allocations recorded, writes more):
+        # the warm-up steps ran the script's own ops, at the script's shapes
+        steps = sorted([s for s in trace.steps if s.warmup] + steps, key=lambda s: s.ts)
+    signatures = _signature(ctx, SHAPED_OPS, steps)
+    if len(signatures) < MIN_STEPS or not any(signatures):
+        raise Missing("fewer than three recorded steps with shaped ops")
     common, count = Counter(signatures).most_common(1)[0]
     differing = [s for s in signatures if s != common]
     example = ""
-    if differing:
-        for a, b in zip(common, differing[0]):
-            if a != b:
-                example = f"{a[0]} input {a[1]} vs {b[1]}"
-                break
+    if differing:  # the first op that ran at other shapes (where one step ran other ops, the first that differs)
+        pairs = [(a, b) for a, b in zip(common, differing[0]) if a != b]
+        a, b = next((p for p in pairs if p[0][0] == p[1][0]), pairs[0] if pairs else (None, None))
+        if a is not None:
+            example = f"{a[0]} input {a[1]} vs {b[1]}" if a[0] == b[0] else f"{a[0]} {a[1]} vs {b[0]} {b[1]}"
     return {"share_pct": 100.0 * len(differing) / len(signatures), "distinct": len(set(signatures)),
             "example": example}
