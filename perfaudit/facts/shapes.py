@@ -77,8 +77,9 @@ def varying_shapes(ctx: Context) -> dict:
     example = ""
     if differing:  # the first op that ran at other shapes (where one step ran other ops, the first that differs)
         pairs = [(a, b) for a, b in zip(common, differing[0]) if a != b]
-        a, b = next((p for p in pairs if p[0][0] == p[1][0]), pairs[0] if pairs else (None, None))
-        if a is not None:
-            example = f"{a[0]} input {a[1]} vs {b[1]}" if a[0] == b[0] else f"{a[0]} {a[1]} vs {b[0]} {b[1]}"
+        pair = next((p for p in pairs if p[0][0] == p[1][0]), pairs[0] if pairs else None)
+        if pair is not None:
+            (name, was), (other, now) = pair
+            example = f"{name} input {was} vs {now}" if name == other else f"{name} {was} vs {other} {now}"
     return {"share_pct": 100.0 * len(differing) / len(signatures), "distinct": len(set(signatures)),
             "example": example}
