@@ -203,3 +203,25 @@ def test_perfaudit_run_names_accelerate_and_locates_the_loader_prepare_rebuilt_a
     data = [f for f in report["findings"] if f["rule"] == "DATA001"]
     assert [f["location"]["line"] for f in data] == [13]  # the user's DataLoader(...), not prepare()'s copy
     assert any(n.startswith("Accelerate ") for n in report["notes"])
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_accelerates_own_batch_copies_get_accelerates_fix(tmp_path, pinned):
+    """On the emulated device an Accelerate script's batches are moved by the loader prepare() wrapped, not
+    by a `.to()` of the user's: COPY001 sits at the user's loop and its fix is Accelerate's (a pinned loader,
+    `DataLoaderConfiguration(non_blocking=True)`), not "copy with x.to(device, non_blocking=True)"; with that
+    fix applied the copies are pinned and non-blocking and COPY001 is silent."""
+    pytest.importorskip("accelerate", reason="accelerate is not installed (pip install -e '.[test]')")
+    out = tmp_path / "run.json"
+    proc = perfaudit("run", "--out-dir", str(tmp_path / "run"), "-f", f"json={out}", "--warmup", "1",
+                     "--steps", "3", str(HERE / "accelerate_glue.py"), *(["--", "--pinned"] if pinned else []),
+                     cwd=tmp_path)
+    assert proc.returncode == 0 and out.exists(), proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert report["run"]["device"] == "cpu, CUDA path emulated"
+    copies = [f for f in report["findings"] if f["rule"] == "COPY001"]
+    if pinned:
+        assert not copies, copies
+        return
+    assert [f["location"]["line"] for f in copies] == [53], copies  # `for batch in train_dl:`
+    assert "DataLoaderConfiguration(non_blocking=True)" in copies[0]["fix"] and "pin_memory=True" in copies[0]["fix"]
