@@ -3,6 +3,7 @@ without --write nothing changes on disk; with --write the file still runs and th
 edits keep the code's layout and refuse what is not the user's or not mechanical."""
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -461,3 +462,39 @@ def test_a_diff_applies_where_the_command_ran(tmp_path):
     applied = subprocess.run(["git", "apply", "fix.diff"], cwd=tmp_path, capture_output=True, text=True)
     assert applied.returncode == 0, applied.stderr
     assert (project / "train.py").read_text() != (SAMPLES / "debug_bad.py").read_text()
+
+
+ACCELERATE_CODE = st.sampled_from([
+    "from accelerate import Accelerator", "from accelerate import (\n    Accelerator,\n)", "import accelerate",
+    "from accelerate import *", "from accelerate import DataLoaderConfiguration", "import accelerate as acc",
+    "from accelerate.utils import set_seed", "acc = Accelerator()", "acc = Accelerator(mixed_precision='fp16',)",
+    "acc = accelerate.Accelerator(cpu=False)", "acc = Accelerator(**kwargs)", "acc = Accelerator(dataloader_config=cfg)",
+    "acc = Accelerator(dataloader_config=DataLoaderConfiguration(non_blocking=True))",
+    "acc = Accelerator(\n    mixed_precision='bf16',\n)", "f(Accelerator(), Accelerator(1))", "Accelerator = None",
+    "loader = DataLoader(ds)"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(ACCELERATE_CODE, min_size=1, max_size=8), st.sampled_from(["Accelerate", "", "Lightning"]))
+def test_the_accelerate_copy_edit_of_any_file_gives_code_that_parses_and_moves_no_line(fragments, framework):
+    """Where Accelerate moves the batches, COPY001's edit gives the file's Accelerator
+    `dataloader_config=DataLoaderConfiguration(non_blocking=True)` (its import added to `from accelerate
+    import`), in place: no line below moves (the run's other findings stand at their lines)."""
+    import libcst as cst
+    source = "\n".join(fragments) + "\n"
+    edit = EDITS["pin_memory"](set(), {"framework": framework})
+    fixed = cst.MetadataWrapper(cst.parse_module(source)).visit(edit).code
+    cst.parse_module(fixed)
+    assert len(fixed.splitlines()) == len(source.splitlines())
+    assert (fixed != source) == bool(edit.outcome.changed)
+    if framework != "Accelerate":
+        assert fixed == source
+    for _, what in edit.outcome.changed:
+        assert what == "Accelerator(..., dataloader_config=DataLoaderConfiguration(non_blocking=True))"
+    if edit.outcome.changed:  # the name the edit wrote is one the file imports
+        tree = ast.parse(fixed)
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "accelerate"
+                 for a in n.names}
+        modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names if a.asname is None}
+        assert "DataLoaderConfiguration" in names or (
+            "accelerate" in modules and "accelerate.DataLoaderConfiguration(non_blocking=True)" in fixed), fixed

@@ -223,5 +223,13 @@ def test_accelerates_own_batch_copies_get_accelerates_fix(tmp_path, pinned):
     if pinned:
         assert not copies, copies
         return
-    assert [f["location"]["line"] for f in copies] == [53], copies  # `for batch in train_dl:`
+    assert [f["location"]["line"] for f in copies] == [55], copies  # `for batch in train_dl:`
     assert "DataLoaderConfiguration(non_blocking=True)" in copies[0]["fix"] and "pin_memory=True" in copies[0]["fix"]
+    # `perfaudit fix` makes that change: the loader pinned, the Accelerator made without a dataloader_config
+    # given one (its import added), the one that has it left alone
+    fixed = perfaudit("fix", str(HERE / "accelerate_glue.py"), "--from", str(tmp_path / "run"), cwd=tmp_path)
+    diff = fixed.stdout
+    assert "+from accelerate import Accelerator, DataLoaderConfiguration" not in diff  # imported already
+    assert ('+        accelerator = Accelerator(mixed_precision="fp16", '
+            'dataloader_config=DataLoaderConfiguration(non_blocking=True))') in diff, diff
+    assert "pin_memory=True)" in diff and "not fixed automatically" not in diff, diff

@@ -20,8 +20,9 @@ FIX_KINDS: dict[str, FixKind] = {
     # verify's B still draws the removed biases' initial values (collect/run/init_draws.py): every other weight
     # starts as A's, and a bias a BatchNorm in training subtracts again changes no loss
     "conv_bias_off": FixKind("bias=False on the layers that feed a BatchNorm", True, "a Conv or Linear constructor"),
-    "pin_memory": FixKind("pin_memory=True on the DataLoader and non_blocking=True on the copies", True,
-                          "a DataLoader(...) call or a `.to(device)` / `.cuda()` copy"),
+    "pin_memory": FixKind("pin_memory=True on the DataLoader and non_blocking=True on the copies (where "
+                          "Accelerate moves the batches, on its Accelerator's DataLoaderConfiguration)", True,
+                          "a DataLoader(...) call, a `.to(device)` / `.cuda()` copy or an Accelerator(...)"),
     "loader_workers": FixKind("num_workers=<measured recommendation> and persistent_workers=True on the "
                               "DataLoader", False, "a DataLoader(...) call"),
     "debug_off": FixKind("remove set_detect_anomaly(True) and _record_memory_history(...), unwrap `with "

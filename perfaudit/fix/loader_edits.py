@@ -47,9 +47,35 @@ class _Factories(cst.CSTVisitor):
             self.bound.setdefault(name.rsplit(".", 1)[-1], []).append(call)
 
 
+class _AccelerateNames(cst.CSTVisitor):
+    """A file's `Accelerator(...)` calls and how it imports accelerate (`from accelerate import ...`, `import
+    accelerate`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.accelerators: list[cst.Call] = []
+        self.from_import: cst.ImportFrom | None = None
+        self.module_import = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if call_attr(node) == "Accelerator":
+            self.accelerators.append(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.module is not None and dotted(node.module) == "accelerate" and not isinstance(node.names, cst.ImportStar):
+            self.from_import = self.from_import or node
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.module_import |= any(dotted(a.name) == "accelerate" and a.asname is None for a in node.names)
+
+
+CONFIG = "DataLoaderConfiguration"
+
+
 @edit("pin_memory")
 class PinMemory(LineTransformer):
-    """non_blocking=True on the located copies; pin_memory=True on the DataLoader the run saw."""
+    """non_blocking=True on the located copies; pin_memory=True on the DataLoader the run saw; where Accelerate
+    moves the batches, `dataloader_config=DataLoaderConfiguration(non_blocking=True)` on the file's Accelerator."""
 
     def __init__(self, lines, params):
         loader_line = params.get("loader_line")
@@ -57,7 +83,30 @@ class PinMemory(LineTransformer):
                          params)
         self.loader_line = loader_line if params.get("loader_here") else None
 
+    def visit_Module(self, node: cst.Module) -> bool:
+        self.names = _AccelerateNames()
+        if self.params.get("framework") == "Accelerate":
+            node.visit(self.names)
+        imported = self.names.from_import is not None and any(
+            not isinstance(a.name, cst.Attribute) and a.name.value == CONFIG and a.asname is None
+            for a in self.names.from_import.names)  # type: ignore[union-attr]
+        self.config_name = (CONFIG if self.names.from_import is not None
+                            else f"accelerate.{CONFIG}" if self.names.module_import else None)
+        self.add_import = self.names.from_import is not None and not imported and any(
+            keyword(c, "dataloader_config") is None and not has_star(c) for c in self.names.accelerators)
+        return True
+
+    def leave_ImportFrom(self, original, updated):
+        if not (self.add_import and original is self.names.from_import):
+            return updated
+        names = list(updated.names)
+        last = names[-1]
+        names[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return updated.with_changes(names=[*names, cst.ImportAlias(name=cst.Name(CONFIG), comma=last.comma)])
+
     def leave_Call(self, original, updated):
+        if any(original is c for c in self.names.accelerators):
+            return self._accelerator(original, updated)
         line = self.hit(original)
         if line is None:
             return updated
@@ -77,6 +126,22 @@ class PinMemory(LineTransformer):
                 self.changed(original, f".{name}(..., non_blocking=True)")
                 return set_kwarg(updated, "non_blocking", cst.Name("True"))
         return updated
+
+    def _accelerator(self, original, updated):
+        current = keyword(original, "dataloader_config")
+        if current is not None and isinstance(current.value, cst.Call) and call_attr(current.value) == CONFIG:
+            flag = keyword(current.value, "non_blocking")
+            if flag is not None and isinstance(flag.value, cst.Name) and flag.value.value == "True":
+                return updated  # non-blocking already
+        if current is not None or has_star(original) or self.config_name is None:
+            shown = cst.Module([]).code_for_node(current.value) if current is not None else ""
+            self.refused(original, f"the Accelerator's dataloader_config comes from `{shown}`: give its {CONFIG} "
+                                   "non_blocking=True" if shown else
+                                   f"pass dataloader_config={CONFIG}(non_blocking=True) to the Accelerator by hand")
+            return updated
+        self.changed(original, f"Accelerator(..., dataloader_config={CONFIG}(non_blocking=True))")
+        value = cst.parse_expression(f"{self.config_name}(non_blocking=True)")
+        return set_kwarg(updated, "dataloader_config", value, inline=True)
 
 
 @edit("loader_workers")

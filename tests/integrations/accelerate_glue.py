@@ -40,8 +40,10 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--pinned", action="store_true")
     args = parser.parse_args()
-    config = DataLoaderConfiguration(non_blocking=args.pinned)
-    accelerator = Accelerator(mixed_precision="fp16", dataloader_config=config)
+    if args.pinned:
+        accelerator = Accelerator(mixed_precision="fp16", dataloader_config=DataLoaderConfiguration(non_blocking=True))
+    else:
+        accelerator = Accelerator(mixed_precision="fp16")
     train_dl = DataLoader(Pairs(), batch_size=32, shuffle=True, pin_memory=args.pinned)
     eval_dl = DataLoader(Pairs(128), batch_size=64)
     model = Classifier()
