@@ -40,6 +40,7 @@ PROBE_FIELDS: dict[str, dict] = {
     # Conv/Linear layers with a bias that ran with no BatchNorm after them, by the line that built them
     "bias_without_norm": _list_of({"layer": {"type": "string"}, "site": _SITE, "count": _INT}),
     "data_parallel": _list_of({"site": _SITE, "class": {"type": "string"}}),
+    "spawned_inline": _list_of({"api": {"type": "string"}, "site": _SITE}),
     "schedulers": _list_of({"site": _SITE, "class": {"type": "string"}}),
     "user_files": {"type": "array", "items": {"type": "string"}},
     "flag_sets": _list_of({"flag": {"type": "string"}, "value": {"type": "boolean"}, "site": _SITE}),

@@ -236,6 +236,25 @@ def test_spawned_training_is_recognised_at_once(tmp_path):
     assert not _alive(str(SCRIPTS / "spawn_ddp.py"))
 
 
+def test_a_spawn_of_one_process_runs_its_function_here_and_is_measured(tmp_path):
+    """The DDP tutorials spawn one process per GPU (`mp.spawn(main_worker, nprocs=torch.cuda.device_count())`):
+    on one GPU, or the emulated device, that is one process, and its function runs in the audited process as rank
+    0, so the report measures the training instead of saying nothing was; `--device cpu` counts no GPU and the
+    script spawns nothing: that run still says the training was not seen."""
+    script = ROOT / "tests" / "realistic" / "ddp_spawn_tutorial.py"
+    out = tmp_path / "r.json"
+    proc = perfaudit("run", str(script), "--out-dir", str(tmp_path / "a"), "--warmup", "1", "--steps", "3",
+                     "-f", f"json={out}", "--timeout", "240")
+    assert proc.returncode == 0 and out.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["run"]["outcome"]["outcome"] == "window_complete" and report["run"]["steps"] == 3, report["notes"]
+    assert any("torch.multiprocessing.spawn at ddp_spawn_tutorial.py:41 starts one process" in n for n in report["notes"])
+    at = {(f["rule"], loc["line"]) for f in report["findings"] for loc in f["locations"]}
+    assert {("DDP003", 23), ("COPY001", 30)} <= at, at
+    plain = perfaudit("run", str(script), "--device", "cpu", "--out-dir", str(tmp_path / "b"), "--timeout", "240")
+    assert "torch.multiprocessing.spawn" in plain.stdout and not _alive(str(script))
+
+
 def test_inference_only_script_is_audited_as_such(tmp_path):
     out = tmp_path / "r.json"
     proc = perfaudit("run", str(SCRIPTS / "inference.py"), "--out-dir", str(tmp_path / "run"), "-f", f"json={out}",

@@ -164,6 +164,12 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
                      "trained was put on the device, so this is the CPU branch's report. To audit its GPU branch, "
                      + (f"run it {switch}" if switch else "run it the way that selects CUDA (the flag, config value "
                         "or environment variable that chooses its device)"))
+    for spawned in (probes.get("spawned_inline") or [])[:1] if isinstance(probes, dict) else []:
+        site = spawned.get("site") if isinstance(spawned, dict) else None
+        where = f" at {os.path.basename(site['path'])}:{site['line']}" if isinstance(site, dict) else ""
+        notes.append(f"{spawned.get('api')}{where} starts one process: its function ran in perfaudit's process as "
+                     "rank 0, as that process would have run it (with more processes, perfaudit stops at the spawn: "
+                     "launch one rank with torchrun)")
     seen = probes or (result.probes if isinstance(result.probes, dict) else {})
     environment = seen.get("environment") if isinstance(seen, dict) else None
     # a real GPU's run says False (a run folder from before the flag says nothing: taken as emulated)

@@ -5,7 +5,6 @@ settings, then calls through unchanged. Nothing in the user's script is modified
 """
 from __future__ import annotations
 
-import functools
 import sys
 import weakref
 from types import FrameType
@@ -22,6 +21,7 @@ from .ddp import DDPProbe
 from .environment import environment
 from .loader import LoaderProbes, loader_settings
 from .memory_history import MemoryHistory
+from .spawn import guard_spawn
 
 
 class Probes(LoaderProbes):
@@ -45,6 +45,7 @@ class Probes(LoaderProbes):
         self._module_hook = None
         self.on_optimizer_built = lambda: None
         self.on_spawn = lambda api: None  # the script starts its training in other processes
+        self.spawned_inline: list[dict] = []  # a one-process spawn whose function ran here (spawn.py)
         self.own_profiler = None          # perfaudit's profiler; every other one is neutralised
         self.data_parallel: list[dict] = []
         self.schedulers: list[dict] = []
@@ -89,7 +90,7 @@ class Probes(LoaderProbes):
         import torch.multiprocessing as tmp
         for name in ("spawn", "start_processes"):
             if hasattr(tmp, name):
-                self._guard_spawn(tmp, name)
+                guard_spawn(tmp, name, self.spawned_inline, lambda api: self.on_spawn(api))
         wrap(torch.optim.lr_scheduler.LRScheduler, "__init__", lambda a, k: self.schedulers.append(
             {"site": user_site(3), "class": type(a[0]).__name__}))
         self.ddp.install()
@@ -126,18 +127,6 @@ class Probes(LoaderProbes):
             watched = Watched.__new__(Watched)
             watched.__dict__.update(original.__dict__)
             patch(cls, name, watched)
-
-    def _guard_spawn(self, module, name):
-        """torch.multiprocessing.spawn starts fresh interpreters that perfaudit does not watch: say so at
-        once instead of waiting for a timeout."""
-        original = getattr(module, name)
-
-        @functools.wraps(original)
-        def wrapper(*args, **kwargs):
-            self.on_spawn(f"torch.multiprocessing.{name}")
-            return original(*args, **kwargs)
-
-        patch(module, name, wrapper)
 
     def _track_layer_site(self, owner, name):
         def before(args, kwargs):
@@ -356,6 +345,7 @@ class Probes(LoaderProbes):
             "bias_before_norm": self.bias_before_norm,
             "bias_without_norm": self._bias_without_norm(),
             "data_parallel": self.data_parallel,
+            "spawned_inline": self.spawned_inline,
             "schedulers": self.schedulers,
             "flag_sets": self.flag_sets[:50],
             "user_files": _user_modules(),
