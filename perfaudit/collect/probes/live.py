@@ -13,6 +13,7 @@ import torch
 
 from ..emulation.cuda_shim import gpu_present
 from ..internal import record_internal_error
+from ..spawn import guard_spawn
 from ..userframes import is_user_file, library_caller, user_site
 from ..window.profilers import neutralise_profilers
 from ..wrap import patch, wrap
@@ -21,7 +22,6 @@ from .ddp import DDPProbe
 from .environment import environment
 from .loader import LoaderProbes, loader_settings
 from .memory_history import MemoryHistory
-from .spawn import guard_spawn
 
 
 class Probes(LoaderProbes):
@@ -45,7 +45,7 @@ class Probes(LoaderProbes):
         self._module_hook = None
         self.on_optimizer_built = lambda: None
         self.on_spawn = lambda api: None  # the script starts its training in other processes
-        self.spawned_inline: list[dict] = []  # a one-process spawn whose function ran here (spawn.py)
+        self.spawned_inline: list[dict] = []  # a one-process spawn whose function ran here (collect/spawn.py)
         self.own_profiler = None          # perfaudit's profiler; every other one is neutralised
         self.data_parallel: list[dict] = []
         self.schedulers: list[dict] = []

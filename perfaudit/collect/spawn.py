@@ -9,8 +9,8 @@ import functools
 import inspect
 import os
 
-from ..userframes import user_site
-from ..wrap import patch
+from .userframes import user_site
+from .wrap import patch
 
 
 def guard_spawn(module, name: str, inline: list, on_spawn) -> None:
