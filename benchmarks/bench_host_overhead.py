@@ -23,7 +23,7 @@ from pathlib import Path
 
 from perfaudit.api import RunOptions
 from perfaudit.collect.run.runner import run_script
-from perfaudit.projection.overhead import OwnCost, event_costs
+from perfaudit.projection.host.overhead import OwnCost, event_costs
 from perfaudit.projection.timeline import _Index, _outside
 from perfaudit.trace.parser import load_trace
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..calls import FOREACH_OPTIMIZERS, FRAMEWORK_OPTIMIZER_OPTIONS, FUSABLE_OPTIMIZERS
+from ..projection.whatifs.fused_optimizer import Update, passes
 from ..static.cuda_path import CUDA_PATH
 from .registry import Context, Missing, fact
 from .sites import Site, site_from_probe
@@ -42,6 +43,27 @@ def _step_ops(ctx: Context) -> dict[str, dict]:
         entry["mode"] = "fused" if entry["fused"] else "foreach" if entry["foreach"] else "single_tensor"
         entry["ms_per_step"] = entry.pop("ms") / n
         entry["ops_per_step"] = entry.pop("ops") / n
+    return out
+
+
+def fused_updates(ctx: Context) -> list[Update]:
+    """Each optimizer update in the measured steps that torch's fused kernel could do (the range after its
+    closure's backward, if it ran one), with what that kernel would move: the parameters and state of the
+    optimizer the run built of that class (the first, where several were)."""
+    built = [o for o in ctx.probes.get("optimizers") or [] if isinstance(o, dict)
+             and (o.get("param_bytes") or o.get("param_numel"))]  # float32 where the bytes were not recorded
+    first, last = ctx.steps[0].ts, ctx.steps[-1].end
+    out = []
+    for ann in ctx.need_trace().named(lambda name: name.startswith(OPTIMIZER_STEP)):
+        cls = ann.name[len(OPTIMIZER_STEP):].split(".")[0]
+        probe = next((o for o in built if o.get("class") == cls), None)
+        if probe is None or ann.end < first or ann.ts > last:
+            continue
+        n = passes(cls, probe.get("options") or {})
+        if n is not None:
+            size = probe.get("param_bytes") or 4 * probe["param_numel"]
+            out.append(Update(max(ann.ts, closure_end(ctx, ann) or 0.0), ann.end, float(n * size),
+                              int(probe.get("param_tensors") or 1)))
     return out
 
 

@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..trace.model import Event, Step, Trace
 from .devices import Device
-from .frees import freed_in
+from .host.frees import freed_in
+from .host.overhead import in_python_time
 from .kernels import MATH_KINDS, Work, calibration, kernel_us, retargeted_us
-from .overhead import in_python_time
 from .plans import fetch_at_most
 from .simulate import Pipeline, Projection, scaled, simulate, sync_idle_capped
 from .timeline import Item, Launched, StepPlan, from_kernels, from_shapes, kernels_retimed, plan, shapes_retimed, window
+from .whatifs.fused_optimizer import Update, fused
 from .work import work_of
 
 HALF = "bf16"   # what autocast's matrix math runs in, for the precision what-if
-WHAT_IFS = ("data", "sync", "copies", "precision", "host")
+WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer")
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Inputs:
     pinned: bool = False
     blocking: bool = True
     marked_syncs: bool = False     # the run marked where the host waits for the device (the emulated device)
+    optimizer_updates: list[Update] = field(default_factory=list)  # what a fused optimizer would do (OPT001)
 
 
 @dataclass
@@ -261,7 +263,8 @@ class Projector:
     def what_if(self, kind: str, host_saved_us: float = 0.0) -> Projection:
         """The projection with one kind of fix applied: DataLoader waits hidden by workers (data), host reads
         of device values gone (sync), batches copied from pinned memory without blocking (copies), matrix
-        math in half precision (precision), or `host_saved_us` of the host's own time per step gone (host)."""
+        math in half precision (precision), `host_saved_us` of the host's own time per step gone (host), or
+        each optimizer update the fused kernel (optimizer)."""
         return scaled(self._replayed(kind, host_saved_us), self.scale)
 
     def _replayed(self, kind: str, host_saved_us: float = 0.0) -> Projection:
@@ -284,6 +287,9 @@ class Projector:
         if kind == "host":
             totals = [sum(i.host_us for i in p.items if i.kind == "host") or 1.0 for p in self.plans]
             return simulate(self.plans, pipeline, host_scale=[max(1 - host_saved_us / t, 0.0) for t in totals])
+        if kind == "optimizer":
+            updates = fused(self.plans, self.inputs.optimizer_updates, self._model(None), self._host_us_per_launch)
+            return simulate(updates, pipeline)
         if kind != "copies":
             raise ValueError(f"no what-if named {kind!r} (one of {', '.join(WHAT_IFS)})")
         plans = []  # each pageable copy made pinned and non-blocking, the sync torch makes after it gone

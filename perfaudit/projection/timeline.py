@@ -15,15 +15,15 @@ import msgspec
 
 from ..probe_schema import ASIDE_RANGE, HALF_MATH_RANGE, SYNC_RANGE
 from ..trace.model import Event, Step, Trace
+from ..trace.op_names import DATALOADER
+from .host.overhead import OwnCost
 from .kernels import Work
-from .overhead import OwnCost
 from .plans import Item, StepPlan, clip_outliers, take_out, take_out_own_rest, take_out_usual_own, take_out_waits
 from .rnn import BACKWARD, GATES, SEQUENCE, rnn_shape, rnn_us, sequence_ranges
-from .work import GROUP_OPS, SYNC_OPS, launches, work_of
+from .work import FOREACH, GROUP_OPS, SYNC_OPS, launches, work_of
 
 WAIT_RUNTIME = ("Synchronize", "cudaMemcpy", "hipMemcpy")   # a runtime call the host waits in
 _TS = attrgetter("ts")
-DATALOADER = "enumerate(DataLoader)#"
 SMALL_KERNEL_US = 10.0   # an elementwise kernel this short is launch-bound: what fusing saves (FUSE001's bound)
 
 
@@ -70,6 +70,8 @@ def _groups(node: _Node, half: str | None = None) -> list[Event]:
         return []
     if name in GROUP_OPS:
         return [_typed(node.op, half) if half is not None else node.op]
+    if name.startswith(FOREACH):  # a GPU's few launches, not the CPU's loop of per-tensor ops below it
+        return [node.op]
     below = [g for child in node.children for g in _groups(child, half)]
     if below:
         return below

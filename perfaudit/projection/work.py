@@ -4,7 +4,7 @@ causal masking are not counted, attention's backward recomputes its scores), the
 and which ops launch kernels at all (a view, an allocation or a wrapper launches none of its own)."""
 from __future__ import annotations
 
-from math import prod
+from math import ceil, prod
 
 from ..trace.model import Event
 from ..trace.op_names import ATTENTION_BACKWARD_OPS, ATTENTION_OPS, CONV_OPS, MM_OPS, RNN_BACKWARD_OPS, RNN_OPS
@@ -23,6 +23,10 @@ NO_KERNEL = frozenset(f"aten::{n}" for n in (
     "to", "_to_copy", "contiguous", "lift_fresh_copy", "is_nonzero", "item", "_local_scalar_dense",
     "record_stream", "zeros_like", "ones_like", "new_empty", "new_empty_strided", "_has_compatible_shallow_copy_type",
     "requires_grad_", "retain_grad", "pin_memory", "_pin_memory", "is_pinned", "clone", "_lazy_clone"))
+# a foreach op is one kernel per group of tensors on a GPU (ATen's multi_tensor_apply: at most this many tensors a
+# launch, by how many tensor lists it passes), where a CPU runs it as a loop of per-tensor ops
+FOREACH = "aten::_foreach_"
+FOREACH_TENSORS_PER_LAUNCH = (110, 64, 48, 36, 30)
 # a CPU read of a device value: the host waits for the GPU's queue to drain
 SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero", "aten::masked_select",
                       "aten::unique", "aten::_unique2", "aten::equal", "aten::allclose"})
@@ -181,6 +185,8 @@ def work_of(op: Event, tf32_matmul: bool = False, tf32_conv: bool = True, bf16_a
         return Work(kind, flops=flops, bytes=float(sum(sizes) + _output_bytes(op, sizes)),
                     precision=precision(op, tf32_conv if kind == "conv" else tf32_matmul, bf16_as), gemm=_gemm(op),
                     kernels=2 if name.endswith("backward") else 1)
+    if name.startswith(FOREACH):
+        return _foreach_work(op, sizes)
     short = name.split("::", 1)[-1]
     total, largest = sum(sizes), max(sizes, default=0)
     if short in ("fill_", "zero_", "zeros", "ones", "full", "normal_", "uniform_", "bernoulli_", "randn", "rand"):
@@ -196,6 +202,17 @@ def work_of(op: Event, tf32_matmul: bool = False, tf32_conv: bool = True, bf16_a
     else:
         moved = total + largest
     return Work("memory", bytes=float(moved))
+
+
+def _foreach_work(op: Event, sizes: list[int]) -> Work:
+    """A foreach op's kernels: its lists read, the first written (a norm writes scalars), one launch per group."""
+    dims, types = op.args.get("Input Dims") or [], op.args.get("Input type") or []
+    lists = [d for d, t in zip(dims, types) if isinstance(t, str) and t.startswith("TensorList") and isinstance(d, list)]
+    tensors = max((len(d) for d in lists), default=1)
+    depth = min(max(len(lists) + (0 if op.name.endswith("_") else 1), 1), len(FOREACH_TENSORS_PER_LAUNCH))
+    written = 0 if "norm" in op.name else (sizes[0] if sizes else 0)
+    return Work("memory", bytes=float(sum(sizes) + written),
+                kernels=max(ceil(tensors / FOREACH_TENSORS_PER_LAUNCH[depth - 1]), 1))
 
 
 def _row(op: Event) -> int:

@@ -10,6 +10,8 @@ ATTENTION_BACKWARD_OPS = frozenset(f"{name}_backward" for name in ATTENTION_OPS)
 # recurrent layers: their flags too (layers, directions, batch_first), and the sequence number their backward shares
 RNN_OPS = ("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu")
 RNN_BACKWARD_OPS = frozenset({"aten::_cudnn_rnn_backward", "aten::mkldnn_rnn_layer_backward"})
+# the profiler's range around each DataLoader fetch (torch names it after the loader's iterator)
+DATALOADER = "enumerate(DataLoader)#"
 # facts.flops counts their FLOPs
 FLOP_OPS = MM_OPS | CONV_OPS | ATTENTION_OPS | ATTENTION_BACKWARD_OPS | frozenset(RNN_OPS) | RNN_BACKWARD_OPS
 

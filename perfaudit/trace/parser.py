@@ -133,7 +133,7 @@ def _complete(cat, name, ts, dur, pid, tid, args, other_ops: tuple = ()) -> Even
 
 def _memory_event(raw: dict, trace: Trace) -> None:
     """Track peak allocated/reserved bytes per device from profile_memory's [memory] events, and keep the
-    host's large blocks (an emulated run's device tensors: projection/frees.py)."""
+    host's large blocks (an emulated run's device tensors: projection/host/frees.py)."""
     args = raw.get("args")
     if not isinstance(args, dict):
         return

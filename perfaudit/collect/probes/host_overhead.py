@@ -4,7 +4,7 @@ and again under the profiler (the mode back, when the run emulates CUDA) inside 
 range; then a loop of Python calls alone, the same two ways (`perfaudit#calibration:python`). The analysis
 counts the events each loop recorded in its range, and so has the cost of a recorded Python call and of a
 recorded op on this machine, under this load: what a projection onto a GPU subtracts from the host's time
-(projection/overhead.py), as the script's own Python runs there without perfaudit."""
+(projection/host/overhead.py), as the script's own Python runs there without perfaudit."""
 from __future__ import annotations
 
 import contextlib

@@ -36,7 +36,7 @@ PROBED_STEPS = 2
 def host_blocks(placement, config: dict) -> bool:
     """Whether the window records the CPU allocator's allocations and frees (profile_memory): on the emulated
     device they are the device's, and a projection takes out of the host's time what freeing them cost the
-    CPU (a large block goes back to the OS) and costs a GPU's caching allocator nothing (projection/frees.py)."""
+    CPU (a large block goes back to the OS) and costs a GPU's caching allocator nothing (projection/host/frees.py)."""
     return placement is not None and bool(config.get("record_shapes"))
 
 

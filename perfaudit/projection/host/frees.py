@@ -18,8 +18,8 @@ from collections.abc import Callable
 from math import isfinite
 from operator import attrgetter
 
-from ..trace.model import Trace
-from .timeline import DATALOADER
+from ...trace.model import Trace
+from ...trace.op_names import DATALOADER
 
 LOOK_BACK = 256   # calls looked at before a free for the end of the last one (bounded: a trace is the user's)
 SLACK = 2.0   # a free's stretch is kept to this many times the calibrated cost (page cache, load)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from math import isfinite
 from operator import attrgetter
 
-from ..trace.model import Event, Step, Trace
+from ...trace.model import Event, Step, Trace
 
 CALIBRATION = "perfaudit#calibration"
 PYTHON_CALIBRATION = "perfaudit#calibration:python"
