@@ -20,14 +20,14 @@ def main_worker(gpu, ngpus_per_node, port):
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", world_size=ngpus_per_node, rank=gpu)
     torch.cuda.set_device(gpu)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)).cuda(gpu)
-    model = nn.parallel.DistributedDataParallel(model, device_ids=[gpu])
+    model = nn.parallel.DistributedDataParallel(model, device_ids=[gpu])  # expect-run: DDP003
     data = TensorDataset(torch.randn(2048, 64), torch.randint(0, 10, (2048,)))
-    loader = DataLoader(data, batch_size=64, shuffle=True)
+    loader = DataLoader(data, batch_size=64, shuffle=True)  # expect: DATA001
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     crit = nn.CrossEntropyLoss().cuda(gpu)
     for epoch in range(3):
         for i, (x, y) in enumerate(loader):
-            x, y = x.cuda(gpu, non_blocking=True), y.cuda(gpu, non_blocking=True)
+            x, y = x.cuda(gpu, non_blocking=True), y.cuda(gpu, non_blocking=True)  # expect-run: COPY001
             loss = crit(model(x), y)
             opt.zero_grad()
             loss.backward()
