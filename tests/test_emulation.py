@@ -911,6 +911,38 @@ def test_activation_checkpointing_and_custom_backward_run_on_the_emulated_device
     assert report["run"]["steps"] >= 1
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_checkpointed_block_is_recomputed_on_the_device_under_cudas_autocast_policy(tmp_path, reentrant):
+    """GPT-2's `gelu_new` under bf16 autocast, checkpointed: CUDA's autocast runs its `pow` in float32. The
+    recompute runs in the backward pass, which the script started through the emulated device's mode with the
+    mode set aside: there the block ran on the CPU unseen, `pow` in bfloat16, and the non-reentrant checkpoint
+    raised CheckpointError (the tensors' dtypes differed). Both recomputes now run on the device, as the forward."""
+    script = tmp_path / "gelu_new.py"
+    out = tmp_path / "seen.txt"
+    script.write_text(
+        "import torch\nfrom torch import nn\nfrom torch.utils.checkpoint import checkpoint\n"
+        "lin = nn.Linear(64, 64).cuda()\n"
+        f"seen = open({str(out)!r}, 'w')\n"
+        "def block(x):\n"
+        "    h = lin(x)\n"
+        "    cubed = torch.pow(h, 3.0)\n"
+        "    seen.write(f'{torch.is_grad_enabled()} {cubed.dtype} {cubed.device}\\n')\n"
+        "    seen.flush()\n"
+        "    return 0.5 * h * (1.0 + torch.tanh(0.79 * (h + 0.044715 * cubed)))\n"
+        "opt = torch.optim.AdamW(lin.parameters())\n"
+        "for step in range(30):\n"
+        "    x = torch.randn(8, 64, device='cuda', requires_grad=True)\n"
+        "    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+        f"        loss = checkpoint(block, x, use_reentrant={reentrant}).float().pow(2).mean()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n")
+    report, _, _ = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
+    assert report["run"]["outcome"]["outcome"] in ("window_complete", "completed"), report["run"]["outcome"]
+    calls = out.read_text().splitlines()
+    assert len(calls) >= 6 and set(calls) == {f"{not reentrant} torch.float32 cuda:0", "True torch.float32 cuda:0"}, calls
+
+
 def test_bce_loss_in_a_cuda_autocast_region_raises_as_on_a_gpu(tmp_path):
     """CUDA's autocast refuses binary_cross_entropy on the device's tensors ("unsafe to autocast"), the CPU's
     allows it: a sigmoid + nn.BCELoss model under float16 autocast trained here and got a report, and stops at

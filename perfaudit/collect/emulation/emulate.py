@@ -17,7 +17,7 @@ import torch
 from ..internal import record_internal_error
 from ..wrap import on_undo, patch
 from . import cuda_shim
-from .checkpointing import checkpoint_compares_without_the_device
+from .checkpointing import checkpoint_compares_without_the_device, recompute_under_the_mode
 from .grouping import group_on_the_emulated_device
 from .memory.device_memory import DeviceMemory
 from .placement import Placement
@@ -44,6 +44,7 @@ def install(probes, steps_ended, gpu: dict | None = None) -> Placement:
     follow_func_transforms(mode)
     group_on_the_emulated_device(mode)
     checkpoint_compares_without_the_device()
+    recompute_under_the_mode(mode)
     _host_fetches_without_the_mode(mode)
     _cpu_branch_without_the_mode(mode)
     _threads_follow(mode)
