@@ -943,6 +943,51 @@ def test_a_checkpointed_block_is_recomputed_on_the_device_under_cudas_autocast_p
     assert len(calls) >= 6 and set(calls) == {f"{not reentrant} torch.float32 cuda:0", "True torch.float32 cuda:0"}, calls
 
 
+SEED_EVERYTHING = """import os, random, sys
+import numpy as np
+import torch
+from torch import nn
+def seed_everything(seed=42):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True, warn_only="--warn" in sys.argv)
+if "--config" in sys.argv:
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+seed_everything()
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(100):
+    x, y = torch.randn(16, 32, device=device), torch.randint(0, 4, (16,), device=device)
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize("option", ["", "--config", "--warn"])
+def test_deterministic_algorithms_without_cublas_config_fail_as_on_a_gpu(tmp_path, option):
+    """A seed_everything() that turns on torch.use_deterministic_algorithms(True) without CUBLAS_WORKSPACE_CONFIG:
+    a GPU's first matrix product raises torch's "... because it uses CuBLAS ..." (a CPU's raises nothing, and the
+    emulated device trained on). It raises here too, at the product's line; with the variable set, or
+    `warn_only=True`, the script trains."""
+    script = tmp_path / "seeded.py"
+    script.write_text(SEED_EVERYTHING)
+    report, _, _ = _run(tmp_path, script, "--warmup", "1", "--steps", "2", *(["--", option] if option else []))
+    outcome = report["run"]["outcome"]
+    if option:
+        assert outcome["outcome"] in ("window_complete", "completed"), outcome
+        return
+    assert outcome["outcome"] == "raised" and "because it uses CuBLAS" in outcome["message"], outcome
+    assert outcome["site"]["line"] == 21   # model(x): its first product
+    assert any("raised this error as a GPU raises it" in n for n in report["notes"]), report["notes"]
+
+
 def test_bce_loss_in_a_cuda_autocast_region_raises_as_on_a_gpu(tmp_path):
     """CUDA's autocast refuses binary_cross_entropy on the device's tensors ("unsafe to autocast"), the CPU's
     allows it: a sigmoid + nn.BCELoss model under float16 autocast trained here and got a report, and stops at

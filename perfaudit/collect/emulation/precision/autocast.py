@@ -15,6 +15,7 @@ from torch import Tensor
 from ...internal import record_internal_error
 from ...wrap import patch
 from ..cuda_shim import gpu_error
+from .determinism import CUBLAS_FUNCTIONS, follow_determinism, guarded
 from .half_math import HALF_TYPES as _HALF
 from .half_math import MATRIX_FUNCTIONS, half_math_handler, half_model_handler, slow_half
 from .half_rnn import RNN_FUNCTIONS, half_rnn_handler
@@ -70,8 +71,8 @@ def follow_autocast(mode) -> None:
             if dtype not in half_handlers:
                 half_handlers[dtype] = half_math_handler(mode, dtype)
             half = half_handlers[dtype]
-        for func in MATRIX_FUNCTIONS:
-            mode.handlers[func] = half
+        for func in MATRIX_FUNCTIONS:  # a product refused first where determinism needs cuBLAS's config
+            mode.handlers[func] = guarded(mode, half) if mode.cublas_check and func in CUBLAS_FUNCTIONS else half
 
     def __enter__(region):
         entered = enter(region)
@@ -108,6 +109,7 @@ def follow_autocast(mode) -> None:
 
     patch(region_class, "__enter__", __enter__)
     patch(region_class, "__exit__", __exit__)
+    follow_determinism(mode, follow)
     follow()  # outside any region: the handler of a model made 16-bit
     mode.handlers.update(dict.fromkeys(RNN_FUNCTIONS, half_rnn_handler(mode)))  # its type read as each call runs
 
