@@ -829,16 +829,17 @@ def test_only_what_a_gpu_refuses_across_devices_raises():
         refused = [lambda: x * torch.hann_window(3), lambda: torch.cat([x, torch.zeros(1, 3)]),
                    lambda: F.cross_entropy(x, labels), lambda: F.cross_entropy(x, labels.cuda(), weight=weights),
                    lambda: x @ torch.eye(3), lambda: torch.ones(4, 3) < x,
-                   lambda: torch.where(x > 0, torch.zeros(4, 3), torch.ones(4, 3))]
+                   lambda: torch.where(x > 0, torch.zeros(4, 3), torch.ones(4, 3)),
+                   lambda: x.index_select(0, labels), lambda: weights.index_select(0, labels.cuda())]
         allowed = [lambda: x * torch.tensor(2.0), lambda: x[torch.tensor([0, 1])], lambda: x.copy_(torch.zeros(4, 3)),
                    lambda: F.cross_entropy(x, labels.cuda(), weight=weights.cuda()), lambda: x + unknown,
                    lambda: x[labels > 0], lambda: torch.where(x > 0, x, 0.0)]
         for call in refused:
             with pytest.raises(RuntimeError, match="same device"):
                 call()
-        # a host tensor indexed on the device: a GPU's indexing refuses it (an IndexError)
+        # a host tensor indexed on the device: a GPU's indexing refuses it
         for call in (lambda: labels[torch.tensor([0, 1], device="cuda")], lambda: weights[x[0] > 0]):
-            with pytest.raises(IndexError, match="indices should be either on cpu or on the same device"):
+            with pytest.raises(RuntimeError, match="indices should be either on cpu or on the same device"):
                 call()
         for call in allowed:
             call()
