@@ -6,6 +6,7 @@ import os
 from statistics import median
 
 from ..static.batch_option import loader_option
+from ..trace.op_names import DATALOADER
 from .registry import Context, Missing, fact
 from .sites import Site
 from .steps import phase_times, phases_less_waits, typical_phases
@@ -104,7 +105,7 @@ PIPELINE_BOUND = 0.8  # the pipeline delivers a batch no faster than this share 
                      "than the step needs (pipeline_bound).")
 def data_loader(ctx: Context) -> dict:
     step_ms = ctx.step_ms
-    iterators = {name for name in ctx.need_trace().names() if name.startswith("enumerate(DataLoader)#")}
+    iterators = {name for name in ctx.need_trace().names() if name.startswith(DATALOADER)}
     loader = _loader(ctx)
     if not iterators and loader is None:
         raise Missing("no DataLoader activity in the trace")

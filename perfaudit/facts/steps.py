@@ -1,10 +1,10 @@
 """Step-level facts: how many steps, how long, and where the time goes."""
 from __future__ import annotations
 
+from ..trace.op_names import DATALOADER as DATALOADER_PREFIX
 from .gpu import intervals as iv
 from .registry import Context, Missing, fact, quartile
 
-DATALOADER_PREFIX = "enumerate(DataLoader)#"
 OPTIMIZER_STEP = "Optimizer.step#"
 ZERO_GRAD = "Optimizer.zero_grad#"
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"

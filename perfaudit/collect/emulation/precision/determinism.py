@@ -10,15 +10,14 @@ import os
 import warnings
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ...wrap import patch
 from ..cuda_shim import gpu_error
+from .half_math import MATRIX_FUNCTIONS
 
-# the products cuBLAS computes on a GPU (convolutions are cuDNN's)
-CUBLAS_FUNCTIONS = frozenset({F.linear, torch.matmul, Tensor.matmul, Tensor.__matmul__, torch.mm, Tensor.mm, torch.bmm,
-                              Tensor.bmm, torch.addmm, torch.baddbmm, torch.einsum})
+# the products cuBLAS computes on a GPU: the matrix functions but the convolutions (cuDNN's)
+CUBLAS_FUNCTIONS = frozenset(f for f in MATRIX_FUNCTIONS if not getattr(f, "__name__", "").startswith("conv"))
 DETERMINISTIC_CONFIGS = (":4096:8", ":16:8")
 MESSAGE = ("Deterministic behavior was enabled with either `torch.use_deterministic_algorithms(True)` or "
            "`at::Context::setDeterministicAlgorithms(true)`, but this operation is not deterministic because it uses "
