@@ -712,12 +712,24 @@ def test_cuda_autocast_runs_in_16_bits_on_the_emulated_device_as_cudas_policy_sa
     (tmp_path / "fp32").mkdir()
     amp, _, _ = _run(tmp_path / "amp", script, "--warmup", "1", "--steps", "2")
     log = (tmp_path / "amp" / "run" / "script.log").read_text()
-    assert "dtypes layer_norm=float32 linear=bfloat16 logits=bfloat16 loss=float32 softmax=float32" in log, log[-2000:]
+    assert "dtypes clamped=False layer_norm=float32 linear=bfloat16 logits=bfloat16 loss=float32 softmax=float32" in log, \
+        log[-2000:]
     plain, _, _ = _run(tmp_path / "fp32", script, "--warmup", "1", "--steps", "2", "--", "--no-amp")
     assert "linear=float32" in (tmp_path / "fp32" / "run" / "script.log").read_text()
     acts = [r["memory"]["by_category"]["activations"] for r in (amp, plain)]
     assert acts[0] < 0.85 * acts[1], acts   # the saved softmax stays float32, as on a GPU: not half
     assert "AMP002" in {f["rule"] for f in plain["findings"]} and "AMP002" not in {f["rule"] for f in amp["findings"]}
+
+
+def test_float16_autocast_runs_in_float16_and_the_scripts_float16_branch_runs(tmp_path):
+    """float16 autocast ran as bfloat16 on the emulated device (the same bytes): a script's `dtype == float16`
+    branch (transformers' T5 clamps its float16 activations) did not run, and a float16 overflow could not
+    happen. The region now computes in float16, as a V100 or T4 would."""
+    _, probes, _ = _run(tmp_path, SCRIPTS / "amp_trainer.py", "--warmup", "1", "--steps", "2", "--", "--dtype", "float16")
+    log = (tmp_path / "run" / "script.log").read_text()
+    assert "dtypes clamped=True layer_norm=float32 linear=float16 logits=float16 loss=float32 softmax=float32" in log, \
+        log[-2000:]
+    assert {(a["device_type"], a["dtype"]) for a in probes["cuda_emulation"]["autocast"]} == {("cuda", "float16")}
 
 
 def test_a_host_tensor_meeting_a_device_tensor_raises_as_on_a_gpu(tmp_path):
@@ -813,8 +825,8 @@ def test_a_lazy_module_moved_before_its_first_forward_runs_on_the_device(tmp_pat
 
 def test_only_what_a_gpu_refuses_across_devices_raises():
     """A known host tensor of one dimension or more meets a device tensor in arithmetic, a product, a concatenation
-    or a loss: raised. A 0-dim host tensor (a scalar to CUDA kernels), host indices, a copy across, and a tensor
-    the device cannot tell the origin of (made by code it does not see): run as on a GPU."""
+    or a loss, a gather or a scatter: raised. A 0-dim host tensor (a scalar to CUDA kernels), host indices, a copy
+    across, and a tensor the device cannot tell the origin of (made by code it does not see): run as on a GPU."""
     import torch
     import torch.nn.functional as F
 
@@ -830,7 +842,11 @@ def test_only_what_a_gpu_refuses_across_devices_raises():
                    lambda: F.cross_entropy(x, labels), lambda: F.cross_entropy(x, labels.cuda(), weight=weights),
                    lambda: x @ torch.eye(3), lambda: torch.ones(4, 3) < x,
                    lambda: torch.where(x > 0, torch.zeros(4, 3), torch.ones(4, 3)),
-                   lambda: x.index_select(0, labels), lambda: weights.index_select(0, labels.cuda())]
+                   lambda: x.index_select(0, labels), lambda: weights.index_select(0, labels.cuda()),
+                   lambda: x.gather(1, labels[:, None]), lambda: torch.gather(weights[None], 1, labels[None].cuda()),
+                   lambda: torch.zeros(4, 3, device="cuda").scatter_(1, labels.unsqueeze(1), 1.0),
+                   lambda: x.scatter_add(0, labels[:, None].expand(4, 3), torch.ones(4, 3)),
+                   lambda: torch.take_along_dim(x, labels[:, None], dim=1)]
         allowed = [lambda: x * torch.tensor(2.0), lambda: x[torch.tensor([0, 1])], lambda: x.copy_(torch.zeros(4, 3)),
                    lambda: F.cross_entropy(x, labels.cuda(), weight=weights.cuda()), lambda: x + unknown,
                    lambda: x[labels > 0], lambda: torch.where(x > 0, x, 0.0)]

@@ -1,7 +1,8 @@
 """A mixed-precision trainer as GPU code writes it: a Trainer class, the device picked by torch.cuda, a
 transformer block (pre-norm, softmax attention written out, an MLP) and a convolutional stem, bfloat16 autocast
 on the CUDA branch unless --no-amp, logging every few steps. On a GPU the region runs the matrix math in
-bfloat16 and CUDA's float32 ops (layer_norm, softmax, pow, sum) in float32; the dtypes the step saw are logged
+bfloat16 (float16 with --dtype float16) and CUDA's float32 ops (layer_norm, softmax, pow, sum) in float32; the
+MLP's output clamped below float16's overflow as T5 does it (in float16 only); the dtypes the step saw are logged
 once, so a test can hold the emulated device to that."""
 import argparse
 import logging
@@ -29,7 +30,11 @@ class Block(nn.Module):
         probs = (q @ k.transpose(-2, -1) / (c // self.heads) ** 0.5).softmax(dim=-1)
         x = x + self.proj((probs @ v).transpose(1, 2).reshape(b, t, c))
         out = x + self.mlp(self.ln2(x))
-        self.seen = {"layer_norm": h.dtype, "softmax": probs.dtype, "linear": q.dtype}
+        self.seen = {"layer_norm": h.dtype, "softmax": probs.dtype, "linear": q.dtype, "clamped": False}
+        if out.dtype == torch.float16:  # transformers' T5 layer: keep float16 activations finite
+            limit = torch.where(torch.isinf(out).any(), torch.finfo(out.dtype).max - 1000, torch.finfo(out.dtype).max)
+            out = torch.clamp(out, min=-limit, max=limit)
+            self.seen["clamped"] = True
         return out
 
 
@@ -51,6 +56,7 @@ class Trainer:
     def __init__(self, args):
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.amp = not args.no_amp and self.device.type == "cuda"
+        self.dtype = getattr(torch, args.dtype)
         self.model = Model().to(self.device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         self.batch, self.steps = args.batch_size, args.steps
@@ -62,7 +68,7 @@ class Trainer:
 
     def fit(self):
         for step, (x, y) in enumerate(self.batches()):
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
+            with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.amp):
                 logits = self.model(x)
                 loss = F.cross_entropy(logits, y)
             self.optimizer.zero_grad(set_to_none=True)
@@ -80,5 +86,6 @@ if __name__ == "__main__":
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--no-amp", action="store_true")
+    parser.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
     logging.basicConfig(level=logging.INFO)
     Trainer(parser.parse_args()).fit()

@@ -81,7 +81,7 @@ def follow_autocast(mode) -> None:
             mode.autocast_entered(region.device, getattr(region, "fast_dtype", None), on)
             if region.device == "cuda":
                 dtype = getattr(region, "fast_dtype", None)
-                cpu_dtype = torch.bfloat16 if dtype in (None, torch.float16) else dtype
+                cpu_dtype = dtype or torch.float16  # CUDA autocast's default type
                 shadow = torch.autocast("cpu", dtype=cpu_dtype, enabled=on,
                                         cache_enabled=getattr(region, "_cache_enabled", None))
                 enter(shadow)  # torch's own: the shadow is not the script's region, and is not noted
