@@ -3,12 +3,14 @@ device"): a window made with `torch.hann_window(400)` and multiplied into a batc
 left on the host for the loss, class weights never moved. The emulated device computes everything on the CPU, so
 it would run such a script on: it raises as a GPU raises instead (cuda_shim.gpu_error), at the user's line.
 
-Only where the host side is known: a tensor a factory of the user's code made on the host, or a DataLoader's
-batch (placement.py's `made` and `from_loader`), with at least one dimension (a 0-dim CPU tensor is a scalar to
-CUDA kernels); and only for ops that take no tensor across devices (arithmetic, comparisons, products,
-concatenation, losses, `where`, `index_select`): copies and `type_as`-like calls do, and a device tensor takes
-host indices, but a host tensor indexed with device indices or a device mask raises ("indices should be either on
-cpu or on the same device as the indexed tensor (cpu)", a RuntimeError, as YOLOv7's loss met it).
+Only where the host side is known: a tensor a factory of the user's code made on the host, or a DataLoader's batch
+(placement.py's `made` and `from_loader`), with at least one dimension (a 0-dim CPU tensor is a scalar to CUDA
+kernels); and only for ops that take no tensor across devices (arithmetic, comparisons, products, concatenation,
+losses, `where`, `index_select`, `gather` and `scatter`: "when checking argument for argument index in method
+wrapper_gather", a one-hot scattered on the device from host labels): copies and `type_as`-like calls do, and a
+device tensor takes host indices, but a host tensor indexed with device indices or a device mask raises ("indices
+should be either on cpu or on the same device as the indexed tensor (cpu)", a RuntimeError, as YOLOv7's loss met
+it).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ MESSAGE = "Expected all tensors to be on the same device, but found at least two
 # the methods as the mode sees them (`a * b` arrives as TensorBase.mul, `a < b` as TensorBase.lt, `a == b` as
 # TensorBase.__eq__), on Tensor and TensorBase alike
 _METHODS = ("add", "add_", "sub", "sub_", "rsub", "mul", "mul_", "div", "div_", "true_divide", "floor_divide", "where",
-            "index_select",
+            "index_select", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce",
+            "scatter_reduce_", "take_along_dim",
             "remainder", "pow", "matmul", "mm", "bmm", "addmm", "maximum", "minimum", "masked_fill", "masked_fill_",
             "eq", "ne", "lt", "le", "gt", "ge", "__eq__", "__ne__", "__and__", "__or__", "__xor__", "__floordiv__",
             "__rpow__", "__rtruediv__", "__rdiv__", "__rmatmul__", "__rsub__", "__mul__", "__add__", "__sub__",
@@ -32,7 +35,8 @@ SAME_DEVICE = frozenset(
     [getattr(cls, n) for cls in (Tensor, torch._C.TensorBase) for n in _METHODS if hasattr(cls, n)]
     + [torch.add, torch.sub, torch.mul, torch.div, torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.cat,
        torch.concat, torch.stack, torch.maximum, torch.minimum, torch.einsum, torch.eq, torch.ne, torch.lt, torch.le,
-       torch.gt, torch.ge, torch.where, torch.index_select, F.linear, F.cross_entropy, F.nll_loss, F.mse_loss,
+       torch.gt, torch.ge, torch.where, torch.index_select, torch.gather, torch.scatter, torch.scatter_add,
+       torch.scatter_reduce, torch.take_along_dim, F.linear, F.cross_entropy, F.nll_loss, F.mse_loss,
        F.l1_loss, F.smooth_l1_loss, F.binary_cross_entropy, F.binary_cross_entropy_with_logits, F.kl_div, F.embedding,
        F.batch_norm, F.layer_norm, F.group_norm]) | frozenset(CONVOLUTIONS := (torch.conv1d, torch.conv2d, torch.conv3d,
                                                                  torch.conv_transpose1d, torch.conv_transpose2d,
