@@ -28,7 +28,8 @@ class Inputs:
     """What the projection needs beyond the trace, read from the run (facts)."""
     tf32_matmul: bool = False      # torch.backends.cuda.matmul.allow_tf32 (off by default since 1.12)
     tf32_conv: bool = True         # torch.backends.cudnn.allow_tf32 (on by default)
-    bf16_as: str = "bf16"          # "fp16": an emulated run's float16 autocast, run as bfloat16 on the CPU
+    bf16_as: str = "bf16"          # "fp16": a float16 autocast an older perfaudit's emulated run recorded in
+                                   # bfloat16 (today's records float16 itself)
     workers: int = 0               # the DataLoader's workers, and each one's time per batch (ms)
     worker_ms_per_batch: float | None = None
     plain_fetch_ms: float | None = None  # loading in the training process: a step's fetches, timed without

@@ -131,8 +131,8 @@ def input_bytes(op: Event) -> list[int]:
 
 
 def precision(op: Event, tf32: bool, bf16_as: str = "bf16") -> str:
-    """The math's precision from the op's input types; `bf16_as`: what a bfloat16 op stands for (an emulated
-    run's float16 autocast runs as bfloat16 on the CPU: "fp16")."""
+    """The math's precision from the op's input types; `bf16_as`: what a bfloat16 op stands for ("fp16" in a
+    trace an older perfaudit's emulated run recorded, which ran float16 autocast as bfloat16)."""
     types = [t for t in (op.args.get("Input type") or [])[:3] if isinstance(t, str)]
     for t in types:
         if t in PRECISION:

@@ -79,7 +79,9 @@ def inputs_of(ctx: Context) -> Inputs:
         # the probe's shape is checked when the trace is read (probe_schema.py): rows of dicts, or no probe
         rows = (ctx.probes.get("cuda_emulation") or {}).get("autocast") or []
         regions = [e for e in rows if e["device_type"] == "cuda" and e.get("enabled")]
-        if regions and all(e.get("dtype") in ("float16", None) for e in regions):  # float16 ran as bfloat16
+        # float16 regions whose ops the trace has in bfloat16: an older perfaudit's emulated run (it ran float16
+        # autocast as bfloat16); today's records float16, and no bfloat16 op is left to read as float16
+        if regions and all(e.get("dtype") in ("float16", None) for e in regions):
             inputs.bf16_as = "fp16"
         fed = [d for d in ctx.probes.get("dataloaders") or [] if isinstance(d, dict) and d.get("batch_bytes")]
         if fed:

@@ -1,12 +1,12 @@
-"""CUDA autocast on the emulated device. The device's tensors are CPU tensors, which a CUDA autocast region
-leaves alone: without help its matrix math ran in float32 (twice a GPU's activation memory, projected as
-float32 math). Each CUDA region therefore runs a CPU autocast region inside it, with the region's dtype
-(float16 as bfloat16: the same bytes, and a CPU's float16 convolutions are about 14x slower than its float32
-ones); and where the two policies differ, the device's ops follow CUDA's: the ops CUDA's autocast runs in
-float32 (softmax, layer_norm, exp, sum, …: torch's "CUDA Ops that can autocast to float32") get their 16-bit
-inputs cast to float32, as a GPU does, while an enabled CUDA region is innermost. On a CPU whose 16-bit matrix
-products are slow, the region's matrix ops compute in float32 and keep their 16-bit types (half_math.py), as
-do a 16-bit model's outside any region, and recurrent layers (half_rnn.py)."""
+"""CUDA autocast on the emulated device. The device's tensors are CPU tensors, which a CUDA autocast region leaves
+alone: without help its matrix math ran in float32 (twice a GPU's activation memory, projected as float32 math).
+Each CUDA region therefore runs a CPU autocast region inside it, with the region's dtype (float16 too: a script's
+`dtype == torch.float16` branch runs, and float16 overflows as on a GPU); and where the two policies differ, the
+device's ops follow CUDA's: the ops CUDA's autocast runs in float32 (softmax, layer_norm, exp, sum, …: torch's
+"CUDA Ops that can autocast to float32") get their 16-bit inputs cast to float32, as a GPU does, while an enabled
+CUDA region is innermost. On a CPU whose 16-bit matrix products are slow, the region's matrix ops compute in
+float32 and keep their 16-bit types (half_math.py), as do a 16-bit model's outside any region, and recurrent
+layers (half_rnn.py)."""
 from __future__ import annotations
 
 import torch
