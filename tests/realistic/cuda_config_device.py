@@ -25,7 +25,7 @@ def train(cfg):
     history = []
     for epoch in range(cfg["epochs"]):
         for x, y in loader:
-            x, y = x.to(device), y.to(device)
+            x, y = x.to(device), y.to(device)  # expect-run: COPY001
             loss = nn.functional.cross_entropy(model(x), y)
             optimizer.zero_grad()
             loss.backward()

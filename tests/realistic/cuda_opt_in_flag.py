@@ -1,7 +1,8 @@
 """A classifier whose GPU branch is opt-in, as many public examples are (`--cuda`, off by default):
 run as a user types it, the script takes its CPU branch even where a CUDA device is offered. The
 report must be the CPU branch's report (the data wait, the per-parameter optimizer loop asked for
-explicitly, the loss read every step, the zero-filled gradients) and say how to run the GPU branch;
+explicitly, the loss read every step, the zero-filled gradients, the batch's move that copies on a GPU) and
+say how to run the GPU branch;
 the autocast the GPU branch uses must not be reported missing."""
 import argparse
 import logging
@@ -48,7 +49,7 @@ class Trainer:
         self.model.train()
         total = 0.0
         for batch_idx, (data, target) in enumerate(self.loader):
-            data, target = data.to(self.device), target.to(self.device)
+            data, target = data.to(self.device), target.to(self.device)  # expect-run: COPY001
             self.optimizer.zero_grad(set_to_none=False)  # expect: GRAD001
             with torch.autocast("cuda", dtype=torch.float16, enabled=self.use_cuda):
                 loss = nn.functional.cross_entropy(self.model(data), target)

@@ -306,6 +306,9 @@ def _back_on_a_move_to_cuda(mode: Placement) -> None:
                 mode.aside = False
                 torch._C._push_on_torch_function_stack(mode)
             return original(self, *args, **kwargs)
+        # the profiler names a frame by its code: the user's line then calls `to`, as the CPU-run copy
+        # evidence (facts/gpu/copies.py) reads it, not `moved`
+        moved.__code__ = moved.__code__.replace(co_name=name)
         patch(torch.Tensor, name, moved)
 
     for name in ("to", "cuda"):
