@@ -300,7 +300,6 @@ def _back_on_a_move_to_cuda(mode: Placement) -> None:
     def back(name: str):
         original = getattr(torch.Tensor, name)
 
-        @functools.wraps(original)
         def moved(self, *args, **kwargs):
             if mode.aside and (name == "cuda" or _targets_cuda(args, kwargs)):
                 mode.aside = False
@@ -309,7 +308,7 @@ def _back_on_a_move_to_cuda(mode: Placement) -> None:
         # the profiler names a frame by its code: the user's line then calls `to`, as the CPU-run copy
         # evidence (facts/gpu/copies.py) reads it, not `moved`
         moved.__code__ = moved.__code__.replace(co_name=name)
-        patch(torch.Tensor, name, moved)
+        patch(torch.Tensor, name, functools.wraps(original)(moved))
 
     for name in ("to", "cuda"):
         back(name)
