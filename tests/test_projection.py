@@ -580,3 +580,29 @@ def test_opt001_is_ranked_by_the_fused_kernels_saving_on_the_target(realistic_re
     emulated = realistic_reports["device_built_lm.py"]["run"]
     opt = next(f for f in emulated["findings"] if f["rule"] == "OPT001")
     assert 0.02 < opt["projected_ms_per_step"] < 0.5, opt
+
+
+# -- GRAD001: gradients set to None, replayed ------------------------------------------------------------------
+def test_grad001_is_ranked_by_the_fills_and_accumulations_set_to_none_takes_off_the_target(sample_report, tmp_path):
+    """GRAD001 was ranked by the fills' CPU time beside the other findings' savings on the GPU. Its saving there
+    is now its steps replayed without the fills and without the first accumulation into each zeroed gradient
+    (backward adds into the zeros; a gradient set to None takes its result as is). param's linear model on an RTX
+    2080 Ti zero-fills 42 gradients a step: each measured step holds 42 fills and 42 such adds, and the replay
+    saves more than the fills' kernels (the step is host-bound) but no more than those ops' host time and kernels;
+    the emulated zero_grad_bad.py (6 parameters) saves its 12 launches."""
+    from perfaudit.facts import Context
+    from perfaudit.facts.grads import fill_spans
+    from perfaudit.trace.parser import load_trace
+    path = needs_shared(TRACES / "param" / "linear_2080ti.json.gz")
+    report, _ = _analyze(path, tmp_path=tmp_path)
+    grad = next(f for f in report["findings"] if f["rule"] == "GRAD001")
+    ctx = Context(load_trace(str(path)), None, ())
+    steps = ctx.steps
+    spans = [s for s in fill_spans(ctx) if steps[0].ts <= s[0] < steps[-1].end]
+    assert len(spans) == 84 * len(steps), (len(spans), len(steps))
+    host = sum(end - start for start, end in spans) / len(steps) / 1e3
+    assert grad["cost"]["ms_per_step"] < grad["projected_ms_per_step"] <= host + grad["cost"]["ms_per_step"], grad
+    assert report["findings"].index(grad) < [f["rule"] for f in report["findings"]].index("AMP001")
+    emulated = next(f for f in sample_report("zero_grad_bad.py")["findings"] if f["rule"] == "GRAD001")
+    assert "6 gradient fill op(s) per step" in emulated["message"], emulated["message"]
+    assert 10 * 0.005 < emulated["projected_ms_per_step"] < 12 * 0.05, emulated

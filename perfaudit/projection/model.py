@@ -17,10 +17,11 @@ from .plans import fetch_at_most
 from .simulate import Pipeline, Projection, scaled, simulate, sync_idle_capped
 from .timeline import Item, Launched, StepPlan, from_kernels, from_shapes, kernels_retimed, plan, shapes_retimed, window
 from .whatifs.fused_optimizer import Update, fused
+from .whatifs.set_to_none import without_fills
 from .work import work_of
 
 HALF = "bf16"   # what autocast's matrix math runs in, for the precision what-if
-WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer")
+WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer", "grads")
 
 
 @dataclass
@@ -39,6 +40,8 @@ class Inputs:
     blocking: bool = True
     marked_syncs: bool = False     # the run marked where the host waits for the device (the emulated device)
     optimizer_updates: list[Update] = field(default_factory=list)  # what a fused optimizer would do (OPT001)
+    grad_fills: list[tuple[float, float]] = field(default_factory=list)  # gradient zero-fills and the first
+                                                                         # accumulations into them (GRAD001)
 
 
 @dataclass
@@ -264,8 +267,8 @@ class Projector:
     def what_if(self, kind: str, host_saved_us: float = 0.0) -> Projection:
         """The projection with one kind of fix applied: DataLoader waits hidden by workers (data), host reads
         of device values gone (sync), batches copied from pinned memory without blocking (copies), matrix
-        math in half precision (precision), `host_saved_us` of the host's own time per step gone (host), or
-        each optimizer update the fused kernel (optimizer)."""
+        math in half precision (precision), `host_saved_us` of the host's own time per step gone (host),
+        each optimizer update the fused kernel (optimizer), or gradients set to None, not zero-filled (grads)."""
         return scaled(self._replayed(kind, host_saved_us), self.scale)
 
     def _replayed(self, kind: str, host_saved_us: float = 0.0) -> Projection:
@@ -288,6 +291,8 @@ class Projector:
         if kind == "host":
             totals = [sum(i.host_us for i in p.items if i.kind == "host") or 1.0 for p in self.plans]
             return simulate(self.plans, pipeline, host_scale=[max(1 - host_saved_us / t, 0.0) for t in totals])
+        if kind == "grads":
+            return simulate(without_fills(self.plans, self.inputs.grad_fills), pipeline)
         if kind == "optimizer":
             updates = fused(self.plans, self.inputs.optimizer_updates, self._model(None), self._host_us_per_launch)
             return simulate(updates, pipeline)

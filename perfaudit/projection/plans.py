@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..trace.model import Event
+
 
 @dataclass(slots=True)
 class Item:
@@ -27,6 +29,16 @@ class Item:
         """The same item with another GPU time (positional: a what-if makes thousands)."""
         return Item(self.kind, self.host_us, gpu_us, self.stream, self.blocking, self.pageable, self.own_us,
                     self.round_trip_us, self.kernels, self.small, self.source)
+
+
+def item_op(item: Item) -> Event | None:
+    """The op an item was planned from: a CPU run's modelled op, a GPU trace's launching root op."""
+    source = item.source
+    if isinstance(source, Event):
+        return source
+    if isinstance(source, tuple) and len(source) == 3:
+        return getattr(source[2], "op", None)
+    return None
 
 
 @dataclass

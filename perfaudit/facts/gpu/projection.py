@@ -7,6 +7,7 @@ from ...projection import devices
 from ...projection.model import Inputs, Projector
 from ..data import plain_timing
 from ..emulated import emulated
+from ..grads import fill_spans
 from ..optim import fused_updates
 from ..registry import Context, Missing, fact
 from .device_steps import traits
@@ -74,6 +75,7 @@ def inputs_of(ctx: Context) -> Inputs:
         plain = plain_timing(ctx)
         inputs.plain_fetch_ms = plain[0] if plain is not None else None
     inputs.optimizer_updates = fused_updates(ctx)
+    inputs.grad_fills = fill_spans(ctx)
     if not trace.has_gpu and emulated(ctx):
         inputs.marked_syncs = True   # the emulated device marked its reads of device values (SYNC_RANGE)
         # the probe's shape is checked when the trace is read (probe_schema.py): rows of dicts, or no probe

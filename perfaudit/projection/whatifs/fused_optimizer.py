@@ -8,9 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from math import ceil
 
-from ...trace.model import Event
 from ..kernels import Work
-from ..plans import Item, StepPlan
+from ..plans import Item, StepPlan, item_op
 from ..work import FOREACH_TENSORS_PER_LAUNCH
 
 # tensors the fused kernel reads and writes per parameter element: Adam(W) reads p, g, m, v and writes p, m, v;
@@ -37,16 +36,6 @@ def passes(optimizer: str, options: dict) -> int | None:
     return PASSES.get(optimizer)
 
 
-def _op(item: Item) -> Event | None:
-    """The op an item was planned from: a CPU run's modelled op, a GPU trace's launching root op."""
-    source = item.source
-    if isinstance(source, Event):
-        return source
-    if isinstance(source, tuple) and len(source) == 3:
-        return getattr(source[2], "op", None)
-    return None
-
-
 def fused(plans: list[StepPlan], updates: list[Update], kernel_us: Callable[[Work], float],
           host_us_per_launch: float) -> list[StepPlan]:
     """The plans with every launch of each update's ops replaced by the fused kernel's launches, placed where the
@@ -58,7 +47,7 @@ def fused(plans: list[StepPlan], updates: list[Update], kernel_us: Callable[[Wor
         items: list[Item] = []
         placed: set[int] = set()
         for item in p.items:
-            op = _op(item) if item.kind == "launch" else None
+            op = item_op(item) if item.kind == "launch" else None
             at = bisect_right(starts, op.ts) - 1 if op is not None else -1
             if at < 0 or op.ts >= updates[at].end:  # type: ignore[union-attr]
                 items.append(item)

@@ -1,0 +1,43 @@
+"""GRAD001's fix as a what-if: gradients set to None instead of zero-filled. The fills go (a kernel and a launch
+each, a multi_tensor_apply for `_foreach_zero_`), and so does the first accumulation into each zeroed gradient:
+backward adds its result into the zeros in place, where into a gradient set to None it hands the result over
+(AccumulateGrad steals it: its node still runs, without a kernel)."""
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from ..plans import Item, StepPlan, item_op
+
+
+def without_fills(plans: list[StepPlan], spans: list[tuple[float, float]]) -> list[StepPlan]:
+    """The plans without the kernels launched inside `spans` (µs, of the trace: the fill ops and the
+    accumulations' `add_`, facts/grads.py fill_spans), nor the host time those ops took to dispatch and
+    launch; what else the launching op did on the host (an AccumulateGrad node's own work) stays."""
+    spans = sorted(spans)
+    starts = [s for s, _ in spans]
+    out = []
+    for p in plans:
+        items = []
+        for item in p.items:
+            ts = _launched_at(item) if item.kind == "launch" else None
+            at = bisect_right(starts, ts) - 1 if ts is not None else -1
+            if at < 0 or ts >= spans[at][1]:  # type: ignore[operator]
+                items.append(item)
+                continue
+            # a GPU trace's launch carries its root op's host time (from_kernels): the op's own goes; a CPU
+            # run's carries the launch's modelled dispatch alone (from_shapes): all of it goes
+            rest = item.host_us - (spans[at][1] - spans[at][0]) if isinstance(item.source, tuple) else 0.0
+            if rest > 0:
+                items.append(Item("host", host_us=rest, own_us=min(item.own_us, rest)))
+        out.append(StepPlan(p.number, p.measured_us, items))
+    return out
+
+
+def _launched_at(item: Item) -> float | None:
+    """When the kernel was asked for: a GPU trace's runtime call (its root op may be an autograd node around
+    the op), a CPU run's modelled op."""
+    source = item.source
+    if isinstance(source, tuple) and len(source) == 3:
+        return getattr(source[1], "ts", None)
+    op = item_op(item)
+    return op.ts if op is not None else None
