@@ -139,7 +139,7 @@ def test_a_script_that_trains_on_its_cpu_branch_gets_the_cpu_report(tmp_path, re
     auto = realistic_reports[script.name]["run"]
     assert auto["run"]["device"] == "cpu, CUDA path offered but not taken"
     note = next(n for n in auto["notes"] if "CPU branch" in n)
-    assert "-- --cuda" in note and "cuda_opt_in_flag.py:64" in note, note
+    assert "-- --cuda" in note and "cuda_opt_in_flag.py:65" in note, note
     assert not [f for f in auto["findings"] if f["rule"] == "AMP002"]
     plain, _, _ = _run(tmp_path, script, "--device", "cpu")
     assert _rules_at(plain) <= _rules_at(auto), (_rules_at(plain), _rules_at(auto))

@@ -591,7 +591,7 @@ def test_grad001_is_ranked_by_the_fills_and_accumulations_set_to_none_takes_off_
     saves more than the fills' kernels (the step is host-bound) but no more than those ops' host time and kernels;
     the emulated zero_grad_bad.py (6 parameters) saves its 12 launches."""
     from perfaudit.facts import Context
-    from perfaudit.facts.grads import fill_spans
+    from perfaudit.facts.training.grads import fill_spans
     from perfaudit.trace.parser import load_trace
     path = needs_shared(TRACES / "param" / "linear_2080ti.json.gz")
     report, _ = _analyze(path, tmp_path=tmp_path)

@@ -552,7 +552,7 @@ def test_the_optimizer_time_is_taken_from_the_steps_the_figures_are_made_of():
     adds nothing to the optimizer's ms per step, which stays a share of the step it is compared with
     (OPT001 had claimed 132 % of a step on a busy machine)."""
     from perfaudit.facts import Context
-    from perfaudit.facts.optim import _step_ops
+    from perfaudit.facts.training.optim import _step_ops
     from perfaudit.trace.model import Event, Trace
     from perfaudit.trace.steps import segment_steps
 

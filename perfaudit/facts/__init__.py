@@ -4,10 +4,8 @@ from . import (  # noqa: F401
     data,
     debug,
     emulated,
-    grads,
     model,
     op_times,
-    optim,
     probed,
     shapes,
     startup,
@@ -18,5 +16,6 @@ from .flops import counted, mfu  # noqa: F401
 from .gpu import busy, copies, cudnn, memory, memory_estimate, projection, sync  # noqa: F401
 from .registry import FACTS, Context, Missing, fact
 from .sites import Site
+from .training import grads, optim  # noqa: F401
 
 __all__ = ["FACTS", "Context", "Missing", "Site", "fact"]

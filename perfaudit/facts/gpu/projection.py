@@ -7,9 +7,9 @@ from ...projection import devices
 from ...projection.model import Inputs, Projector
 from ..data import plain_timing
 from ..emulated import emulated
-from ..grads import fill_spans
-from ..optim import fused_updates
 from ..registry import Context, Missing, fact
+from ..training.grads import fill_spans
+from ..training.optim import fused_updates
 from .device_steps import traits
 
 AUTO, OFF = "auto", "none"

@@ -11,7 +11,7 @@ from ..plans import Item, StepPlan, item_op
 
 def without_fills(plans: list[StepPlan], spans: list[tuple[float, float]]) -> list[StepPlan]:
     """The plans without the kernels launched inside `spans` (µs, of the trace: the fill ops and the
-    accumulations' `add_`, facts/grads.py fill_spans), nor the host time those ops took to dispatch and
+    accumulations' `add_`, facts/training/grads.py fill_spans), nor the host time those ops took to dispatch and
     launch; what else the launching op did on the host (an AccumulateGrad node's own work) stays."""
     spans = sorted(spans)
     starts = [s for s, _ in spans]

@@ -1,12 +1,12 @@
 """Optimizers: implementation (single-tensor loop, foreach, fused) and training advice (T10, T24)."""
 from __future__ import annotations
 
-from ..calls import FOREACH_OPTIMIZERS, FRAMEWORK_OPTIMIZER_OPTIONS, FUSABLE_OPTIMIZERS
-from ..projection.whatifs.fused_optimizer import Update, passes
-from ..static.cuda_path import CUDA_PATH
-from .registry import Context, Missing, fact
-from .sites import Site, site_from_probe
-from .steps import OPTIMIZER_STEP, closure_end
+from ...calls import FOREACH_OPTIMIZERS, FRAMEWORK_OPTIMIZER_OPTIONS, FUSABLE_OPTIMIZERS
+from ...projection.whatifs.fused_optimizer import Update, passes
+from ...static.cuda_path import CUDA_PATH
+from ..registry import Context, Missing, fact
+from ..sites import Site, site_from_probe
+from ..steps import OPTIMIZER_STEP, closure_end
 
 
 def _step_ops(ctx: Context) -> dict[str, dict]:
@@ -167,7 +167,7 @@ def _built_at(ctx: Context, probe: dict) -> tuple[dict | None, str]:
 
 
 def _framework_option(ctx: Context, probe: dict) -> dict | None:
-    from ..static.uses import option_literals
+    from ...static.uses import option_literals
     framework = probe.get("built_in")
     if framework not in FRAMEWORK_OPTIMIZER_OPTIONS:
         return None
@@ -204,7 +204,7 @@ def _script_runs_on_cuda(ctx: Context) -> bool:
 def _asks_for_fused(ctx: Context, site: dict | None, cls: str) -> bool | None:
     """Whether the optimizer's construction asks for fused= on some path (a kwarg, or `**kwargs` its scope
     fills with it); None when its `**kwargs` cannot be read: then the run cannot say it does not."""
-    from ..static.uses import call_requests
+    from ...static.uses import call_requests
     if not site or not site.get("path"):
         return None
     tree = ctx.source.tree(site["path"])

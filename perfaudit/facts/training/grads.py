@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..trace.nesting import enclosing
-from .gpu.launches import device_events_by_op
-from .registry import Context, fact
-from .sites import SiteCollector
-from .steps import ZERO_GRAD
+from ...trace.nesting import enclosing
+from ..gpu.launches import device_events_by_op
+from ..registry import Context, fact
+from ..sites import SiteCollector
+from ..steps import ZERO_GRAD
 
 # `zero_grad(set_to_none=False)` with foreach=True zeroes each device's and dtype's gradients in one
 # `_foreach_zero_` (one multi_tensor_apply launch on a GPU; a loop of zero_ inside it on a CPU)
