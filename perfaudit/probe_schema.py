@@ -161,3 +161,20 @@ ASIDE_RANGE = "perfaudit::aside"
 # device, a blocking copy back, a synchronize() (collect/emulation/placement.py). A CPU trace cannot tell such a
 # read from torch's reads of its own host tensors (an optimizer's step counters): the projection counts only these.
 SYNC_RANGE = "perfaudit::sync"
+# An empty range the emulated device writes at each host-to-device copy a GPU would make, named with what the
+# projection times it by: "perfaudit::h2d <origin> <pinned|pageable> <async|blocking> <bytes>" (origin: loader,
+# sample, made, host, data, thread, as placement.py's copy records). These ranges, SYNC_RANGE's and the other
+# "perfaudit::" ones are recorded as ops (a fast record function) and read as annotations (trace/parser.py).
+H2D_RANGE = "perfaudit::h2d"
+
+
+def h2d_range(origin: str, pinned: bool, non_blocking: bool, nbytes: int) -> str:
+    return f"{H2D_RANGE} {origin} {'pinned' if pinned else 'pageable'} {'async' if non_blocking else 'blocking'} {nbytes}"
+
+
+def read_h2d_range(name: str) -> tuple[str, bool, bool, int] | None:
+    """(origin, pinned, non_blocking, bytes) of an H2D_RANGE's name; None for another name or a malformed one."""
+    parts = name.split(" ")
+    if len(parts) != 5 or parts[0] != H2D_RANGE or not parts[4].isdigit():
+        return None
+    return parts[1], parts[2] == "pinned", parts[3] == "async", int(parts[4])

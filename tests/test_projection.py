@@ -606,3 +606,53 @@ def test_grad001_is_ranked_by_the_fills_and_accumulations_set_to_none_takes_off_
     emulated = next(f for f in sample_report("zero_grad_bad.py")["findings"] if f["rule"] == "GRAD001")
     assert "6 gradient fill op(s) per step" in emulated["message"], emulated["message"]
     assert 10 * 0.005 < emulated["projected_ms_per_step"] < 12 * 0.05, emulated
+
+
+# -- the emulated device's copies, each where it ran -------------------------------------------------------------
+def test_perfaudits_marks_read_as_annotations_by_both_parsers(tmp_path):
+    """The emulated device marks each copy and read with the fast record function, which Kineto files as an op:
+    both parsers read a "perfaudit::" op as an annotation (no fact counts it among the script's ops)."""
+    from perfaudit.trace.parser import load_trace
+    events = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 1.0, "args": {}}
+              for ts, name in ((10.0, "perfaudit::h2d sample pageable blocking 1024"), (20.0, "aten::add"),
+                               (30.0, "perfaudit::sync"))]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    for fast in (True, False):
+        kinds = {e.name.split(" ")[0]: e.kind for e in load_trace(str(path), fast_path=fast).host}
+        assert kinds == {"perfaudit::h2d": "annotation", "aten::add": "op", "perfaudit::sync": "annotation"}, kinds
+
+
+def test_each_emulated_copy_is_projected_where_it_ran_and_the_copy_fixes_are_replayed(realistic_reports):
+    """A CPU run's projection copied one batch a step, whatever the script moved: cuda_legacy_loop.py moves each
+    of its 32 samples to the device in `__getitem__`, its labels, a noise tensor made in the step and class weights
+    rebuilt each step, 35 pageable blocking copies a step on a GPU, each a dispatch and a wait. The emulated device
+    marks each copy; the projection replays them where they ran (inside the fetch for the samples), COPY001's fix
+    moves the samples as one pinned batch (the 31 other dispatches gone) and COPY002's makes the noise on the
+    device (a kernel for a copy)."""
+    from perfaudit.api import analyze
+    from perfaudit.projection import model
+    seen = []
+    run = model.Projector.run
+
+    def kept(self):
+        seen.append(self)
+        return run(self)
+    model.Projector.run = kept
+    try:
+        analyze([str(Path(realistic_reports["cuda_legacy_loop.py"]["run_dir"]) / "trace.json.gz")])
+    finally:
+        model.Projector.run = run
+    projector = seen[0]
+    assert projector.marked_copies
+    for p in projector.plans:
+        copies = [i for i in p.items if i.kind == "copy"]
+        assert len(copies) == 35 and all(i.blocking and i.pageable and i.host_us > 0 for i in copies), len(copies)
+        kinds = "".join(i.kind[0] for i in p.items)
+        assert kinds.count("dc") >= 30, kinds   # the samples' copies inside the fetch, after each part of it
+    report = realistic_reports["cuda_legacy_loop.py"]["run"]
+    by_rule = {f["rule"]: f for f in report["findings"]}
+    host_us = projector.cal["host_us_per_kernel"]
+    assert by_rule["COPY001"]["projected_ms_per_step"] >= 0.8 * 31 * host_us / 1e3, by_rule["COPY001"]
+    assert by_rule["COPY002"]["projected_ms_per_step"] is not None
+    assert report["projection"]["busy_ms"]["copies"] >= 35 * projector.cal["copy_floor_us"] / 1e3

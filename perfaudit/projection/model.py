@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..trace.model import Event, Step, Trace
+from .copies import copy_timer, made_on_device, marked, pinned_and_batched
 from .devices import Device
 from .host.frees import freed_in
 from .host.overhead import in_python_time
@@ -21,7 +22,7 @@ from .whatifs.set_to_none import without_fills
 from .work import work_of
 
 HALF = "bf16"   # what autocast's matrix math runs in, for the precision what-if
-WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer", "grads")
+WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer", "grads", "created")
 
 
 @dataclass
@@ -106,6 +107,7 @@ class Projector:
         self.on_gpu = trace.has_gpu
         self.measured_ms = sum(s.dur for s in steps) / max(len(steps), 1) / 1e3
         self.freed = None if self.on_gpu else freed_in(trace)   # a CPU run: its frees a GPU would not make
+        self.marked_copies = not self.on_gpu and marked(trace)  # the emulated device's copies, each where it ran
         trace, steps = window(trace, steps)
         # a large trace replays a run of its steps: what it projects is scaled to the mean measured step
         self.scale = self.measured_ms / (sum(s.dur for s in steps) / len(steps) / 1e3)
@@ -133,15 +135,17 @@ class Projector:
         cal, model = self.cal, self._model(precision)
         host_us = self._host_us_per_launch
         read_us = cal.get("read_round_trip_us", 0.0) if self.inputs.marked_syncs else None
+        copy = copy_timer(cal["pcie_gbs"][self.target.pcie], host_us, cal["copy_floor_us"]) if self.marked_copies \
+            else None
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
                                                          self.inputs.tf32_conv, self.inputs.bf16_as, read_us,
-                                                         cal.get("launch_us", 0.0)),
+                                                         cal.get("launch_us", 0.0), copy),
                      own_cost, self.undisturbed, self.freed, self.host_waited)
         if self.inputs.workers and not self.inputs.worker_ms_per_batch:
             _hand_off_only(plans)
         if self.inputs.plain_fetch_ms is not None:
             fetch_at_most(plans, self.inputs.plain_fetch_ms * 1e3)
-        if self.inputs.batch_bytes:
+        if self.inputs.batch_bytes and not self.marked_copies:  # a plain CPU run: its batch, copied once a step
             plans = _with_copies(plans, lambda: _copy_item(self.inputs, self.target))
         return plans
 
@@ -153,8 +157,8 @@ class Projector:
         else:
             gpu_us = shapes_retimed(self._model(precision), self.inputs.tf32_matmul, self.inputs.tf32_conv,
                                     self.inputs.bf16_as)
-        return [StepPlan(p.number, p.measured_us, [i.timed(gpu_us(i)) if i.source is not None else i for i in p.items])
-                for p in self.plans]
+        return [StepPlan(p.number, p.measured_us, [i.timed(gpu_us(i)) if i.kind == "launch" and i.source is not None
+                                                   else i for i in p.items]) for p in self.plans]
 
     def _model(self, precision: str | None) -> Callable[[Work], float]:
         """A modelled op's kernels' time on the target, its float32 matrix math in `precision` if given."""
@@ -268,7 +272,8 @@ class Projector:
         """The projection with one kind of fix applied: DataLoader waits hidden by workers (data), host reads
         of device values gone (sync), batches copied from pinned memory without blocking (copies), matrix
         math in half precision (precision), `host_saved_us` of the host's own time per step gone (host),
-        each optimizer update the fused kernel (optimizer), or gradients set to None, not zero-filled (grads)."""
+        each optimizer update the fused kernel (optimizer), gradients set to None, not zero-filled (grads), or
+        the tensors a step makes on the host and copies made on the device (created)."""
         return scaled(self._replayed(kind, host_saved_us), self.scale)
 
     def _replayed(self, kind: str, host_saved_us: float = 0.0) -> Projection:
@@ -296,26 +301,15 @@ class Projector:
         if kind == "optimizer":
             updates = fused(self.plans, self.inputs.optimizer_updates, self._model(None), self._host_us_per_launch)
             return simulate(updates, pipeline)
+        if kind == "created":
+            fill = lambda nbytes: Item("launch", host_us=self._host_us_per_launch, kernels=1,  # noqa: E731
+                                       gpu_us=self._model(None)(Work("memory", bytes=nbytes)))
+            return simulate(made_on_device(self.plans, fill), pipeline)
         if kind != "copies":
             raise ValueError(f"no what-if named {kind!r} (one of {', '.join(WHAT_IFS)})")
-        plans = []  # each pageable copy made pinned and non-blocking, the sync torch makes after it gone
-        for p in self.plans:
-            items = []
-            previous: Item | None = None
-            for item in p.items:
-                before, previous = previous, item
-                if item.kind == "sync" and before is not None and before.pageable:
-                    continue
-                if item.kind == "copy" and item.pageable:
-                    item = replace(item, blocking=False, pageable=False, gpu_us=item.gpu_us * self._pinned_ratio())
-                items.append(item)
-            plans.append(StepPlan(p.number, p.measured_us, items))
-        return simulate(plans, pipeline)
-
-    def _pinned_ratio(self) -> float:
-        """A pageable copy's time made pinned: the target link's pageable rate over its pinned rate."""
         rates = self.cal["pcie_gbs"][self.target.pcie]
-        return rates["pageable"] / rates["pinned"]
+        return simulate(pinned_and_batched(self.plans, rates, self.cal["copy_floor_us"]), pipeline)
+
 
 
 def kernel_precision(name: str) -> str | None:

@@ -13,7 +13,7 @@ from operator import attrgetter
 
 import msgspec
 
-from ..probe_schema import ASIDE_RANGE, HALF_MATH_RANGE, SYNC_RANGE
+from ..probe_schema import ASIDE_RANGE, H2D_RANGE, HALF_MATH_RANGE, SYNC_RANGE
 from ..trace.model import Event, Step, Trace
 from ..trace.op_names import DATALOADER
 from .host.overhead import OwnCost
@@ -125,7 +125,7 @@ class _Index:
 
     def __init__(self, trace: Trace):
         self.ops = [e for e in trace.host if e.kind == "op"
-                    or (e.kind == "annotation" and e.name.startswith((HALF_MATH_RANGE, ASIDE_RANGE, SYNC_RANGE)))]
+                    or (e.kind == "annotation" and e.name.startswith((HALF_MATH_RANGE, ASIDE_RANGE, SYNC_RANGE, H2D_RANGE)))]
         self.op_starts = [e.ts for e in self.ops]
         self.data = [e for e in trace.host if e.name.startswith(DATALOADER)]
         self.data_starts = [e.ts for e in self.data]
@@ -230,14 +230,14 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
 
 def _outside(roots: list[_Node], ranges: list[tuple[float, float]]) -> list[_Node]:
     """The roots that do not start inside a DataLoader fetch (a Dataset's transforms run on the host, on host
-    tensors, whatever the training does on the GPU)."""
+    tensors, whatever the training does on the GPU), and the copies a fetch made (a sample moved to the device)."""
     if not ranges:
         return roots
     out, i = [], 0
     for root in roots:  # both sorted by start
         while i < len(ranges) and ranges[i][1] <= root.op.ts:
             i += 1
-        if i < len(ranges) and ranges[i][0] <= root.op.ts < ranges[i][1]:
+        if i < len(ranges) and ranges[i][0] <= root.op.ts < ranges[i][1] and not root.op.name.startswith(H2D_RANGE):
             continue
         out.append(root)
     return out
@@ -246,14 +246,17 @@ def _outside(roots: list[_Node], ranges: list[tuple[float, float]]) -> list[_Nod
 # -- a CPU trace: each op's kernels from its shapes ---------------------------------------------------------------
 def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, tf32_matmul: bool = False,
                 tf32_conv: bool = True, bf16_as: str = "bf16", read_us: float | None = None,
-                launch_us: float = 0.0) -> Callable[[_Node], list[Item]]:
+                launch_us: float = 0.0, copy: Callable[[Event], Item | None] | None = None
+                ) -> Callable[[_Node], list[Item]]:
     """A root op on the GPU: the host dispatches and launches each kernel (`host_us_per_launch`, not the
     CPU's compute, which the op's recorded time is), the kernels run for what the model says, and an op
     that reads a device value on the host waits for the queue. `read_us`: where the run marked its reads of
     device values (the emulated device), only those wait, then this long for the value to come back;
     unmarked (a plain CPU run), every op that would read a value back waits, for the queue alone. A recurrent
-    layer is one op dispatched, whose kernels cuDNN launches (`launch_us` each)."""
+    layer is one op dispatched, whose kernels cuDNN launches (`launch_us` each). `copy`: a marked copy's item."""
     def expand(root: _Node) -> list[Item]:
+        if copy is not None and root.op.name.startswith(H2D_RANGE):
+            return [item for item in (copy(root.op),) if item is not None]
         out = []
         for op in _groups(root):
             layer = rnn_us(op, kernel_us, tf32_conv) if op.name.removesuffix(BACKWARD) in GATES else None

@@ -20,6 +20,9 @@ KIND_BY_CATEGORY = {
     "python_function": "python", "python": "python",
 }
 DEVICE_KINDS = frozenset({"kernel", "memcpy", "memset", "gpu_annotation"})
+# perfaudit's own ranges in a trace it recorded (probe_schema's "perfaudit::…"): written by a fast record function,
+# which Kineto files as an op, they are marks, not the script's ops
+OWN_RANGES = "perfaudit::"
 
 
 class Event(msgspec.Struct, gc=False):

@@ -15,7 +15,7 @@ from ..files import read_as_input
 from ..untrusted import Unreadable, decode
 from . import fast, streams
 from .gc_pause import collection_paused
-from .model import DEVICE_KINDS, KIND_BY_CATEGORY, Event, Trace, emulated_run, sort_by_start, without_emulation_frames
+from .model import DEVICE_KINDS, KIND_BY_CATEGORY, OWN_RANGES, Event, Trace, emulated_run, sort_by_start, without_emulation_frames
 from .op_names import ANY_OP_ARGS, OP_ARGS
 from .steps import segment_steps
 from .streams import _GZIP_ERRORS, MAX_EVENTS, _meta_after_events, _open, _Prepend, _Repair, _spool, meta_after_list
@@ -117,6 +117,8 @@ def _complete(cat, name, ts, dur, pid, tid, args, other_ops: tuple = ()) -> Even
     kind = _kind(cat)
     if kind is None or type(name) is not str:
         return None
+    if kind == "op" and name.startswith(OWN_RANGES):
+        kind = "annotation"
     if kind == "runtime" and not _runtime_kept(name):
         return None  # cudaEventQuery, cudaGetDevice, …: no fact reads them
     if type(ts) not in _NUMBERS or type(dur) not in _NUMBERS or dur < 0:
@@ -242,6 +244,7 @@ def _fast_events(stream, first: bytes, trace: Trace, after: list[bytes], other_o
         if kind is None or type(name) is not str or (kind == "runtime" and not _runtime_kept(name)):
             verdict = None
         else:
+            kind = "annotation" if kind == "op" and name.startswith(OWN_RANGES) else kind
             keys = KEPT_ARGS.get(kind, OP_ARGS.get(name, other_ops) if kind == "op" else ())
             verdict = (kind, lists.get(_PLACE.get(kind), trace.host).append, keys and fast.keeper(keys),
                        _names.setdefault(name, name))

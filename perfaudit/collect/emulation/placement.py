@@ -16,9 +16,8 @@ import types
 import torch
 import torch.utils._device as _device_context
 from torch.overrides import TorchFunctionMode
-from torch.profiler import record_function
 
-from ...probe_schema import SYNC_RANGE
+from ...probe_schema import SYNC_RANGE, h2d_range
 from ..internal import record_internal_error
 from ..userframes import is_user_file, library_reader, user_site
 from .attention import attention_handlers
@@ -27,6 +26,7 @@ from .factories import FACTORIES as _FACTORIES
 from .factories import FROM_DATA as _FROM_DATA
 from .host_outputs import host_output_handlers
 from .host_reads import KERNEL_READS, READS, REFUSED
+from .marks import mark
 from .same_device import SAME_DEVICE, raise_if_mixed
 from .sample_moves import sample_moves
 from .tensor_registry import KINDS, KeyedRef, Registry, copied, first_placed, is_cuda, kind_of, tag, tensor_bytes
@@ -307,6 +307,7 @@ class Placement(TorchFunctionMode):
                 made_at = made[0] if made is not None else None
                 origin = "made" if made is not None and made[1] == self.step_clock() else "host"
             pinned = src is not None and self.pinned.has(src)
+            mark(h2d_range(origin, pinned, non_blocking, nbytes))  # the copy, for the projection to time
             entry = self._entry(self.copies, origin, user_site(3), api=api, origin=origin, bytes=0,
                                 window_bytes=0, pinned=True, non_blocking=True, made_at=made_at)
             if entry is None:
@@ -394,5 +395,4 @@ class Placement(TorchFunctionMode):
 
 def _host_waits() -> None:
     """Mark where a GPU's host would wait for the device: the projection's syncs (probe_schema.SYNC_RANGE)."""
-    with record_function(SYNC_RANGE):
-        pass
+    mark(SYNC_RANGE)

@@ -13,7 +13,9 @@ import threading
 
 import torch
 
+from ...probe_schema import H2D_RANGE
 from ..userframes import is_user_file
+from .marks import FAST, mark
 from .tensor_registry import KeyedRef, copied
 
 Tensor = torch.Tensor
@@ -62,11 +64,21 @@ def sample_moves(mode):
             entry["window_bytes"] += nbytes
         if nbytes > entry["bytes"]:
             entry["bytes"] = nbytes
-        if entry["pinned"]:
-            held = id(src)
-            entry["pinned"] = held in pinned and pinned[held][0]() is src
-        if entry["non_blocking"] and not (kwargs and kwargs["non_blocking"]):
+        held = id(src)
+        is_pinned = held in pinned and pinned[held][0]() is src
+        if entry["pinned"] and not is_pinned:
+            entry["pinned"] = False
+        non_blocking = kwargs["non_blocking"] if kwargs else False
+        if entry["non_blocking"] and not non_blocking:
             entry["non_blocking"] = False
+        # the copy, for the projection to time: probe_schema.h2d_range's name, inlined (each Python call here is
+        # an event of the profiler's Python tracer)
+        name = f"{H2D_RANGE} sample {'pinned' if is_pinned else 'pageable'} {'async' if non_blocking else 'blocking'} {nbytes}"
+        if FAST is not None:
+            with FAST(name):
+                pass
+        else:
+            mark(name)
         out = copied(src)
         mode.placements += 1
         if mode.memory is not None:

@@ -19,10 +19,10 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.profiler import record_function
 
 from ....probe_schema import ASIDE_RANGE as ASIDE
 from ....probe_schema import HALF_MATH_RANGE as RANGE
+from ..marks import span
 
 # the matrix ops a script calls from Python (nn.Linear, nn.Conv*, `@`, einsum: its products are bmm's, which
 # autocast casts), as a TorchFunctionMode sees them
@@ -79,10 +79,10 @@ class InFloat32(torch.autograd.Function):
         ctx.shapes = {i: half[i].shape for i in ctx.at}
         ctx.save_for_backward(*(half[i] for i in ctx.kept))
         with _inside_kernel(placement, []) as made:
-            with record_function(ASIDE):
+            with span(ASIDE):
                 wide = _float(list(half))
             out = func(*wide, **kwargs)
-            with record_function(ASIDE):
+            with span(ASIDE):
                 out = out.to(dtype)
             made.append(out)
         return out
@@ -90,13 +90,13 @@ class InFloat32(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         needs, graph = ctx.needs_input_grad[4:], torch.is_grad_enabled()  # graph: backward's own is wanted
-        with record_function(f"{RANGE}({ctx.dtype})"), _cpu_autocast_off(), \
+        with span(f"{RANGE}({ctx.dtype})"), _cpu_autocast_off(), \
                 _inside_kernel(ctx.placement, []) as made:
             if not graph and not ctx.kwargs and ctx.func in _PRODUCTS:
                 result = _product_grads(ctx, grad, needs)
                 made.extend(r for r in result if r is not None)
                 return (None, None, None, None, *result)
-            with record_function(ASIDE), torch.enable_grad():
+            with span(ASIDE), torch.enable_grad():
                 inputs = list(ctx.others)
                 for i in ctx.at:  # an input no gradient needs, not kept: zeros of its shape stand for it
                     inputs[i] = torch.zeros(ctx.shapes[i], device="cpu").requires_grad_(bool(needs[i]))
@@ -112,7 +112,7 @@ class InFloat32(torch.autograd.Function):
             grads = torch.autograd.grad(out, [inputs[i] for i in wanted], wide, create_graph=graph) if wanted else ()
             result: list = [None] * len(needs)
             for i, g in zip(wanted, grads):
-                with record_function(ASIDE):  # the gradient as the GPU's 16-bit kernel makes it
+                with span(ASIDE):  # the gradient as the GPU's 16-bit kernel makes it
                     result[i] = g.to(ctx.dtype)
             made.extend(r for r in result if r is not None)
         return (None, None, None, None, *result)
@@ -126,7 +126,7 @@ def _product_grads(ctx, grad: Tensor, needs) -> list:
     products, as a GPU's backward makes them), in the inputs' 16-bit type: not the forward again under autograd.
     The inputs kept (InFloat32.forward) are the ones these need."""
     saved = dict(zip(ctx.kept, ctx.saved_tensors))
-    with record_function(ASIDE):
+    with span(ASIDE):
         g = grad.float()
         wide = {i: t.float() for i, t in saved.items()}
     result: list = [None] * len(needs)
@@ -143,14 +143,14 @@ def _product_grads(ctx, grad: Tensor, needs) -> list:
             result[0] = g @ wide[1].transpose(-1, -2)
         if needs[1]:
             result[1] = wide[0].transpose(-1, -2) @ g
-    with record_function(ASIDE):
+    with span(ASIDE):
         return [r.to(ctx.dtype) if r is not None else None for r in result]
 
 
 def in_float32(func, args, kwargs: dict, dtype: torch.dtype, placement, cache: dict) -> Tensor:
     """`func(*args, **kwargs)` as CUDA's autocast runs it in `dtype` (its inputs cast under autograd, parameters'
     casts kept in `cache`), computed in float32 (InFloat32)."""
-    with record_function(f"{RANGE}({dtype})"), _cpu_autocast_off():
+    with span(f"{RANGE}({dtype})"), _cpu_autocast_off():
         half = [_cast(a, dtype, cache) if isinstance(a, Tensor) and a.is_floating_point() else a for a in args]
         return InFloat32.apply(func, kwargs, dtype, placement, *half)
 
@@ -258,7 +258,7 @@ def half_model_handler(mode):
         if "out" in kwargs or any(t.dtype != dtype for t in tensors) or _cpu_autocast() or not any(
                 mode.on_device.has(t) for t in tensors) or not slow_half(dtype):
             return mode.DEFAULT
-        with record_function(f"{RANGE}({dtype})"):
+        with span(f"{RANGE}({dtype})"):
             out = InFloat32.apply(func, kwargs, dtype, mode, *args)
         mode.device_ops += 1
         mode.on_device.add(out)
@@ -332,7 +332,7 @@ class KeptInFloat32(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         needs = ctx.needs_input_grad[5:]
         with _inside_kernel(placement, []) as made:
-            with record_function(ASIDE):  # the float32 copies: no GPU makes them (projection/timeline.py)
+            with span(ASIDE):  # the float32 copies: no GPU makes them (projection/timeline.py)
                 wide = [t.detach().float().requires_grad_(bool(need)) if isinstance(t, Tensor)
                         and t.is_floating_point() else t for t, need in zip(half, needs)]
             saved = _Saved(wide)
@@ -340,7 +340,7 @@ class KeptInFloat32(torch.autograd.Function):
                 outs = func(*_rebuild(wide, layout))
             single = isinstance(outs, Tensor)
             outs = (outs,) if single else tuple(outs)
-            with record_function(ASIDE):
+            with span(ASIDE):
                 result = tuple(o.detach().to(dtype) for o in outs)
             made.extend(result)
         ctx.dtype, ctx.placement, ctx.graph = dtype, placement, (wide, outs)
@@ -353,14 +353,14 @@ class KeptInFloat32(torch.autograd.Function):
         wide, outs = ctx.graph
         wanted = [i for i, t in enumerate(wide) if isinstance(t, Tensor) and t.requires_grad]
         result: list = [None] * len(wide)
-        with record_function(f"{RANGE}({ctx.dtype})"), _cpu_autocast_off(), \
+        with span(f"{RANGE}({ctx.dtype})"), _cpu_autocast_off(), \
                 _inside_kernel(ctx.placement, []) as made:
-            with record_function(ASIDE):
+            with span(ASIDE):
                 pairs = [(o, g.float()) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
             if pairs and wanted:
                 got = torch.autograd.grad([o for o, _ in pairs], [wide[i] for i in wanted], [g for _, g in pairs],
                                           retain_graph=True, allow_unused=True)  # a second backward, as on a GPU
-                with record_function(ASIDE):  # the gradients as the GPU's 16-bit kernel makes them
+                with span(ASIDE):  # the gradients as the GPU's 16-bit kernel makes them
                     for i, g in zip(wanted, got):
                         result[i] = g.to(ctx.dtype) if g is not None else None
             made.extend(r for r in result if r is not None)
@@ -375,6 +375,6 @@ def kept_in_float32(func, args: list, dtype: torch.dtype, placement, reserve: bo
     """`func(*args)` (its tensors' lists flattened) as a GPU runs it in `dtype`: floating inputs cast to it under
     autograd (autocast's casts; none for a model already in it), KeptInFloat32."""
     flat, layout = _flatten(tuple(args))
-    with record_function(f"{RANGE}({dtype})"), _cpu_autocast_off():
+    with span(f"{RANGE}({dtype})"), _cpu_autocast_off():
         half = [t.to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t for t in flat]
         return KeptInFloat32.apply(func, layout, dtype, placement, reserve, *half)
