@@ -538,11 +538,8 @@ def test_a_foreach_op_is_a_few_launches_as_on_a_gpu_not_the_cpus_loop_below_it()
         (1, pytest.approx(50 * 64 * 64 * 4 / 1e6))]   # out of place, two lists: up to 64 a launch; writes scalars
 
 
-def test_the_emulated_optimizer_step_launches_what_an_h100_launched(realistic_reports):
-    """device_built_lm.py's AdamW (foreach, CUDA's default) launched 8 kernels in each optimizer step on an H100
-    (tests/data/h100_runs). The emulated run's CPU ran each foreach op as a loop over the tensors; its projection
-    counted a launch per tensor (over a hundred a step) and put the host's time for each in the projected step.
-    It now counts the GPU's."""
+def _projector_of(trace: Path):
+    """The projector `perfaudit analyze` made for a trace, its plans and inputs to look at."""
     from perfaudit.api import analyze
     from perfaudit.projection import model
     seen = []
@@ -553,10 +550,18 @@ def test_the_emulated_optimizer_step_launches_what_an_h100_launched(realistic_re
         return run(self)
     model.Projector.run = kept
     try:
-        analyze([str(Path(realistic_reports["device_built_lm.py"]["run_dir"]) / "trace.json.gz")])
+        analyze([str(trace)])
     finally:
         model.Projector.run = run
-    projector = seen[0]
+    return seen[0]
+
+
+def test_the_emulated_optimizer_step_launches_what_an_h100_launched(realistic_reports):
+    """device_built_lm.py's AdamW (foreach, CUDA's default) launched 8 kernels in each optimizer step on an H100
+    (tests/data/h100_runs). The emulated run's CPU ran each foreach op as a loop over the tensors; its projection
+    counted a launch per tensor (over a hundred a step) and put the host's time for each in the projected step.
+    It now counts the GPU's."""
+    projector = _projector_of(Path(realistic_reports["device_built_lm.py"]["run_dir"]) / "trace.json.gz")
     ranges = [(e.ts, e.end) for e in projector.trace.host if e.name.startswith("Optimizer.step#")]
     launched = [sum(i.kernels for i in p.items if i.kind == "launch" and isinstance(i.source, Event)
                     and any(a <= i.source.ts < b for a, b in ranges)) for p in projector.plans]
@@ -630,20 +635,7 @@ def test_each_emulated_copy_is_projected_where_it_ran_and_the_copy_fixes_are_rep
     marks each copy; the projection replays them where they ran (inside the fetch for the samples), COPY001's fix
     moves the samples as one pinned batch (the 31 other dispatches gone) and COPY002's makes the noise on the
     device (a kernel for a copy)."""
-    from perfaudit.api import analyze
-    from perfaudit.projection import model
-    seen = []
-    run = model.Projector.run
-
-    def kept(self):
-        seen.append(self)
-        return run(self)
-    model.Projector.run = kept
-    try:
-        analyze([str(Path(realistic_reports["cuda_legacy_loop.py"]["run_dir"]) / "trace.json.gz")])
-    finally:
-        model.Projector.run = run
-    projector = seen[0]
+    projector = _projector_of(Path(realistic_reports["cuda_legacy_loop.py"]["run_dir"]) / "trace.json.gz")
     assert projector.marked_copies
     for p in projector.plans:
         copies = [i for i in p.items if i.kind == "copy"]
