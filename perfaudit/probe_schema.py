@@ -175,6 +175,7 @@ def h2d_range(origin: str, pinned: bool, non_blocking: bool, nbytes: int) -> str
 def read_h2d_range(name: str) -> tuple[str, bool, bool, int] | None:
     """(origin, pinned, non_blocking, bytes) of an H2D_RANGE's name; None for another name or a malformed one."""
     parts = name.split(" ")
-    if len(parts) != 5 or parts[0] != H2D_RANGE or not parts[4].isdigit():
+    if len(parts) != 5 or parts[0] != H2D_RANGE or not (parts[4].isascii() and parts[4].isdigit()) \
+            or len(parts[4]) > 18:  # a trace from elsewhere may name anything so: bytes below 10**18
         return None
     return parts[1], parts[2] == "pinned", parts[3] == "async", int(parts[4])

@@ -7,12 +7,13 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from perfaudit.api import analyze
 from perfaudit.engine.loader import load_rule, load_rules
 from perfaudit.errors import RuleError, TraceError
+from perfaudit.probe_schema import read_h2d_range
 
 RULES = load_rules()
 CATS = ["cpu_op", "Operator", "cuda_runtime", "Runtime", "kernel", "Kernel", "gpu_memcpy", "gpu_memset",
@@ -21,7 +22,10 @@ NAMES = ["ProfilerStep#1", "ProfilerStep#2", "aten::_local_scalar_dense", "aten:
          "cudaStreamSynchronize", "cudaLaunchKernel", "Memcpy HtoD (Pageable -> Device)", "[memory]",
          "Optimizer.step#SGD.step", "Optimizer.zero_grad#SGD.zero_grad", "enumerate(DataLoader)#x.__next__",
          "ampere_sgemm_64x64", "train.py(3): main", "<built-in method item of Tensor object at 0x1>",
-         "aten::convolution", "ncclKernel_AllReduce"]
+         "aten::convolution", "ncclKernel_AllReduce", "aten::add_", "aten::_foreach_zero_", "aten::fill_",
+         "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", "perfaudit::sync",
+         "perfaudit::h2d sample pageable blocking 1024", "perfaudit::h2d made pinned async 99999999999999999999",
+         "perfaudit::h2d loader pinned async ²"]
 scalar = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**7), st.floats(allow_nan=True),
                    st.text(max_size=5))
 event = st.fixed_dictionaries({}, optional={
@@ -32,7 +36,8 @@ event = st.fixed_dictionaries({}, optional={
     "ts": st.integers(0, 10_000) | scalar, "dur": st.integers(0, 5_000) | scalar,
     "args": st.dictionaries(st.sampled_from(["correlation", "bytes", "Input Dims", "Device Type",
                                              "Total Allocated", "Total Reserved", "Device Id"]),
-                            scalar | st.lists(st.lists(st.integers(0, 8), max_size=3), max_size=3), max_size=4) | scalar,
+                            scalar | st.lists(st.lists(st.integers(0, 8) | st.lists(st.integers(0, 8) | scalar, max_size=2),
+                                                       max_size=3), max_size=3), max_size=4) | scalar,
 })
 meta = st.fixed_dictionaries({}, optional={
     "deviceProperties": st.lists(st.dictionaries(st.sampled_from(["name", "totalGlobalMem", "computeMajor"]),
@@ -44,12 +49,12 @@ meta = st.fixed_dictionaries({}, optional={
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _analyze_bytes(data: bytes, suffix: str = ".json") -> None:
+def _analyze_bytes(data: bytes, suffix: str = ".json", target: str | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"t{suffix}"
         path.write_bytes(data)
         try:
-            analyze([str(path)], RULES)
+            analyze([str(path)], RULES, target=target)
         except TraceError:
             pass
 
@@ -58,6 +63,25 @@ def _analyze_bytes(data: bytes, suffix: str = ".json") -> None:
 @given(meta, st.lists(event, max_size=40))
 def test_random_traces_analyse_or_fail_cleanly(top, events):
     _analyze_bytes(json.dumps({**top, "traceEvents": events}).encode())
+
+
+@SETTINGS
+@given(st.lists(event, max_size=40))
+def test_random_traces_project_onto_a_named_gpu_or_fail_cleanly(events):
+    """Projected (`--target`): the what-ifs read op shapes, copy marks and gradient fills from the trace."""
+    steps = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": 2_000 * i,
+              "dur": 2_000} for i in range(1, 4)]
+    _analyze_bytes(json.dumps({"traceEvents": steps + events}).encode(), target="H100 SXM")
+
+
+@given(st.text(max_size=60) | st.builds(lambda parts: " ".join(["perfaudit::h2d", *parts]),
+                                        st.lists(st.text(max_size=24), max_size=6)))
+@example("perfaudit::h2d loader pinned async ²")
+@example("perfaudit::h2d made pageable blocking " + "9" * 5000)
+def test_a_copy_mark_of_any_name_is_read_or_refused(name):
+    """A trace from elsewhere may carry any name: an emulated copy's mark is read as its four fields or refused."""
+    read = read_h2d_range(name)
+    assert read is None or (isinstance(read[3], int) and 0 <= read[3] < 10**18), read
 
 
 SEED = json.dumps({"deviceProperties": [{"name": "g", "totalGlobalMem": 1 << 30, "computeMajor": 8}],
@@ -287,3 +311,26 @@ def test_a_module_built_by_the_scripts_own_factory_is_found_where_it_is_called(b
     assert exact == _BUILDS[build], (build, [s.line for s in sites])
     if exact:
         assert [s.line for s in sites] == [len(code) - 1]
+
+
+_DIMS = st.recursive(st.integers(0, 8) | st.none() | st.text(max_size=2), lambda c: st.lists(c, max_size=3), max_leaves=8)
+
+
+@SETTINGS
+@given(_DIMS, _DIMS)
+def test_gradient_fills_with_any_recorded_shapes_are_matched_or_left_alone(fill_dims, add_dims):
+    """GRAD001's what-if matches each accumulation to a zeroed gradient by the shapes the trace recorded: whatever
+    a trace from elsewhere holds there, the spans come back (a shape it cannot read matches none)."""
+    from perfaudit.facts import Context
+    from perfaudit.facts.training.grads import ACCUMULATE, fill_spans
+    from perfaudit.trace.parser import load_trace
+    events = [("user_annotation", "ProfilerStep#1", 0, 500, None), ("user_annotation", "Optimizer.zero_grad#SGD.zero_grad",
+              10, 50, None), ("cpu_op", "aten::zero_", 20, 10, fill_dims), ("cpu_op", ACCUMULATE, 100, 30, None),
+              ("cpu_op", "aten::add_", 110, 10, add_dims)]
+    trace = {"traceEvents": [{"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                              "args": {} if dims is None else {"Input Dims": dims}} for cat, name, ts, dur, dims in events]}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.json"
+        path.write_text(json.dumps(trace))
+        spans = fill_spans(Context(load_trace(str(path), op_shapes=True), None, ()))
+    assert (20, 30) in spans and len(spans) <= 2, spans

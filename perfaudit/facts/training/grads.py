@@ -117,10 +117,13 @@ def _zeroed(pending: Counter, shape: tuple | None):
 
 
 def _shapes(op) -> list[tuple]:
-    """The shapes of the tensors an op writes: its first input's (a list of them for a `_foreach_` op)."""
-    dims = (op.args.get("Input Dims") or [None])[0]
+    """The shapes of the tensors an op writes: its first input's (a list of them for a `_foreach_` op); none
+    where the trace says something else (a trace from elsewhere may hold anything there)."""
+    dims = op.args.get("Input Dims")
+    dims = dims[0] if isinstance(dims, list) and dims else None
     if not isinstance(dims, list):
         return []
-    if dims and all(isinstance(d, list) for d in dims):
-        return [tuple(d) for d in dims]
-    return [tuple(dims)]
+    shapes = dims if dims and all(isinstance(d, list) for d in dims) else [dims]
+    if not all(type(n) is int for shape in shapes for n in shape):
+        return []
+    return [tuple(shape) for shape in shapes]
