@@ -311,7 +311,6 @@ class Projector:
         return simulate(pinned_and_batched(self.plans, rates, self.cal["copy_floor_us"]), pipeline)
 
 
-
 def kernel_precision(name: str) -> str | None:
     """A matrix or convolution kernel's precision from its name (None: not a matrix kernel)."""
     low = name.lower()

@@ -100,6 +100,11 @@ def _kind(cat) -> str | None:
         return None
 
 
+def _own_range_kind(kind: str, name: str) -> str:
+    """perfaudit's own ranges (model.OWN_RANGES), which a fast record function files as ops, are annotations."""
+    return "annotation" if kind == "op" and name.startswith(OWN_RANGES) else kind
+
+
 _NUMBERS = (int, float)
 
 
@@ -117,8 +122,7 @@ def _complete(cat, name, ts, dur, pid, tid, args, other_ops: tuple = ()) -> Even
     kind = _kind(cat)
     if kind is None or type(name) is not str:
         return None
-    if kind == "op" and name.startswith(OWN_RANGES):
-        kind = "annotation"
+    kind = _own_range_kind(kind, name)
     if kind == "runtime" and not _runtime_kept(name):
         return None  # cudaEventQuery, cudaGetDevice, …: no fact reads them
     if type(ts) not in _NUMBERS or type(dur) not in _NUMBERS or dur < 0:
@@ -244,7 +248,7 @@ def _fast_events(stream, first: bytes, trace: Trace, after: list[bytes], other_o
         if kind is None or type(name) is not str or (kind == "runtime" and not _runtime_kept(name)):
             verdict = None
         else:
-            kind = "annotation" if kind == "op" and name.startswith(OWN_RANGES) else kind
+            kind = _own_range_kind(kind, name)
             keys = KEPT_ARGS.get(kind, OP_ARGS.get(name, other_ops) if kind == "op" else ())
             verdict = (kind, lists.get(_PLACE.get(kind), trace.host).append, keys and fast.keeper(keys),
                        _names.setdefault(name, name))

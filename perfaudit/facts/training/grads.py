@@ -17,7 +17,13 @@ FILL_OPS = {"aten::zero_", "aten::fill_", "aten::_foreach_zero_"}
 def _zeroing_ops(ctx: Context):
     """Fill ops that zero gradients: inside Optimizer.zero_grad / Module.zero_grad, or a manual
     `p.grad.zero_()` in the user's code; the outermost of nested fills only (a CPU's zero_ may call fill_).
-    Returns (op, anchor) pairs."""
+    Returns (op, anchor) pairs, found once per context (GRAD001's sites and its what-if both read them)."""
+    if "_zeroing_ops" not in ctx.__dict__:
+        ctx.__dict__["_zeroing_ops"] = _find_zeroing_ops(ctx)
+    return ctx.__dict__["_zeroing_ops"]
+
+
+def _find_zeroing_ops(ctx: Context):
     trace = ctx.need_trace()
     fills = trace.named(FILL_OPS.__contains__, kind="op")
     zero_grads = trace.named(lambda name: name.startswith(ZERO_GRAD))
@@ -80,6 +86,8 @@ def fill_spans(ctx: Context) -> list[tuple[float, float]]:
     or one to one where the trace kept no shapes (a GPU trace read without them)."""
     trace = ctx.need_trace()
     fills = [op for op, _ in _zeroing_ops(ctx)]
+    if not fills:
+        return []
     accumulates = trace.named(ACCUMULATE.__eq__)
     adds = trace.named("aten::add_".__eq__, kind="op")
     added = {id(op): next(iter(_shapes(op)), None) for op, stack in enclosing(accumulates, adds)
@@ -90,7 +98,7 @@ def fill_spans(ctx: Context) -> list[tuple[float, float]]:
     spans = []
     for _, kind, event in events:
         if kind == 0:
-            shapes: list = list(_shapes(event)) or [None]   # a fill that kept no shapes: one gradient, of no known shape
+            shapes: list[tuple | None] = [*_shapes(event)] or [None]  # kept no shapes: one gradient, shape unknown
             pending.update(shapes)
             spans.append((event.ts, event.end))
             continue
