@@ -9,6 +9,7 @@ _SITE = {"oneOf": [{"type": "null"}, {"type": "object", "required": ["path", "li
 _INT = {"type": "integer", "minimum": 0}
 _OPT_NUM = {"type": ["number", "null"]}
 _OPT_INT = {"type": ["integer", "null"]}
+_SHAPE = {"oneOf": [{"type": "null"}, {"type": "array", "maxItems": 16, "items": _INT}]}  # a tensor's sizes
 
 
 def _list_of(required: dict, optional: dict | None = None) -> dict:
@@ -36,7 +37,8 @@ PROBE_FIELDS: dict[str, dict] = {
     "empty_cache": _list_of({"site": _SITE, "calls": _INT, "window_calls": _INT},
                             {"by_step": {"type": "object", "additionalProperties": _INT}}),
     "bias_before_norm": _list_of({"layer": {"type": "string"}, "norm": {"type": "string"}, "site": _SITE},
-                                 {"bias_params": _INT}),
+                                 {"bias_params": _INT, "input_shape": _SHAPE, "weight_shape": _SHAPE,
+                                  "output_shape": _SHAPE}),
     # Conv/Linear layers with a bias that ran with no BatchNorm after them, by the line that built them
     "bias_without_norm": _list_of({"layer": {"type": "string"}, "site": _SITE, "count": _INT}),
     "data_parallel": _list_of({"site": _SITE, "class": {"type": "string"}}),

@@ -1,5 +1,5 @@
 """Each finding's saving on the projection's target GPU: the steps replayed with the rule's fix applied
-(the rule's `cost.projects`: data, sync, copies, precision, host). Findings of one kind share that kind's
+(the rule's `cost.projects`: data, sync, copies, precision, host, …). Findings of one kind share that kind's
 saving in proportion to their measured cost; a host-side fix removes its measured host time."""
 from __future__ import annotations
 
@@ -31,10 +31,13 @@ def with_projected_costs(findings: list[Finding], rules: list[Rule], ctx: Contex
                 measured = findings[i].cost.ms_per_step
                 if measured is None and findings[i].evidence.get("projected"):  # seen on the projection only:
                     measured = _projected_host_ms(rules_by_id[findings[i].rule].spec, projection)
-                if measured:
-                    out[i] = _with(findings[i], saving_ms(ctx, "host", measured), step, target)
+                saving = saving_ms(ctx, "host", measured) if measured else None
+                if saving is not None:
+                    out[i] = _with(findings[i], saving, step, target)
             continue
         total = saving_ms(ctx, kind)
+        if total is None:  # the fix's work was not found in the trace: no projected figure, rather than 0
+            continue
         weights = [findings[i].cost.ms_per_step or 0.0 for i in indices]
         whole = sum(weights)
         for i, w in zip(indices, weights):

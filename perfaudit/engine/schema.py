@@ -80,7 +80,8 @@ RULE_SCHEMA = {
                 "share_pct": {"type": "string"},
                 # how the fix's saving is projected onto a GPU (--target): the steps replayed with the fix
                 # applied (engine/projected.py)
-                "projects": {"enum": ["data", "sync", "copies", "precision", "host", "optimizer", "grads", "created"]},
+                "projects": {"enum": ["data", "sync", "copies", "precision", "host", "optimizer", "grads", "created",
+                                                 "bias"]},
             },
         },
         "fix": {"type": "string", "minLength": 1},

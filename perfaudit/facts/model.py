@@ -1,6 +1,8 @@
 """Facts about the model's structure, read from the live process (tip T03)."""
 from __future__ import annotations
 
+from ..projection.work import conv_key
+from ..trace.nesting import enclosing
 from .registry import Context, fact
 from .sites import Site, site_from_probe
 
@@ -32,3 +34,43 @@ def bias_lines_without_norm(ctx: Context) -> list[list]:
     return [list(key) for key in sorted({(e["site"]["path"], e["site"]["line"]) for e in entries
                                          if isinstance(e.get("site"), dict) and e["site"].get("path")
                                          and e["site"].get("line")})]
+
+
+ADDMM_BACKWARD = "autograd::engine::evaluate_function: AddmmBackward0"
+_BIAS_OPS = {"aten::_convolution": "aten::add_", "aten::convolution_backward": "aten::sum", ADDMM_BACKWARD: "aten::sum"}
+
+
+def bias_fix(ctx: Context) -> tuple[set[tuple], list[tuple[float, float]]]:
+    """What BN001's fix takes off a GPU's step: the convolutions whose bias feeds a BatchNorm, by their
+    (input, weight) sizes (a CPU run's modelled bias kernels: projection/work.py conv_bias), and the spans of the
+    trace's own bias ops of those layers (µs): on a GPU trace the `add_` after each such convolution and the
+    `sum` in its backward; in any trace a feeding Linear layer's bias gradient, the `sum` of its output's
+    gradient in AddmmBackward0. Matched by the sizes the live process saw (a layer of the same sizes that feeds
+    no BatchNorm is taken too)."""
+    entries = ctx.probe("bias_before_norm") if "bias_before_norm" in ctx.probes else []
+    convs, outputs = set(), set()
+    for e in entries:
+        weight, given, made = e.get("weight_shape"), e.get("input_shape"), e.get("output_shape")
+        if weight and len(weight) >= 3 and given:  # a convolution's weight: out, in, kernel...
+            convs.add((tuple(given), tuple(weight)))
+        elif weight and len(weight) == 2 and made:
+            outputs.add(tuple(made))
+    trace = ctx.need_trace()
+    if not (outputs or convs and trace.has_gpu):
+        return convs, []
+    containers = trace.named(lambda name: name in _BIAS_OPS and (name == ADDMM_BACKWARD or trace.has_gpu))
+    queries = trace.named(lambda name: name in ("aten::add_", "aten::sum"), kind="op")
+    spans = []
+    for op, stack in enclosing(containers, queries):
+        owner = stack[-1] if stack else None
+        if owner is None or _BIAS_OPS[owner.name] != op.name:
+            continue
+        if owner.name == ADDMM_BACKWARD:
+            dims = op.args.get("Input Dims") or []
+            shape = tuple(dims[0]) if dims and isinstance(dims[0], list) else ()
+            hit = all(type(n) is int for n in shape) and shape in outputs
+        else:
+            hit = conv_key(owner) in convs
+        if hit:
+            spans.append((op.ts, op.end))
+    return convs, spans

@@ -18,11 +18,12 @@ from .plans import fetch_at_most
 from .simulate import Pipeline, Projection, scaled, simulate, sync_idle_capped
 from .timeline import Item, Launched, StepPlan, from_kernels, from_shapes, kernels_retimed, plan, shapes_retimed, window
 from .whatifs.fused_optimizer import Update, fused
+from .whatifs.no_bias import any_bias, without_bias
 from .whatifs.set_to_none import without_fills
 from .work import work_of
 
 HALF = "bf16"   # what autocast's matrix math runs in, for the precision what-if
-WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer", "grads", "created")
+WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer", "grads", "created", "bias")
 
 
 @dataclass
@@ -43,6 +44,9 @@ class Inputs:
     optimizer_updates: list[Update] = field(default_factory=list)  # what a fused optimizer would do (OPT001)
     grad_fills: list[tuple[float, float]] = field(default_factory=list)  # gradient zero-fills and the first
                                                                          # accumulations into them (GRAD001)
+    bias_convs: set[tuple] = field(default_factory=set)  # the convolutions (work.conv_key) whose bias feeds a
+    bias_spans: list[tuple[float, float]] = field(default_factory=list)  # BatchNorm, and the trace's bias ops of
+                                                                         # such layers (BN001)
 
 
 @dataclass
@@ -263,6 +267,10 @@ class Projector:
             return "cpu_run"
         return "gpu_trace" if self.recorded_on == self.target else "gpu_trace_other_gpu"
 
+    def has_bias_work(self) -> bool:
+        """Whether the steps hold bias kernels of the layers that feed a BatchNorm (the bias what-if's work)."""
+        return any_bias(self.plans, self.inputs.bias_convs, self.inputs.bias_spans)
+
     def savings(self) -> dict[str, float]:
         """Each kind of fix's projected saving per step (ms)."""
         base = self.run().projection.step_us
@@ -272,8 +280,9 @@ class Projector:
         """The projection with one kind of fix applied: DataLoader waits hidden by workers (data), host reads
         of device values gone (sync), batches copied from pinned memory without blocking (copies), matrix
         math in half precision (precision), `host_saved_us` of the host's own time per step gone (host),
-        each optimizer update the fused kernel (optimizer), gradients set to None, not zero-filled (grads), or
-        the tensors a step makes on the host and copies made on the device (created)."""
+        each optimizer update the fused kernel (optimizer), gradients set to None, not zero-filled (grads),
+        the tensors a step makes on the host and copies made on the device (created), or no bias kernels for the
+        layers that feed a BatchNorm (bias)."""
         return scaled(self._replayed(kind, host_saved_us), self.scale)
 
     def _replayed(self, kind: str, host_saved_us: float = 0.0) -> Projection:
@@ -298,6 +307,8 @@ class Projector:
             return simulate(self.plans, pipeline, host_scale=[max(1 - host_saved_us / t, 0.0) for t in totals])
         if kind == "grads":
             return simulate(without_fills(self.plans, self.inputs.grad_fills), pipeline)
+        if kind == "bias":
+            return simulate(without_bias(self.plans, self.inputs.bias_convs, self.inputs.bias_spans), pipeline)
         if kind == "optimizer":
             updates = fused(self.plans, self.inputs.optimizer_updates, self._model(None), self._host_us_per_launch)
             return simulate(updates, pipeline)

@@ -20,7 +20,7 @@ from .host.overhead import OwnCost
 from .kernels import Work
 from .plans import Item, StepPlan, clip_outliers, take_out, take_out_own_rest, take_out_usual_own, take_out_waits
 from .rnn import BACKWARD, GATES, SEQUENCE, rnn_shape, rnn_us, sequence_ranges
-from .work import FOREACH, GROUP_OPS, SYNC_OPS, launches, work_of
+from .work import FOREACH, GROUP_OPS, SYNC_OPS, launches, with_bias, work_of
 
 WAIT_RUNTIME = ("Synchronize", "cudaMemcpy", "hipMemcpy")   # a runtime call the host waits in
 _TS = attrgetter("ts")
@@ -258,7 +258,7 @@ def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, t
         if copy is not None and root.op.name.startswith(H2D_RANGE):
             return [item for item in (copy(root.op),) if item is not None]
         out = []
-        for op in _groups(root):
+        for op in (kernel for group in _groups(root) for kernel in with_bias(group)):  # a GPU's bias kernels too
             layer = rnn_us(op, kernel_us, tf32_conv) if op.name.removesuffix(BACKWARD) in GATES else None
             if layer is not None:
                 us, n = layer

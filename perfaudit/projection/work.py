@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from math import ceil, prod
 
+import msgspec
+
 from ..trace.model import Event
 from ..trace.op_names import ATTENTION_BACKWARD_OPS, ATTENTION_OPS, CONV_OPS, MM_OPS, RNN_BACKWARD_OPS, RNN_OPS
 from .kernels import PRECISION, Work
@@ -179,6 +181,8 @@ def work_of(op: Event, tf32_matmul: bool = False, tf32_conv: bool = True, bf16_a
     since 1.12, on for cuDNN convolutions) unless the run said otherwise."""
     name = op.name
     sizes = input_bytes(op)
+    if name.endswith(BIAS):
+        return Work("memory", bytes=float(_bias_bytes(op, sizes)))
     if name in GROUP_OPS:
         kind = "conv" if name in CONV_OPS else "matmul" if name in MM_OPS else "attention"
         flops = op_flops(op) if name != SDPA else _sdpa_flops(op)
@@ -202,6 +206,66 @@ def work_of(op: Event, tf32_matmul: bool = False, tf32_conv: bool = True, bf16_a
     else:
         moved = total + largest
     return Work("memory", bytes=float(moved))
+
+
+# a convolution's bias on a GPU, a kernel of its own: cuDNN's convolution has no bias, torch adds it after it with
+# an elementwise kernel and sums the output's gradient for the bias's in backward (the A100 AlexNet trace of
+# tests/data/gpu_traces: an elementwise kernel under each aten::_convolution with a bias); a CPU's oneDNN
+# convolution folds both into its own. Modelled as an op of the convolution's name with this mark.
+BIAS = " bias"
+
+
+def conv_bias(op: Event) -> Event | None:
+    """The bias kernel a GPU runs beside this convolution (forward or backward) as an op for the model to time,
+    its inputs the convolution's; None where it has no bias (or the backward does not want its gradient)."""
+    dims = op.args.get("Input Dims") or []
+    if op.name == "aten::convolution":
+        bias = dims[2] if len(dims) > 2 else None
+        if not (isinstance(bias, list) and len(bias) == 1):
+            return None
+    elif op.name == "aten::convolution_backward":
+        concrete = op.args.get("Concrete Inputs")
+        mask = str(concrete[10]) if isinstance(concrete, list) and len(concrete) > 10 else ""
+        flags = [flag.strip() for flag in mask.strip("[]() ").split(",")]
+        if len(flags) != 3 or flags[2] != "True":
+            return None
+    else:
+        return None
+    return msgspec.structs.replace(op, name=op.name + BIAS)
+
+
+def with_bias(op: Event) -> list[Event]:
+    """An op group of a CPU trace and, for a convolution with a bias, the bias kernel a GPU runs beside it."""
+    bias = conv_bias(op) if op.name in CONV_OPS else None
+    return [op] if bias is None else [op, bias]
+
+
+def conv_key(op: Event) -> tuple | None:
+    """A convolution's (input dims, weight dims), forward or backward (or its bias kernel): which layer it is."""
+    dims = op.args.get("Input Dims") or []
+    at = 1 if op.name.removesuffix(BIAS) == "aten::convolution_backward" else 0
+    try:
+        x, w = tuple(dims[at]), tuple(dims[at + 1])
+    except (TypeError, IndexError):
+        return None
+    return (x, w) if all(type(n) is int for n in (*x, *w)) else None  # a trace's numbers: hostile until checked
+
+
+def _bias_bytes(op: Event, sizes: list[int]) -> int:
+    """A bias kernel's bytes: forward, the output read and written (the bias itself is small); backward, the
+    output's gradient read."""
+    if op.name.startswith("aten::convolution_backward"):
+        return sizes[0] if sizes else 0
+    dims, types = op.args.get("Input Dims") or [], op.args.get("Input type") or []
+    try:
+        x, w = dims[0], dims[1]
+        concrete = op.args.get("Concrete Inputs")
+        transposed = isinstance(concrete, list) and len(concrete) > 6 and str(concrete[6]) in ("True", "1")
+        out = [x[0], w[1] if transposed else w[0], *(x[2:] if transposed else _conv_out(x, w, concrete))]
+    except (TypeError, ValueError, IndexError):
+        return 0
+    size = ELEMENT_BYTES.get(types[0], 4) if types and isinstance(types[0], str) else 4
+    return 2 * _numel(out) * size + (sizes[2] if len(sizes) > 2 else 0)
 
 
 def _foreach_work(op: Event, sizes: list[int]) -> Work:

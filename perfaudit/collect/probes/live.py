@@ -41,7 +41,7 @@ class Probes(LoaderProbes):
         self.module_order: list[str] = []
         self.executed: dict[tuple, int] = {}   # (path, line) -> times run, over one warm-up step
         self._line_trace = False
-        self._outputs: dict[int, tuple] = {}  # id(output) -> (layer, weak ref to the output)
+        self._outputs: dict[int, tuple] = {}  # id(output) -> (layer, weak ref to the output, input shape)
         self._module_hook = None
         self.on_optimizer_built = lambda: None
         self.on_spawn = lambda api: None  # the script starts its training in other processes
@@ -180,7 +180,8 @@ class Probes(LoaderProbes):
             if isinstance(module, layer_types) and isinstance(output, torch.Tensor):
                 # weakly: a strong reference kept every layer's output alive to the step's end (on a GPU
                 # too: the traced step's memory grew by the model's activations)
-                self._outputs[id(output)] = (module, weakref.ref(output))
+                shape = list(inputs[0].shape) if inputs and isinstance(inputs[0], torch.Tensor) else None
+                self._outputs[id(output)] = (module, weakref.ref(output), shape)
                 if getattr(module, "bias", None) is not None:
                     self._biased_layers[id(module)] = module
             elif isinstance(module, norm_types) and inputs and isinstance(inputs[0], torch.Tensor):
@@ -189,9 +190,13 @@ class Probes(LoaderProbes):
                     layer = producer[0]
                     if id(layer) not in self._feeding_norm:  # each layer once (not each equal one: a helper's)
                         self._feeding_norm.add(id(layer))
+                        # the shapes the trace records for its ops: which convolutions and bias gradients are
+                        # the layer's (BN001's projected saving, facts/gpu/projection.py)
                         self.bias_before_norm.append({"layer": type(layer).__name__, "norm": type(module).__name__,
                                                       "bias_params": int(layer.bias.numel()),
-                                                      "site": self.layer_sites.get(layer)})
+                                                      "site": self.layer_sites.get(layer), "input_shape": producer[2],
+                                                      "weight_shape": list(layer.weight.shape),
+                                                      "output_shape": list(inputs[0].shape)})
 
         self._module_hook = torch.nn.modules.module.register_module_forward_hook(hook)
 
