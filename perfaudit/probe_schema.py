@@ -105,6 +105,9 @@ PROBE_FIELDS: dict[str, dict] = {
                        "allocations": _INT, "cublas_workspaces": _INT, "measured": {"type": "boolean"},
                        "device_total_bytes": _INT, "outside_pool_bytes": _INT, "history": {"type": "string"},
                        "peak_scope": {"type": "string"},
+                       # the tracked steps' empty_cache() calls and the cached segments they gave back
+                       "empty_cache": {"type": "object", "required": ["calls", "segments", "bytes"],
+                                       "properties": {"calls": _INT, "segments": _INT, "bytes": _INT}},
                        "cudnn": {"type": "array", "items": {"type": "string"}},
                        "by_category": {"type": "object", "additionalProperties": _INT},
                        "top_sites": _list_of({"path": {"type": "string"}, "line": _INT, "bytes": _INT},
@@ -168,6 +171,8 @@ SYNC_RANGE = "perfaudit::sync"
 # sample, made, host, data, thread, as placement.py's copy records). These ranges, SYNC_RANGE's and the other
 # "perfaudit::" ones are recorded as ops (a fast record function) and read as annotations (trace/parser.py).
 H2D_RANGE = "perfaudit::h2d"
+# torch.cuda.empty_cache() on the emulated device: where a GPU gives its free cached segments back
+EMPTY_CACHE_MARK = "perfaudit::empty_cache"
 
 
 def h2d_range(origin: str, pinned: bool, non_blocking: bool, nbytes: int) -> str:

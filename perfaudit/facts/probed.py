@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .emulated import in_measured_steps
-from .registry import Context, fact
+from .registry import Context, Missing, fact
 from .sites import Site, site_from_probe
 
 
@@ -38,3 +38,23 @@ def empty_cache_sites(ctx: Context) -> list[Site]:
             site.count, site.steps_seen = entry["window_calls"], set(range(min(entry["window_calls"], n)))
         sites.append(site)
     return sites
+
+
+def segments_per_empty_cache(ctx: Context) -> float | None:
+    """The cached segments each torch.cuda.empty_cache() gives back on the emulated device (its allocator's replay
+    of the tracked steps); None where no call was tracked (a GPU run's trace has the real cudaFree calls)."""
+    memory = ctx.probes.get("device_memory")
+    emptied = memory.get("empty_cache") if isinstance(memory, dict) else None
+    if not emptied or not emptied.get("calls"):
+        return None
+    return emptied["segments"] / emptied["calls"]
+
+
+@fact("mem.empty_cache_release", "What each torch.cuda.empty_cache() gives back on the emulated device's allocator "
+                                 "(its tracked steps replayed): cached segments and MiB a call.")
+def empty_cache_release(ctx: Context) -> dict:
+    segments = segments_per_empty_cache(ctx)
+    if segments is None:
+        raise Missing("no empty_cache() call in the steps whose device memory was tracked")
+    emptied = ctx.probes["device_memory"]["empty_cache"]
+    return {"segments": segments, "mib": emptied["bytes"] / emptied["calls"] / 2**20}

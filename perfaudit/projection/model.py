@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..trace.model import Event, Step, Trace
+from .allocator import with_emptied_cache, without_emptied_cache
 from .copies import copy_timer, made_on_device, marked, pinned_and_batched
 from .devices import Device
 from .host.frees import freed_in
@@ -23,7 +24,7 @@ from .whatifs.set_to_none import without_fills
 from .work import work_of
 
 HALF = "bf16"   # what autocast's matrix math runs in, for the precision what-if
-WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer", "grads", "created", "bias")
+WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer", "grads", "created", "bias", "cache")
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Inputs:
     optimizer_updates: list[Update] = field(default_factory=list)  # what a fused optimizer would do (OPT001)
     grad_fills: list[tuple[float, float]] = field(default_factory=list)  # gradient zero-fills and the first
                                                                          # accumulations into them (GRAD001)
+    segments_per_empty_cache: float | None = None  # what each empty_cache() gives back (MEM001; None: not known)
     bias_convs: set[tuple] = field(default_factory=set)  # the convolutions (work.conv_key) whose bias feeds a
     bias_spans: list[tuple[float, float]] = field(default_factory=list)  # BatchNorm, and the trace's bias ops of
                                                                          # such layers (BN001)
@@ -139,8 +141,8 @@ class Projector:
         cal, model = self.cal, self._model(precision)
         host_us = self._host_us_per_launch
         read_us = cal.get("read_round_trip_us", 0.0) if self.inputs.marked_syncs else None
-        copy = copy_timer(cal["pcie_gbs"][self.target.pcie], host_us, cal["copy_floor_us"]) if self.marked_copies \
-            else None
+        copy = with_emptied_cache(copy_timer(cal["pcie_gbs"][self.target.pcie], host_us, cal["copy_floor_us"])
+                                  if self.marked_copies else None, self._release_us)
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
                                                          self.inputs.tf32_conv, self.inputs.bf16_as, read_us,
                                                          cal.get("launch_us", 0.0), copy),
@@ -267,6 +269,12 @@ class Projector:
             return "cpu_run"
         return "gpu_trace" if self.recorded_on == self.target else "gpu_trace_other_gpu"
 
+    @property
+    def _release_us(self) -> float | None:
+        """What one empty_cache() costs the host on a GPU: a cudaFree and a cudaMalloc a segment it gives back."""
+        segments = self.inputs.segments_per_empty_cache
+        return None if segments is None else segments * (self.cal["cuda_free_us"] + self.cal["cuda_malloc_us"])
+
     def has_bias_work(self) -> bool:
         """Whether the steps hold bias kernels of the layers that feed a BatchNorm (the bias what-if's work)."""
         return any_bias(self.plans, self.inputs.bias_convs, self.inputs.bias_spans)
@@ -281,8 +289,8 @@ class Projector:
         of device values gone (sync), batches copied from pinned memory without blocking (copies), matrix
         math in half precision (precision), `host_saved_us` of the host's own time per step gone (host),
         each optimizer update the fused kernel (optimizer), gradients set to None, not zero-filled (grads),
-        the tensors a step makes on the host and copies made on the device (created), or no bias kernels for the
-        layers that feed a BatchNorm (bias)."""
+        the tensors a step makes on the host and copies made on the device (created), no bias kernels for the
+        layers that feed a BatchNorm (bias), or no empty_cache() giving cached segments back (cache)."""
         return scaled(self._replayed(kind, host_saved_us), self.scale)
 
     def _replayed(self, kind: str, host_saved_us: float = 0.0) -> Projection:
@@ -307,6 +315,8 @@ class Projector:
             return simulate(self.plans, pipeline, host_scale=[max(1 - host_saved_us / t, 0.0) for t in totals])
         if kind == "grads":
             return simulate(without_fills(self.plans, self.inputs.grad_fills), pipeline)
+        if kind == "cache":
+            return simulate(without_emptied_cache(self.plans), pipeline)
         if kind == "bias":
             return simulate(without_bias(self.plans, self.inputs.bias_convs, self.inputs.bias_spans), pipeline)
         if kind == "optimizer":

@@ -13,7 +13,7 @@ from operator import attrgetter
 
 import msgspec
 
-from ..probe_schema import ASIDE_RANGE, H2D_RANGE, HALF_MATH_RANGE, SYNC_RANGE
+from ..probe_schema import ASIDE_RANGE, EMPTY_CACHE_MARK, H2D_RANGE, HALF_MATH_RANGE, SYNC_RANGE
 from ..trace.model import Event, Step, Trace
 from ..trace.op_names import DATALOADER
 from .host.overhead import OwnCost
@@ -23,6 +23,7 @@ from .rnn import BACKWARD, GATES, SEQUENCE, rnn_shape, rnn_us, sequence_ranges
 from .work import FOREACH, GROUP_OPS, SYNC_OPS, launches, with_bias, work_of
 
 WAIT_RUNTIME = ("Synchronize", "cudaMemcpy", "hipMemcpy")   # a runtime call the host waits in
+PRICED_MARKS = (H2D_RANGE, EMPTY_CACHE_MARK)   # the run's marks the projection prices (`copy`: copies.py, allocator.py)
 _TS = attrgetter("ts")
 SMALL_KERNEL_US = 10.0   # an elementwise kernel this short is launch-bound: what fusing saves (FUSE001's bound)
 
@@ -125,7 +126,7 @@ class _Index:
 
     def __init__(self, trace: Trace):
         self.ops = [e for e in trace.host if e.kind == "op"
-                    or (e.kind == "annotation" and e.name.startswith((HALF_MATH_RANGE, ASIDE_RANGE, SYNC_RANGE, H2D_RANGE)))]
+                    or (e.kind == "annotation" and e.name.startswith((HALF_MATH_RANGE, ASIDE_RANGE, SYNC_RANGE, *PRICED_MARKS)))]
         self.op_starts = [e.ts for e in self.ops]
         self.data = [e for e in trace.host if e.name.startswith(DATALOADER)]
         self.data_starts = [e.ts for e in self.data]
@@ -255,7 +256,7 @@ def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, t
     unmarked (a plain CPU run), every op that would read a value back waits, for the queue alone. A recurrent
     layer is one op dispatched, whose kernels cuDNN launches (`launch_us` each). `copy`: a marked copy's item."""
     def expand(root: _Node) -> list[Item]:
-        if copy is not None and root.op.name.startswith(H2D_RANGE):
+        if copy is not None and root.op.name.startswith(PRICED_MARKS):
             return [item for item in (copy(root.op),) if item is not None]
         out = []
         for op in (kernel for group in _groups(root) for kernel in with_bias(group)):  # a GPU's bias kernels too

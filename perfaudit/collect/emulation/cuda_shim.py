@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from ...probe_schema import EMPTY_CACHE_MARK
+from .marks import mark
 from .memory.queries import MemoryQueries
 from .tensor_registry import Registry, copied, tag, tensor_bytes
 
@@ -256,6 +258,18 @@ def nothing(*args, **kwargs) -> None:
     return None
 
 
+def _empty_cache(recorder):
+    """torch.cuda.empty_cache(): in a step whose memory is tracked, the allocator's replay gives back the free
+    segments here (device_memory.py); in every step a mark says where a GPU would (the projection prices the
+    cudaFree and the cudaMalloc that takes each segment again)."""
+    def empty_cache() -> None:
+        memory = getattr(recorder, "memory", None)
+        if memory is not None:
+            memory.cache_emptied()
+        mark(EMPTY_CACHE_MARK)
+    return empty_cache
+
+
 # the CUDA runtime's Python bindings (torch.cuda.cudart()): Nsight's capture range (torch.cuda.profiler.start()),
 # host memory registration; every call succeeds
 _CUDART = types.SimpleNamespace(cudaError=types.SimpleNamespace(success=0), cudaProfilerStart=zero,
@@ -298,6 +312,7 @@ def install(recorder, gpu: dict | None = None) -> None:
     cuda = torch.cuda
     major, minor = GPU["capability"]
     memory = MemoryQueries(recorder, GPU["total_memory"], major + minor / 10)
+    emptied = _empty_cache(recorder)
 
     def synchronize(device=None):
         recorder.cuda_call("torch.cuda.synchronize")
@@ -316,7 +331,7 @@ def install(recorder, gpu: dict | None = None) -> None:
         "memory_cached": memory.reserved, "max_memory_cached": memory.max_reserved,
         "reset_peak_memory_stats": memory.reset_peak, "reset_max_memory_allocated": memory.reset_peak,
         "reset_accumulated_memory_stats": nothing, "memory_stats": memory.stats,
-        "memory_summary": memory.summary, "mem_get_info": memory.free_and_total, "empty_cache": nothing,
+        "memory_summary": memory.summary, "mem_get_info": memory.free_and_total, "empty_cache": emptied,
         "set_sync_debug_mode": nothing, "get_sync_debug_mode": zero, "ipc_collect": nothing,
         "set_per_process_memory_fraction": nothing, "get_arch_list": lambda: [f"sm_{major}{minor}"],
         "is_current_stream_capturing": lambda: False, "set_stream": nothing,
@@ -360,7 +375,7 @@ def install(recorder, gpu: dict | None = None) -> None:
         "current_device_index": lambda: 0, "current_device_idx": lambda: 0,
         "set_device_index": nothing, "set_device_idx": nothing,
         "synchronize": lambda device=None: recorder.cuda_call("torch.accelerator.synchronize"),
-        "device_index": _DeviceContext, "empty_cache": nothing,
+        "device_index": _DeviceContext, "empty_cache": emptied,
         "current_stream": lambda device=None: _Stream(), "set_stream": nothing,
         "memory_allocated": memory.allocated, "max_memory_allocated": memory.max_allocated,
         "memory_reserved": memory.reserved, "max_memory_reserved": memory.max_reserved,

@@ -8,6 +8,7 @@ from ...projection.model import Inputs, Projector
 from ..data import plain_timing
 from ..emulated import emulated
 from ..model import bias_fix
+from ..probed import segments_per_empty_cache
 from ..registry import Context, Missing, fact
 from ..training.grads import fill_spans
 from ..training.optim import fused_updates
@@ -78,6 +79,7 @@ def inputs_of(ctx: Context) -> Inputs:
     inputs.optimizer_updates = fused_updates(ctx)
     inputs.grad_fills = fill_spans(ctx)
     inputs.bias_convs, inputs.bias_spans = bias_fix(ctx)
+    inputs.segments_per_empty_cache = segments_per_empty_cache(ctx)
     if not trace.has_gpu and emulated(ctx):
         inputs.marked_syncs = True   # the emulated device marked its reads of device values (SYNC_RANGE)
         # the probe's shape is checked when the trace is read (probe_schema.py): rows of dicts, or no probe
@@ -153,7 +155,7 @@ def saving_ms(ctx: Context, kind: str, host_saved_ms: float = 0.0) -> float | No
     """What one kind of fix saves per step on the target, by replaying the steps with it applied (ms); None
     where the fix's work is not in the trace (bias: no bias kernel of a layer that feeds a BatchNorm found)."""
     p = projector(ctx)
-    if kind == "bias" and not p.has_bias_work():
+    if kind == "bias" and not p.has_bias_work() or kind == "cache" and p.inputs.segments_per_empty_cache is None:
         return None
     base = ctx.get("projection")["step_ms"]
     after = p.what_if(kind, host_saved_ms * 1e3).step_us / 1e3

@@ -123,3 +123,15 @@ class CachingAllocator:
                     if neighbour.next is not None:
                         neighbour.next.prev = block
         insort(pool, (block.size, block.addr, block))
+
+    def empty_cache(self) -> tuple[int, int]:
+        """`torch.cuda.empty_cache()`: every segment with nothing allocated in it goes back to the driver (a
+        cudaFree each; a segment that still holds a block stays whole). Returns (segments, bytes) released."""
+        segments = released = 0
+        for small, pool in self._pools.items():
+            whole = [entry for entry in pool if entry[2].prev is None and entry[2].next is None]
+            for entry in whole:
+                pool.remove(entry)
+                segments, released = segments + 1, released + entry[0]
+        self.reserved -= released
+        return segments, released

@@ -66,6 +66,10 @@ def _tensors(*groups):
                         yield b
 
 
+# an empty_cache() call in the tracked steps' timeline (cache_emptied): no tensor's record
+EMPTIED: dict = {"device": False, "bytes": 0, "category": "none", "site": None}
+
+
 class _Tracker(TorchDispatchMode):
     def __init__(self, memory: DeviceMemory):
         super().__init__()
@@ -343,29 +347,40 @@ class DeviceMemory:
                                                  "categories": {}})
                 entry["bytes"] += r["bytes"]
                 entry["categories"][r["category"]] = entry["categories"].get(r["category"], 0) + r["bytes"]
-        allocator = self._allocator()  # torch's counts: whole blocks (a large one may keep 1 MiB unsplit)
+        allocator, released = self._allocator()  # torch's counts: whole blocks (a large one may keep 1 MiB unsplit)
         top = sorted(sites.values(), key=lambda s: -s["bytes"])[:10]
         peak = max(peak, allocator.peak_allocated)
         return {"peak_allocated_bytes": peak, "peak_reserved_bytes": max(allocator.peak_reserved, peak),
                 "start_bytes": base,
                 "by_category": {k: v for k, v in sorted(by_category.items(), key=lambda kv: -kv[1]) if v},
                 "top_sites": top, "allocations": sum(1 for s, _ in timeline if s > 0),
-                "cublas_workspaces": len(self.cublas_passes), "cudnn": sorted(self.cudnn)}
+                "cublas_workspaces": len(self.cublas_passes), "cudnn": sorted(self.cudnn),
+                **({"empty_cache": {"calls": len(released), "segments": sum(n for n, _ in released),
+                                    "bytes": sum(b for _, b in released)}} if released else {})}
 
-    def _allocator(self) -> CachingAllocator:
+    def cache_emptied(self) -> None:
+        """torch.cuda.empty_cache() in a tracked step: the replay gives the free segments back here."""
+        if self._mode is not None:
+            self.timeline.append((0, EMPTIED))
+
+    def _allocator(self) -> tuple[CachingAllocator, list[tuple[int, int]]]:
         """The caching allocator after the baseline (allocated in the order the device got it) and the step's
-        allocations and frees, replayed (caching_allocator.py): its peaks are torch's counters'."""
-        allocator, blocks = CachingAllocator(), {}
+        allocations and frees, replayed (caching_allocator.py): its peaks are torch's counters'; and what each
+        empty_cache() in the steps gave back (segments, bytes)."""
+        allocator, blocks, released = CachingAllocator(), {}, []
         for record in self.baseline_records:
             blocks[id(record)] = allocator.malloc(record["bytes"])
         for sign, record in self._ended or []:
+            if record is EMPTIED:
+                released.append(allocator.empty_cache())
+                continue
             if not record["device"]:
                 continue
             if sign > 0:
                 blocks[id(record)] = allocator.malloc(record["bytes"])
             elif id(record) in blocks:
                 allocator.free(blocks.pop(id(record)))
-        return allocator
+        return allocator, released
 
     def snapshot(self) -> dict | None:
         """The step replayed, once: asked for after the profiler stopped, so its calls are not recorded."""
