@@ -128,7 +128,7 @@ class CachingAllocator:
         """`torch.cuda.empty_cache()`: every segment with nothing allocated in it goes back to the driver (a
         cudaFree each; a segment that still holds a block stays whole). Returns (segments, bytes) released."""
         segments = released = 0
-        for small, pool in self._pools.items():
+        for pool in self._pools.values():
             whole = [entry for entry in pool if entry[2].prev is None and entry[2].next is None]
             for entry in whole:
                 pool.remove(entry)
