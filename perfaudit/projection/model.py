@@ -275,9 +275,15 @@ class Projector:
         segments = self.inputs.segments_per_empty_cache
         return None if segments is None else segments * (self.cal["cuda_free_us"] + self.cal["cuda_malloc_us"])
 
-    def has_bias_work(self) -> bool:
-        """Whether the steps hold bias kernels of the layers that feed a BatchNorm (the bias what-if's work)."""
-        return any_bias(self.plans, self.inputs.bias_convs, self.inputs.bias_spans)
+    def has_work(self, kind: str) -> bool:
+        """Whether a what-if has anything to take away in these steps (else it has no figure to give, rather than
+        0): bias kernels of the layers that feed a BatchNorm (bias), an emptied cache whose release is known
+        (cache); the other kinds always replay."""
+        if kind == "bias":
+            return any_bias(self.plans, self.inputs.bias_convs, self.inputs.bias_spans)
+        if kind == "cache":
+            return self.inputs.segments_per_empty_cache is not None
+        return True
 
     def savings(self) -> dict[str, float]:
         """Each kind of fix's projected saving per step (ms)."""

@@ -60,6 +60,13 @@ def _conv_out(x: list, w: list, concrete: list | None) -> list:
             for n, kernel, s, p, d in zip(spatial, w[2:], stride, padding, dilation)]
 
 
+def _conv_output(x: list, w: list, concrete: list | None) -> tuple:
+    """A convolution's output channels and spatial size; a transposed one's (its weight is in, out, ...) as its
+    input's spatial size (a close bound)."""
+    transposed = isinstance(concrete, list) and len(concrete) > 6 and str(concrete[6]) in ("True", "1")
+    return (w[1], x[2:]) if transposed else (w[0], _conv_out(x, w, concrete))
+
+
 def _ints(text, n: int) -> list[int]:
     values = [int(v) for v in str(text).strip("[]() ").split(",") if v.strip()]
     if len(values) == 1:
@@ -88,9 +95,7 @@ def op_flops(op) -> float:
             return 2.0 * b * m * k * n
         if name == "aten::convolution":
             x, w = dims[0], dims[1]
-            concrete = op.args.get("Concrete Inputs")
-            transposed = isinstance(concrete, list) and len(concrete) > 6 and str(concrete[6]) in ("True", "1")
-            spatial = x[2:] if transposed else _conv_out(x, w, concrete)
+            _, spatial = _conv_output(x, w, op.args.get("Concrete Inputs"))
             return 2.0 * x[0] * prod(w) * prod(spatial)
         if name == "aten::convolution_backward":  # grad_output holds the output's size: input and weight grads
             grad, x, w = dims[0], dims[1], dims[2]
@@ -259,9 +264,8 @@ def _bias_bytes(op: Event, sizes: list[int]) -> int:
     dims, types = op.args.get("Input Dims") or [], op.args.get("Input type") or []
     try:
         x, w = dims[0], dims[1]
-        concrete = op.args.get("Concrete Inputs")
-        transposed = isinstance(concrete, list) and len(concrete) > 6 and str(concrete[6]) in ("True", "1")
-        out = [x[0], w[1] if transposed else w[0], *(x[2:] if transposed else _conv_out(x, w, concrete))]
+        channels, spatial = _conv_output(x, w, op.args.get("Concrete Inputs"))
+        out = [x[0], channels, *spatial]
     except (TypeError, ValueError, IndexError):
         return 0
     size = ELEMENT_BYTES.get(types[0], 4) if types and isinstance(types[0], str) else 4

@@ -153,9 +153,9 @@ def projection(ctx: Context) -> dict:
 
 def saving_ms(ctx: Context, kind: str, host_saved_ms: float = 0.0) -> float | None:
     """What one kind of fix saves per step on the target, by replaying the steps with it applied (ms); None
-    where the fix's work is not in the trace (bias: no bias kernel of a layer that feeds a BatchNorm found)."""
+    where the fix's work is not in the trace (Projector.has_work)."""
     p = projector(ctx)
-    if kind == "bias" and not p.has_bias_work() or kind == "cache" and p.inputs.segments_per_empty_cache is None:
+    if not p.has_work(kind):
         return None
     base = ctx.get("projection")["step_ms"]
     after = p.what_if(kind, host_saved_ms * 1e3).step_us / 1e3
