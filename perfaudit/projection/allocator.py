@@ -22,7 +22,7 @@ def with_emptied_cache(copy: MarkedItem | None, release_us: float | None) -> Mar
 
     def item(op: Event) -> Item | None:
         if op.name == EMPTY_CACHE_MARK:
-            return Item("host", host_us=release_us, source=op)
+            return Item("modelled", host_us=release_us, source=op)
         return copy(op) if copy is not None else None
     return item
 

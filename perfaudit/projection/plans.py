@@ -11,7 +11,7 @@ from ..trace.model import Event
 
 @dataclass(slots=True)
 class Item:
-    kind: str                 # host, launch, sync, data, copy
+    kind: str                 # host, launch, sync, data, copy, modelled (host time the run had none of)
     host_us: float = 0.0      # the host's own time (Python, dispatch, a fetch in the main process)
     gpu_us: float = 0.0       # device time queued (launch, copy)
     stream: str = "compute"   # compute, comm (a collective), copy

@@ -79,6 +79,8 @@ def simulate(plans: list[StepPlan], pipeline: Pipeline | None = None, without: f
                     after_sync = True
             elif kind == "host":
                 host += item.host_us * scale
+            elif kind == "modelled":  # host time a GPU's host spends that the run did not (cuDNN's searches)
+                host += item.host_us
             elif kind == "sync":
                 host = max(host, compute_free, comm_free) + item.round_trip_us
                 after_sync = True
