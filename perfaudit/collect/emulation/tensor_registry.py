@@ -83,14 +83,16 @@ class Registry:
         return total
 
 
-# A type's kind on the hot path: 1 a tensor, 2 a list or tuple, 0 anything else. Read as
+# A type's kind on the hot path: 1 a tensor, 2 a list or tuple, 0 anything else (a torch.Size too: a tuple of
+# ints, the answer of every `.shape` and `.size()`, which holds nothing to follow). Read as
 # `KINDS[cls] if cls in KINDS else kind_of(cls)`: operators, not calls (the profiler's Python tracer
 # records every call, builtins like isinstance and dict.get included, and a step makes thousands).
 KINDS: dict[type, int] = {}
 
 
 def kind_of(cls: type) -> int:
-    kind = KINDS[cls] = 1 if issubclass(cls, Tensor) else 2 if issubclass(cls, (list, tuple)) else 0
+    kind = KINDS[cls] = 1 if issubclass(cls, Tensor) else \
+        2 if issubclass(cls, (list, tuple)) and not issubclass(cls, torch.Size) else 0
     return kind
 
 
