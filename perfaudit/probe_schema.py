@@ -186,3 +186,26 @@ def read_h2d_range(name: str) -> tuple[str, bool, bool, int] | None:
             or len(parts[4]) > 18:  # a trace from elsewhere may name anything so: bytes below 10**18
         return None
     return parts[1], parts[2] == "pinned", parts[3] == "async", int(parts[4])
+
+
+# A convolution's first call with its shapes on the emulated device while torch.backends.cudnn.benchmark is on:
+# where a GPU's cuDNN times its algorithms for them (collect/emulation/precision/cudnn_search.py), named
+# "perfaudit::cudnn_search <backward searches, 0-2> <the convolution's FLOPs> <its bytes> <its precision>".
+CUDNN_SEARCH_MARK = "perfaudit::cudnn_search"
+_SEARCH_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+
+def cudnn_search_mark(backward: int, flops: int, nbytes: int, precision: str) -> str:
+    return f"{CUDNN_SEARCH_MARK} {backward} {flops} {nbytes} {precision}"
+
+
+def read_cudnn_search_mark(name: str) -> tuple[int, int, int, str] | None:
+    """(backward searches, FLOPs, bytes, precision) of a CUDNN_SEARCH_MARK's name; None for another name or a
+    malformed one (a trace from elsewhere may name anything so)."""
+    parts = name.split(" ")
+    if len(parts) != 5 or parts[0] != CUDNN_SEARCH_MARK or parts[1] not in ("0", "1", "2") \
+            or parts[4] not in _SEARCH_PRECISIONS:
+        return None
+    if not all(p.isascii() and p.isdigit() and len(p) <= 18 for p in parts[2:4]):
+        return None
+    return int(parts[1]), int(parts[2]), int(parts[3]), parts[4]

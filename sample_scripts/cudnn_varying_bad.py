@@ -2,7 +2,7 @@
 import torch
 from torch import nn
 
-torch.backends.cudnn.benchmark = True
+torch.backends.cudnn.benchmark = True  # expect-run: CUDNN002
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
                       nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)).to(device)

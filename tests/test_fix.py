@@ -35,8 +35,7 @@ def test_every_fix_kind_has_an_edit_and_every_rule_names_a_known_kind():
 
 # bad samples whose pattern has no mechanical fix, and the reason `fix` gives
 NOT_MECHANICAL = {("DEBUG001", "own_profiler_bad.py"): "own torch.profiler",
-                  ("SYNC001", "sync_forms_bad.py"): "to change mechanically",
-                  ("CUDNN002", "cudnn_varying_bad.py"): "no line in your code"}
+                  ("SYNC001", "sync_forms_bad.py"): "to change mechanically"}
 
 
 def _digest(path: Path) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter
 
+from ..probe_schema import CUDNN_SEARCH_MARK
 from ..projection.work import op_flops
 from .flops.counted import counted_ops
 from .registry import Context, Missing, fact
@@ -38,8 +39,10 @@ def _signature(ctx: Context, names: set[str], steps: list | None = None) -> list
 
 
 @fact("shapes.conv", "Convolution input shapes across the recorded steps (one a busy CPU delayed too): "
-                     "conv count per step, whether the shapes were the same in every step, and the "
-                     "convolutions' share of the step's matrix FLOPs (flops_share_pct, from the shapes).",
+                     "conv count per step, whether the shapes were the same in every step, the "
+                     "convolutions' share of the step's matrix FLOPs (flops_share_pct, from the shapes), and "
+                     "on the emulated CUDA device the cuDNN benchmark searches a GPU would make in them "
+                     "(searches; None where the run marked none at all).",
       needs=("shapes",))
 def conv_shapes(ctx: Context) -> dict:
     ctx.need_trace()
@@ -49,7 +52,19 @@ def conv_shapes(ctx: Context) -> dict:
         raise Missing("no convolutions in the measured steps")
     distinct = len(set(signatures))
     return {"per_step": convs, "distinct_signatures": distinct, "fixed": distinct == 1,
-            "steps": len(signatures), "flops_share_pct": _conv_flops_share(ctx)}
+            "steps": len(signatures), "flops_share_pct": _conv_flops_share(ctx), "searches": _searches(ctx)}
+
+
+def _searches(ctx: Context) -> int | None:
+    """The cuDNN benchmark searches the emulated device marked in the measured steps (collect/emulation/precision/
+    cudnn_search.py: a convolution's first call with its shapes under cudnn.benchmark); None when it marked none
+    in the whole run (benchmark off, or no emulated device)."""
+    marks = ctx.need_trace().named(lambda name: name.startswith(CUDNN_SEARCH_MARK), kind="annotation")
+    if not marks:
+        return None
+    steps = ctx.load_independent_steps
+    starts = [s.ts for s in steps]
+    return sum(1 for m in marks if (i := bisect_right(starts, m.ts) - 1) >= 0 and m.ts <= steps[i].end)
 
 
 def _conv_flops_share(ctx: Context) -> float | None:

@@ -12,6 +12,7 @@ from ..trace.model import Event, Step, Trace
 from .allocator import with_emptied_cache, without_emptied_cache
 from .copies import copy_timer, made_on_device, marked, pinned_and_batched
 from .devices import Device
+from .host.cudnn_search import any_search, with_searches, without_searches
 from .host.frees import freed_in
 from .host.overhead import in_python_time
 from .kernels import MATH_KINDS, Work, calibration, kernel_us, retargeted_us
@@ -24,7 +25,7 @@ from .whatifs.set_to_none import without_fills
 from .work import work_of
 
 HALF = "bf16"   # what autocast's matrix math runs in, for the precision what-if
-WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer", "grads", "created", "bias", "cache")
+WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer", "grads", "created", "bias", "cache", "search")
 
 
 @dataclass
@@ -141,8 +142,9 @@ class Projector:
         cal, model = self.cal, self._model(precision)
         host_us = self._host_us_per_launch
         read_us = cal.get("read_round_trip_us", 0.0) if self.inputs.marked_syncs else None
-        copy = with_emptied_cache(copy_timer(cal["pcie_gbs"][self.target.pcie], host_us, cal["copy_floor_us"])
-                                  if self.marked_copies else None, self._release_us)
+        copy = with_searches(with_emptied_cache(copy_timer(cal["pcie_gbs"][self.target.pcie], host_us,
+                                                           cal["copy_floor_us"]) if self.marked_copies else None,
+                                                self._release_us), self._model(None), cal)
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
                                                          self.inputs.tf32_conv, self.inputs.bf16_as, read_us,
                                                          cal.get("launch_us", 0.0), copy),
@@ -278,11 +280,13 @@ class Projector:
     def has_work(self, kind: str) -> bool:
         """Whether a what-if has anything to take away in these steps (else it has no figure to give, rather than
         0): bias kernels of the layers that feed a BatchNorm (bias), an emptied cache whose release is known
-        (cache); the other kinds always replay."""
+        (cache), cuDNN's benchmark searches (search); the other kinds always replay."""
         if kind == "bias":
             return any_bias(self.plans, self.inputs.bias_convs, self.inputs.bias_spans)
         if kind == "cache":
             return self.inputs.segments_per_empty_cache is not None
+        if kind == "search":
+            return any_search(self.plans)
         return True
 
     def savings(self) -> dict[str, float]:
@@ -296,7 +300,8 @@ class Projector:
         math in half precision (precision), `host_saved_us` of the host's own time per step gone (host),
         each optimizer update the fused kernel (optimizer), gradients set to None, not zero-filled (grads),
         the tensors a step makes on the host and copies made on the device (created), no bias kernels for the
-        layers that feed a BatchNorm (bias), or no empty_cache() giving cached segments back (cache)."""
+        layers that feed a BatchNorm (bias), no empty_cache() giving cached segments back (cache), or no cuDNN
+        benchmark searches (search)."""
         return scaled(self._replayed(kind, host_saved_us), self.scale)
 
     def _replayed(self, kind: str, host_saved_us: float = 0.0) -> Projection:
@@ -323,6 +328,8 @@ class Projector:
             return simulate(without_fills(self.plans, self.inputs.grad_fills), pipeline)
         if kind == "cache":
             return simulate(without_emptied_cache(self.plans), pipeline)
+        if kind == "search":
+            return simulate(without_searches(self.plans), pipeline)
         if kind == "bias":
             return simulate(without_bias(self.plans, self.inputs.bias_convs, self.inputs.bias_spans), pipeline)
         if kind == "optimizer":

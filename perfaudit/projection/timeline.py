@@ -13,7 +13,7 @@ from operator import attrgetter
 
 import msgspec
 
-from ..probe_schema import ASIDE_RANGE, EMPTY_CACHE_MARK, H2D_RANGE, HALF_MATH_RANGE, SYNC_RANGE
+from ..probe_schema import ASIDE_RANGE, CUDNN_SEARCH_MARK, EMPTY_CACHE_MARK, H2D_RANGE, HALF_MATH_RANGE, SYNC_RANGE
 from ..trace.model import Event, Step, Trace
 from ..trace.op_names import DATALOADER
 from .host.overhead import OwnCost
@@ -23,7 +23,7 @@ from .rnn import BACKWARD, GATES, SEQUENCE, rnn_shape, rnn_us, sequence_ranges
 from .work import FOREACH, GROUP_OPS, SYNC_OPS, launches, with_bias, work_of
 
 WAIT_RUNTIME = ("Synchronize", "cudaMemcpy", "hipMemcpy")   # a runtime call the host waits in
-PRICED_MARKS = (H2D_RANGE, EMPTY_CACHE_MARK)   # the run's marks the projection prices (`copy`: copies.py, allocator.py)
+PRICED_MARKS = (H2D_RANGE, EMPTY_CACHE_MARK, CUDNN_SEARCH_MARK)   # the run's marks the projection prices (`copy`)
 _TS = attrgetter("ts")
 SMALL_KERNEL_US = 10.0   # an elementwise kernel this short is launch-bound: what fusing saves (FUSE001's bound)
 

@@ -15,6 +15,7 @@ from torch import Tensor
 from ...internal import record_internal_error
 from ...wrap import patch
 from ..cuda_shim import gpu_error
+from .cudnn_search import CONVOLUTIONS, BenchmarkCache
 from .determinism import CUBLAS_FUNCTIONS, follow_determinism, guarded
 from .half_math import HALF_TYPES as _HALF
 from .half_math import MATRIX_FUNCTIONS, half_math_handler, half_model_handler, slow_half
@@ -58,6 +59,7 @@ def follow_autocast(mode) -> None:
     enabled: list = []   # the CUDA regions entered and not left, innermost last: the CPU's dtype, None if off
     half_handlers: dict = {}
     half_model = half_model_handler(mode)  # where no slow enabled region decides: a model made 16-bit
+    searches = BenchmarkCache(mode)  # cudnn.benchmark's searches, marked before the convolutions
 
     def follow() -> None:  # CUDA's float32 policy while an enabled CUDA region is innermost
         dtype = enabled[-1] if enabled else None
@@ -72,7 +74,8 @@ def follow_autocast(mode) -> None:
                 half_handlers[dtype] = half_math_handler(mode, dtype)
             half = half_handlers[dtype]
         for func in MATRIX_FUNCTIONS:  # a product refused first where determinism needs cuBLAS's config
-            mode.handlers[func] = guarded(mode, half) if mode.cublas_check and func in CUBLAS_FUNCTIONS else half
+            handler = guarded(mode, half) if mode.cublas_check and func in CUBLAS_FUNCTIONS else half
+            mode.handlers[func] = searches.handler(func, handler) if func in CONVOLUTIONS else handler
 
     def __enter__(region):
         entered = enter(region)
