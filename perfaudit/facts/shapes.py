@@ -42,7 +42,8 @@ def _signature(ctx: Context, names: set[str], steps: list | None = None) -> list
                      "conv count per step, whether the shapes were the same in every step, the "
                      "convolutions' share of the step's matrix FLOPs (flops_share_pct, from the shapes), and "
                      "on the emulated CUDA device the cuDNN benchmark searches a GPU would make in them "
-                     "(searches; None where the run marked none at all).",
+                     "(searches; None where the run marked none at all), on a GPU trace the calls that "
+                     "searched (searched_calls) and their time beyond the op's usual (searched_ms, per step).",
       needs=("shapes",))
 def conv_shapes(ctx: Context) -> dict:
     ctx.need_trace()
@@ -52,19 +53,53 @@ def conv_shapes(ctx: Context) -> dict:
         raise Missing("no convolutions in the measured steps")
     distinct = len(set(signatures))
     return {"per_step": convs, "distinct_signatures": distinct, "fixed": distinct == 1,
-            "steps": len(signatures), "flops_share_pct": _conv_flops_share(ctx), "searches": _searches(ctx)}
+            "steps": len(signatures), "flops_share_pct": _conv_flops_share(ctx), "searches": _searches(ctx),
+            **_searched_on_gpu(ctx)}
 
 
-def _searches(ctx: Context) -> int | None:
-    """The cuDNN benchmark searches the emulated device marked in the measured steps (collect/emulation/precision/
-    cudnn_search.py: a convolution's first call with its shapes under cudnn.benchmark); None when it marked none
-    in the whole run (benchmark off, or no emulated device)."""
+SEARCHED_OPS = {"aten::cudnn_convolution", "aten::convolution_backward", "aten::cudnn_convolution_transpose",
+                "aten::miopen_convolution"}
+SEARCH_RATIO, SEARCH_US = 10.0, 1000.0  # a call this many times its op's median and this much longer: a search
+
+
+def _searched_on_gpu(ctx: Context) -> dict:
+    """On a GPU trace, the convolution calls of the measured steps that took SEARCH_RATIO times their op's median
+    and SEARCH_US more (cuDNN's benchmark searching a new shape: 34-39 ms against 0.1 on an H100) and their time
+    beyond that median, per step (ms); {} for a CPU trace."""
+    trace = ctx.need_trace()
+    steps = ctx.load_independent_steps
+    if not trace.has_gpu or not steps:
+        return {}
+    starts = [s.ts for s in steps]
+    by_name: dict[str, list[float]] = {}
+    for op in trace.named(SEARCHED_OPS.__contains__, kind="op"):
+        i = bisect_right(starts, op.ts) - 1
+        if i >= 0 and op.ts <= steps[i].end:
+            by_name.setdefault(op.name, []).append(op.dur)
+    calls, extra = 0, 0.0
+    for durations in by_name.values():
+        usual = sorted(durations)[len(durations) // 2]
+        over = [d - usual for d in durations if d > SEARCH_RATIO * usual and d - usual > SEARCH_US]
+        calls, extra = calls + len(over), extra + sum(over)
+    return {"searched_calls": calls, "searched_ms": extra / len(steps) / 1e3}
+
+
+def search_marks(ctx: Context) -> tuple[list[str], int] | None:
+    """The cuDNN benchmark searches the emulated device marked (collect/emulation/precision/cudnn_search.py: a
+    convolution's first call with its shapes under cudnn.benchmark) in the recorded steps but warm-up, a step a
+    busy CPU delayed included (a search is the step's shapes, not the machine's load), and how many steps those
+    are; None when it marked none in the whole run (benchmark off, or no emulated device)."""
     marks = ctx.need_trace().named(lambda name: name.startswith(CUDNN_SEARCH_MARK), kind="annotation")
     if not marks:
         return None
     steps = ctx.load_independent_steps
     starts = [s.ts for s in steps]
-    return sum(1 for m in marks if (i := bisect_right(starts, m.ts) - 1) >= 0 and m.ts <= steps[i].end)
+    return [m.name for m in marks if (i := bisect_right(starts, m.ts) - 1) >= 0 and m.ts <= steps[i].end], len(steps)
+
+
+def _searches(ctx: Context) -> int | None:
+    marks = search_marks(ctx)
+    return len(marks[0]) if marks is not None else None
 
 
 def _conv_flops_share(ctx: Context) -> float | None:

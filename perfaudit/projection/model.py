@@ -12,7 +12,7 @@ from ..trace.model import Event, Step, Trace
 from .allocator import with_emptied_cache, without_emptied_cache
 from .copies import copy_timer, made_on_device, marked, pinned_and_batched
 from .devices import Device
-from .host.cudnn_search import any_search, with_searches, without_searches
+from .host.cudnn_search import any_search, per_step_us, with_searches, without_marks, without_searches
 from .host.frees import freed_in
 from .host.overhead import in_python_time
 from .kernels import MATH_KINDS, Work, calibration, kernel_us, retargeted_us
@@ -50,6 +50,7 @@ class Inputs:
     bias_convs: set[tuple] = field(default_factory=set)  # the convolutions (work.conv_key) whose bias feeds a
     bias_spans: list[tuple[float, float]] = field(default_factory=list)  # BatchNorm, and the trace's bias ops of
                                                                          # such layers (BN001)
+    searches: tuple[list[str], int] | None = None  # cuDNN's searches the emulated device marked, the steps counted
 
 
 @dataclass
@@ -142,13 +143,14 @@ class Projector:
         cal, model = self.cal, self._model(precision)
         host_us = self._host_us_per_launch
         read_us = cal.get("read_round_trip_us", 0.0) if self.inputs.marked_syncs else None
-        copy = with_searches(with_emptied_cache(copy_timer(cal["pcie_gbs"][self.target.pcie], host_us,
+        copy = without_marks(with_emptied_cache(copy_timer(cal["pcie_gbs"][self.target.pcie], host_us,
                                                            cal["copy_floor_us"]) if self.marked_copies else None,
-                                                self._release_us), self._model(None), cal)
+                                                self._release_us))
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
                                                          self.inputs.tf32_conv, self.inputs.bf16_as, read_us,
                                                          cal.get("launch_us", 0.0), copy),
                      own_cost, self.undisturbed, self.freed, self.host_waited)
+        plans = with_searches(plans, per_step_us(self.inputs.searches, self._model(None), cal))
         if self.inputs.workers and not self.inputs.worker_ms_per_batch:
             _hand_off_only(plans)
         if self.inputs.plain_fetch_ms is not None:

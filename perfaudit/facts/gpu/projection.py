@@ -10,6 +10,7 @@ from ..emulated import emulated
 from ..model import bias_fix
 from ..probed import segments_per_empty_cache
 from ..registry import Context, Missing, fact
+from ..shapes import search_marks
 from ..training.grads import fill_spans
 from ..training.optim import fused_updates
 from .device_steps import traits
@@ -80,6 +81,7 @@ def inputs_of(ctx: Context) -> Inputs:
     inputs.grad_fills = fill_spans(ctx)
     inputs.bias_convs, inputs.bias_spans = bias_fix(ctx)
     inputs.segments_per_empty_cache = segments_per_empty_cache(ctx)
+    inputs.searches = search_marks(ctx) if not trace.has_gpu else None
     if not trace.has_gpu and emulated(ctx):
         inputs.marked_syncs = True   # the emulated device marked its reads of device values (SYNC_RANGE)
         # the probe's shape is checked when the trace is read (probe_schema.py): rows of dicts, or no probe

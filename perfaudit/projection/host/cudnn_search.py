@@ -2,9 +2,11 @@
 (probe_schema.CUDNN_SEARCH_MARK: a convolution's first call with its shapes while torch.backends.cudnn.benchmark
 is on) costs the host cuDNN's own work on the search (calibration.yaml `cudnn_search`: a fixed time for the
 forward and for each gradient's, measured on an H100) and the trial runs of its candidate algorithms (`trials`
-times the convolution's modelled kernel, for the forward and each gradient). CUDNN002's and SHAPE001's fix (fixed
-shapes, or benchmark off) takes them away. Modelled as host time: the search runs on the host, each trial
-synchronised."""
+times the convolution's modelled kernel, for the forward and each gradient). Modelled as host time: the search
+runs on the host, each trial synchronised. Each step holds the mean of the searches of every recorded step but
+warm-up (facts/shapes.py search_marks), a step a busy machine left out of the measured ones included: where a
+search falls is the step's shapes, not the machine's load. CUDNN002's fix (fixed shapes, or benchmark off)
+takes them away."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -15,6 +17,7 @@ from ..kernels import Work
 from ..plans import Item, StepPlan
 
 MarkedItem = Callable[[Event], "Item | None"]
+SEARCHES = "cuDNN's benchmark searches"   # the source of the modelled item that stands for them
 
 
 def search_us(backward: int, flops: int, nbytes: int, precision: str, kernel_us: Callable[[Work], float],
@@ -25,19 +28,32 @@ def search_us(backward: int, flops: int, nbytes: int, precision: str, kernel_us:
     return own["forward_us"] + backward * own["backward_us"] + (1 + backward) * trial
 
 
-def with_searches(copy: MarkedItem | None, kernel_us: Callable[[Work], float], cal: dict) -> MarkedItem:
-    """The item of a mark the run wrote (timeline.from_shapes's `copy`): a search's modelled host time, or what
-    `copy` makes of the other marks."""
-    def item(op: Event) -> Item | None:
-        if op.name.startswith(CUDNN_SEARCH_MARK):
-            read = read_cudnn_search_mark(op.name)
-            return Item("modelled", host_us=search_us(*read, kernel_us, cal), source=op) if read else None
-        return copy(op) if copy is not None else None
-    return item
+def per_step_us(searches: tuple[list[str], int] | None, kernel_us: Callable[[Work], float], cal: dict) -> float:
+    """The searches' mean host time a step (µs): (the marks' names, the steps they were counted over)."""
+    if not searches or not searches[1]:
+        return 0.0
+    names, steps = searches
+    return sum(search_us(*read, kernel_us, cal) for name in names if (read := read_cudnn_search_mark(name))) / steps
+
+
+def without_marks(copy: MarkedItem | None) -> MarkedItem | None:
+    """`copy` (timeline.from_shapes's item of a mark the run wrote) with the search marks making nothing: the
+    searches are each step's mean (with_searches)."""
+    if copy is None:
+        return None
+    return lambda op: None if op.name.startswith(CUDNN_SEARCH_MARK) else copy(op)
+
+
+def with_searches(plans: list[StepPlan], us: float) -> list[StepPlan]:
+    """Each step with the searches' mean host time a step first."""
+    if us <= 0:
+        return plans
+    return [StepPlan(p.number, p.measured_us, [Item("modelled", host_us=us, source=SEARCHES), *p.items])
+            for p in plans]
 
 
 def _searched(item: Item) -> bool:
-    return item.kind == "modelled" and isinstance(item.source, Event) and item.source.name.startswith(CUDNN_SEARCH_MARK)
+    return item.kind == "modelled" and item.source is SEARCHES
 
 
 def any_search(plans: list[StepPlan]) -> bool:
@@ -45,5 +61,5 @@ def any_search(plans: list[StepPlan]) -> bool:
 
 
 def without_searches(plans: list[StepPlan]) -> list[StepPlan]:
-    """The steps without cuDNN's searches: CUDNN002's and SHAPE001's fix."""
+    """The steps without cuDNN's searches: CUDNN002's fix."""
     return [StepPlan(p.number, p.measured_us, [i for i in p.items if not _searched(i)]) for p in plans]
