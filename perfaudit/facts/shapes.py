@@ -70,12 +70,9 @@ def _searched_on_gpu(ctx: Context) -> dict:
     steps = ctx.load_independent_steps
     if not trace.has_gpu or not steps:
         return {}
-    starts = [s.ts for s in steps]
     by_name: dict[str, list[float]] = {}
-    for op in trace.named(SEARCHED_OPS.__contains__, kind="op"):
-        i = bisect_right(starts, op.ts) - 1
-        if i >= 0 and op.ts <= steps[i].end:
-            by_name.setdefault(op.name, []).append(op.dur)
+    for op in _in_steps(trace.named(SEARCHED_OPS.__contains__, kind="op"), steps):
+        by_name.setdefault(op.name, []).append(op.dur)
     calls, extra = 0, 0.0
     for durations in by_name.values():
         usual = sorted(durations)[len(durations) // 2]
@@ -93,13 +90,18 @@ def search_marks(ctx: Context) -> tuple[list[str], int] | None:
     if not marks:
         return None
     steps = ctx.load_independent_steps
-    starts = [s.ts for s in steps]
-    return [m.name for m in marks if (i := bisect_right(starts, m.ts) - 1) >= 0 and m.ts <= steps[i].end], len(steps)
+    return [m.name for m in _in_steps(marks, steps)], len(steps)
 
 
 def _searches(ctx: Context) -> int | None:
     marks = search_marks(ctx)
     return len(marks[0]) if marks is not None else None
+
+
+def _in_steps(events: list, steps: list) -> list:
+    """The events (sorted by start) that start inside one of the steps."""
+    starts = [s.ts for s in steps]
+    return [e for e in events if (i := bisect_right(starts, e.ts) - 1) >= 0 and e.ts <= steps[i].end]
 
 
 def _conv_flops_share(ctx: Context) -> float | None:
