@@ -172,9 +172,10 @@ class Report:
 
     @property
     def script_failed(self) -> bool:
-        """The script raised, exited non-zero, crashed or timed out (in the window or after it)."""
+        """The script raised, exited non-zero, crashed or timed out (in the window or after it, or on its CUDA
+        path before a run of its CPU branch was reported)."""
         outcome = self.outcome or {}
-        return is_failure(outcome) or is_failure(outcome.get("after_window"))
+        return is_failure(outcome) or is_failure(outcome.get("after_window")) or is_failure(outcome.get("gpu_path"))
 
     @property
     def outcome_kind(self) -> Outcome | None:

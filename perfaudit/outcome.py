@@ -31,9 +31,11 @@ class Outcome(str, Enum):
 
 def is_failure(record: dict | None) -> bool:
     """The script raised, exited non-zero, crashed or timed out."""
+    if not isinstance(record, dict):
+        return False
     kind = Outcome.of(record)
     if kind in (Outcome.EXITED, Outcome.OS_EXIT):
-        return (record or {}).get("exit_code") not in (0, None)
+        return record.get("exit_code") not in (0, None)
     return kind in (Outcome.RAISED, Outcome.CRASHED, Outcome.TIMEOUT)
 
 
@@ -44,6 +46,10 @@ def describe(outcome: dict | None) -> str | None:
     if outcome.get("rank") is not None and outcome.get("failed_ranks"):  # a torchrun job: the rank that failed
         inner = describe({k: v for k, v in outcome.items() if k not in ("rank", "failed_ranks")})
         return f"rank {outcome['rank']}: {inner}" if inner else None
+    gpu_path = outcome.get("gpu_path")
+    if isinstance(gpu_path, dict) and is_failure(gpu_path):  # the CUDA path failed; the CPU branch was reported
+        rest = describe({k: v for k, v in outcome.items() if k != "gpu_path"})
+        return "; ".join(filter(None, (on_the_gpu_path(gpu_path), rest)))
     kind = Outcome.of(outcome)
     steps = outcome.get("steps_recorded")
     seen = f" after {steps} recorded step(s)" if steps is not None else ""
@@ -76,6 +82,15 @@ def describe(outcome: dict | None) -> str | None:
         why = outcome.get("signal") or f"exit code {outcome.get('exit_code')}"
         return f"the script crashed ({why}) before perfaudit could save its trace"
     return f"the script ended: {outcome.get('outcome')}"
+
+
+def on_the_gpu_path(gpu_path: dict) -> str:
+    """The error the script's CUDA path raised on the emulated device before its window, as a GPU raises it."""
+    site = gpu_path.get("site")
+    site = site if isinstance(site, dict) else {}
+    where = f" at {shown(str(site['path']))}:{site.get('line')}" if site.get("path") else ""
+    return (f"the script's CUDA path raised {gpu_path.get('exception')}: {gpu_path.get('message')}{where} before "
+            "its first step (on the emulated device, as a GPU raises it); reported: its CPU branch")
 
 
 def _gb(n) -> str:

@@ -37,6 +37,18 @@ def _failed_as_on_a_gpu(report: dict, console: str, says: str, line: int) -> dic
     return outcome
 
 
+def _cuda_path_failed(report: dict, console: str, says: str, line: int) -> dict:
+    """The CUDA path raised the GPU's RuntimeError (`says` in its message) at the script's `line` before its first
+    step, and the script ran again on its CPU branch, whose run is reported: the header says both. The CUDA
+    path's outcome, for more checks."""
+    outcome = report["run"]["outcome"]
+    failed = outcome.get("gpu_path") or {}
+    assert failed.get("exception") == "RuntimeError" and says in failed.get("message", ""), outcome
+    assert failed["site"]["line"] == line and report["run"]["device"] == "cpu", outcome
+    assert "CUDA path raised RuntimeError" in " ".join(console.split()) and "as a GPU raises it" in console, console
+    return failed
+
+
 def test_the_cuda_calls_of_a_training_script_are_served_and_recorded(tmp_path):
     """Device queries, set_device, seeds, memory queries, streams, events, autocast("cuda"), GradScaler,
     a pinning DataLoader and non_blocking copies: the script runs its CUDA branch to the window's end."""
@@ -285,6 +297,91 @@ def test_a_torch_op_refusing_the_scripts_call_on_the_device_is_the_scripts_error
     outcome = report["run"]["outcome"]
     assert (outcome["outcome"], outcome["exception"], outcome["site"]["line"]) == ("raised", "RuntimeError", 7), outcome
     assert "must match the size" in outcome["message"] and "could not serve" not in console
+    assert "gpu_path" not in outcome  # its CPU path fails at `.cuda()`: it has no run of its own to report
+
+
+def test_a_cuda_path_that_fails_as_a_gpu_would_is_said_and_the_cpu_branch_is_reported(tmp_path):
+    """A contrastive loss that masks its similarity matrix with -1e9 under autocast: on CUDA the matrix is
+    float16, and masked_fill refuses the value (a GPU raises the same; the CPU branch runs without autocast). The
+    report led with that error and nothing else (a run of 0 steps, three source-only findings, where `--device
+    cpu` found eight); now it says the CUDA path's error and where, how to fix it, and reports the CPU branch's
+    run, whose findings it has. The exit code stays the script's failure."""
+    script = tmp_path / "contrastive.py"
+    script.write_text(
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "model = torch.nn.Linear(32, 16).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(30):\n"
+        "    x = torch.randn(64, 32).to(device)\n"
+        "    with torch.autocast(device.type, enabled=device.type == 'cuda'):\n"
+        "        z = F.normalize(model(x), dim=1)\n"
+        "        sim = z @ z.t()\n"
+        "        sim = sim.masked_fill(torch.eye(64, dtype=torch.bool, device=device), -1e9)\n"
+        "        loss = F.cross_entropy(sim, torch.arange(64, device=device).roll(32))\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    print(loss.item())\n")
+    report = tmp_path / "report.json"
+    proc = perfaudit("run", str(script), "--out-dir", str(tmp_path / "run"), "-f", f"json={report}",
+                     "-f", "console", cwd=tmp_path)
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(report.read_text())
+    gpu_path = data["run"]["outcome"]["gpu_path"]
+    assert (gpu_path["exception"], gpu_path["site"]["line"]) == ("RuntimeError", 11), gpu_path
+    assert "Half without overflow" in gpu_path["message"]
+    console = " ".join(proc.stdout.split())
+    assert "the script's CUDA path raised RuntimeError" in console and "contrastive.py:11" in console, console
+    note = next(n for n in data["notes"] if "CUDA path raised" in n)
+    assert "float16" in note and "torch.finfo(x.dtype).min" in note and "CPU branch" in note
+    assert data["run"]["steps"] >= 3 and data["run"]["device"] == "cpu", data["run"]
+    assert {"COPY002", "SYNC001"} <= {f["rule"] for f in data["findings"] if f.get("locations")}, data["findings"]
+
+
+def test_ctrl_c_on_the_cpu_branch_after_the_cuda_path_failed_keeps_both(tmp_path):
+    """A Ctrl-C while the CPU branch runs, after the CUDA path raised: exit 130, the CPU branch's recorded steps
+    reported, and the CUDA path's error still said."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import time\n"
+        "import torch\n"
+        "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "model = torch.nn.Linear(32, 16).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(30):\n"
+        "    if step == 3:\n"
+        "        time.sleep(3600)\n"
+        "    x = torch.randn(64, 32, device=device)\n"
+        "    with torch.autocast(device.type, enabled=device.type == 'cuda'):\n"
+        "        sim = model(x) @ model(x).t()\n"
+        "        loss = sim.masked_fill(torch.eye(64, dtype=torch.bool, device=device), -1e9).mean()\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n")
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "perfaudit", "run", str(script), "--warmup", "1", "--steps", "5",
+                             "--out-dir", str(tmp_path / "run"), "-f", f"json={out}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    progress = tmp_path / "run" / "progress.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (progress.exists() and '"device": "cpu"' in progress.read_text()):
+        time.sleep(0.2)
+    time.sleep(1.5)  # the CPU branch is now asleep in its fourth step
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    report = json.loads(out.read_text())
+    outcome = report["run"]["outcome"]
+    assert outcome["outcome"] == "interrupted" and outcome["gpu_path"]["site"]["line"] == 12, outcome
+    assert "CUDA path raised" in " ".join(stdout.split()) and "Traceback" not in stderr
 
 
 def test_a_cuda_only_script_under_device_cpu_is_told_how_its_cuda_path_runs(tmp_path):
@@ -317,17 +414,14 @@ def test_a_cuda_call_that_fails_on_both_paths_before_the_window_is_said_so(tmp_p
 def test_pinning_a_dataset_of_device_tensors_fails_as_on_a_gpu(tmp_path):
     """A Dataset that returns CUDA tensors under `DataLoader(pin_memory=True)` raises "cannot pin" on any GPU;
     the emulated device raised nothing (it pinned them), so a fix or a script that does this passed. Now it
-    raises as a GPU does, at the loop that fetches the batch, and the error is the script's: no rerun on
-    the CPU path, and the report says a GPU fails the same way."""
+    raises as a GPU does, at the loop that fetches the batch, and the error is the script's: the report says a
+    GPU fails the same way there, and reports the script's CPU branch (whose host tensors pin)."""
     source = (ROOT / "tests" / "realistic" / "gpu_resident_dataset.py").read_text()
     script = tmp_path / "train.py"
     script.write_text(source.replace("shuffle=True)", "shuffle=True, pin_memory=True)"))
     report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "3")
-    outcome = report["run"]["outcome"]
-    assert outcome["outcome"] == "raised" and outcome["exception"] == "RuntimeError", outcome
-    assert "cannot pin 'torch.cuda.FloatTensor'" in outcome["message"]
-    assert script.read_text().splitlines()[outcome["site"]["line"] - 1].strip() == "for x, y in loader:"
-    assert any("as a GPU raises it" in n for n in report["notes"]), report["notes"]
+    line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if text.strip() == "for x, y in loader:")
+    _cuda_path_failed(report, console, "cannot pin 'torch.cuda.FloatTensor'", line)
     assert not any("could not serve" in n for n in report["notes"]) and "could not serve" not in console
 
 
@@ -997,8 +1091,8 @@ for step in range(100):
 def test_deterministic_algorithms_without_cublas_config_fail_as_on_a_gpu(tmp_path, option):
     """A seed_everything() that turns on torch.use_deterministic_algorithms(True) without CUBLAS_WORKSPACE_CONFIG:
     a GPU's first matrix product raises torch's "... because it uses CuBLAS ..." (a CPU's raises nothing, and the
-    emulated device trained on). It raises here too, at the product's line; with the variable set, or
-    `warn_only=True`, the script trains."""
+    emulated device trained on). It raises here too, at the product's line (and the CPU branch, which trains,
+    is reported); with the variable set, or `warn_only=True`, the script trains."""
     script = tmp_path / "seeded.py"
     script.write_text(SEED_EVERYTHING)
     report, _, _ = _run(tmp_path, script, "--warmup", "1", "--steps", "2", *(["--", option] if option else []))
@@ -1006,9 +1100,8 @@ def test_deterministic_algorithms_without_cublas_config_fail_as_on_a_gpu(tmp_pat
     if option:
         assert outcome["outcome"] in ("window_complete", "completed"), outcome
         return
-    assert outcome["outcome"] == "raised" and "because it uses CuBLAS" in outcome["message"], outcome
-    assert outcome["site"]["line"] == 21   # model(x): its first product
-    assert any("raised this error as a GPU raises it" in n for n in report["notes"]), report["notes"]
+    assert outcome["gpu_path"]["outcome"] == "raised" and "because it uses CuBLAS" in outcome["gpu_path"]["message"]
+    assert outcome["gpu_path"]["site"]["line"] == 21 and outcome["outcome"] == "window_complete"  # model(x)
 
 
 def test_bce_loss_in_a_cuda_autocast_region_raises_as_on_a_gpu(tmp_path):
@@ -1032,10 +1125,7 @@ def test_bce_loss_in_a_cuda_autocast_region_raises_as_on_a_gpu(tmp_path):
         "    loss.backward()\n"
         "    opt.step()\n")
     report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
-    outcome = report["run"]["outcome"]
-    assert outcome["exception"] == "RuntimeError" and "unsafe to autocast" in outcome["message"], outcome
-    assert outcome["site"]["line"] == 11 and "fails the same way on a GPU" in console, outcome
-    assert "evaluation loss" in (tmp_path / "run" / "script.log").read_text()
+    _cuda_path_failed(report, console, "unsafe to autocast", 11)  # past its evaluation: the region is undone
 
 
 def test_numpy_of_a_device_tensor_raises_as_on_a_gpu():

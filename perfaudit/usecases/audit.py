@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from ..collect.inprocess.notebook import relocate, write_script
 from ..collect.run.emulated_failure import emulation_may_cause
-from ..collect.run.runner import RunOptions, RunResult, check_script, run_script
+from ..collect.run.runner import RunOptions, RunResult, check_script, run_script, with_cpu_branch
 from ..engine.loader import Rule, builtin_rules_dir, load_rules
 from ..errors import LaunchError, TraceError, WriteError
 from ..facts import Context
@@ -55,7 +55,7 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
         options.emulated_gpu = emulated_gpu(options.target)
     if options.target != "none" and (options.device == "emulate-cuda" or options.target != "auto"):
         options.record_shapes = True  # a CPU run projected onto a GPU: each op's kernels from its shapes
-    result = run_script(script, args, options, on_progress)
+    result = with_cpu_branch(run_script(script, args, options, on_progress), script, args, options, on_progress)
     if options.launch:
         return _audit_job(script, result, rules, gate_options, command)
     return report_for_run(result, script, options, rules, gate_options, command, write)
@@ -193,6 +193,14 @@ def run_notes(result: RunResult, options: RunOptions, trace) -> list[str]:
         notes.append(f"the script needs a CUDA device{where}, which `--device cpu` does not give it: `--device "
                      "emulate-cuda` runs its CUDA path on an emulated device here (the default does so for a script "
                      "it sees use CUDA)")
+    gpu_path = outcome.get("gpu_path")
+    if isinstance(gpu_path, dict):
+        small = re.search(r"(Half|BFloat16) without overflow", str(gpu_path.get("message")))
+        dtype = {"Half": "float16", "BFloat16": "bfloat16"}[small.group(1)] if small else None
+        notes.append("on a GPU this script stops where its CUDA path raised (above): fix that before training "
+                     "there" + (f"; under CUDA's autocast the tensor is {dtype}, whose range a constant such as -1e9 "
+                                "exceeds: fill with torch.finfo(x.dtype).min instead" if dtype else "")
+                     + ". The findings are its CPU branch's, run as `--device cpu` runs it")
     if outcome.get("as_on_a_gpu"):
         notes.append("the emulated CUDA device raised this error as a GPU raises it: the script fails the same way "
                      "on a GPU")

@@ -1,6 +1,7 @@
 """Whether an emulated run's failure is the emulation's or the script's (runner.py reruns the script on
-its CPU path only for the first): an error that names CUDA, or the emulation's code on its traceback,
-may be the emulated device's; one the CPU path raises at the same line too is the script's own."""
+its CPU path for the first, and for the second when it ended the CUDA path before its window): an error
+that names CUDA, or the emulation's code on its traceback, may be the emulated device's; one the CPU path
+raises at the same line too is the script's own."""
 from __future__ import annotations
 
 import os
@@ -53,3 +54,16 @@ def emulation_failure(result: RunResult, options: RunOptions) -> str | None:
     what = outcome.get("exception") or outcome.get("signal") or outcome.get("outcome")
     message = f": {outcome['message']}" if outcome.get("message") else ""
     return f"{what}{message}{where}"
+
+
+def gpu_path_error(result: RunResult, options: RunOptions) -> bool:
+    """Whether the script's CUDA path raised its own error (as a GPU raises it: an op refusing a float16 value
+    under autocast) before any step was measured: its CPU branch may still run and have a report to give."""
+    outcome = result.outcome
+    return (options.device == "emulate-cuda" and options.mode == "profile" and result.stop_signal is None
+            and not result.emulation_failed and outcome.get("outcome") == Outcome.RAISED
+            and (outcome.get("steps_recorded") or 0) <= (outcome.get("warmup") or 0)
+            and not emulation_may_cause(outcome))
+
+
+GPU_PATH_KEYS = ("outcome", "exception", "message", "site", "steps_recorded", "warmup", "as_on_a_gpu", "op_error")

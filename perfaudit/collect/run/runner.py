@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from ...files import write_failure_of
 from ...outcome import Outcome, is_failure
-from .emulated_failure import emulation_failure, same_failure
+from .emulated_failure import GPU_PATH_KEYS, emulation_failure, gpu_path_error, same_failure
 from .leftovers import phase_reached, progress_record, salvage_trace
 from .options import RunOptions, RunResult
 from .processes import become_subreaper, kill_group, kill_orphans, own_children, signal_run
@@ -119,6 +119,21 @@ def run_script(script: str, args: list[str], options: RunOptions,
         plain.emulation_failed = failed
         return plain
     return result
+
+
+def with_cpu_branch(result: RunResult, script: str, args: list[str], options: RunOptions,
+                    on_progress: Callable[[dict], None] | None = None) -> RunResult:
+    """An audit's run whose CUDA path raised the script's own error before its window (gpu_path_error): the
+    script runs again on its CPU path, whose report is what was measured, and the CUDA path's error goes
+    with it (its outcome's `gpu_path`). When the CPU path measures no step either (it fails the same way, or
+    a CUDA-only script fails at its first CUDA call), the first run stands."""
+    if not gpu_path_error(result, options):
+        return result
+    plain = run_script(script, args, replace(options, device="cpu"), on_progress)
+    if plain.stop_signal is None and (plain.outcome.get("steps_recorded") or 0) <= (plain.outcome.get("warmup") or 0):
+        return result
+    plain.outcome["gpu_path"] = {k: result.outcome[k] for k in GPU_PATH_KEYS if k in result.outcome}
+    return plain
 
 
 def _run_once(script: str, args: list[str], options: RunOptions,
