@@ -162,7 +162,7 @@ DETERMINISTIC = {"SYNC001", "BN001", "OPT001", "OPT002", "DEBUG001", "GRAD001", 
 
 
 @pytest.mark.parametrize("name", ["cuda_legacy_rnn.py", "cuda_transforms_loader.py", "cuda_config_device.py",
-                                  "device_built_lm.py", "dp_sgd_per_sample.py"])
+                                  "device_built_lm.py", "dp_sgd_per_sample.py", "simclr_pretrain.py"])
 def test_what_the_cpu_run_finds_the_default_run_finds_too(tmp_path, realistic_reports, name):
     """The GPU branch emulated (DataParallel and legacy types, a main-process transform pipeline, a model
     built with device=, per-sample gradients of torch.func from NumPy batches) or the CPU branch taken under

@@ -4,9 +4,9 @@ Each CUDA region therefore runs a CPU autocast region inside it, with the region
 `dtype == torch.float16` branch runs, and float16 overflows as on a GPU); and where the two policies differ, the
 device's ops follow CUDA's: the ops CUDA's autocast runs in float32 (softmax, layer_norm, exp, sum, …: torch's
 "CUDA Ops that can autocast to float32") get their 16-bit inputs cast to float32, as a GPU does, while an enabled
-CUDA region is innermost. On a CPU whose 16-bit matrix products are slow, the region's matrix ops compute in
-float32 and keep their 16-bit types (half_math.py), as do a 16-bit model's outside any region, and recurrent
-layers (half_rnn.py)."""
+CUDA region is innermost. On a CPU whose 16-bit matrix products (or convolutions alone) are slow, the region's
+matrix ops (or convolutions) compute in float32 and keep their 16-bit types (half_math.py), as do a 16-bit
+model's outside any region, and recurrent layers (half_rnn.py)."""
 from __future__ import annotations
 
 import torch
@@ -68,12 +68,12 @@ def follow_autocast(mode) -> None:
                 mode.handlers[func] = follows
             else:
                 mode.handlers.pop(func, None)
-        half = half_model
-        if dtype is not None and slow_half(dtype):
-            if dtype not in half_handlers:
-                half_handlers[dtype] = half_math_handler(mode, dtype)
-            half = half_handlers[dtype]
         for func in MATRIX_FUNCTIONS:  # a product refused first where determinism needs cuBLAS's config
+            half = half_model
+            if dtype is not None and slow_half(dtype, func):  # a convolution's 16-bit kernels may be slow alone
+                if dtype not in half_handlers:
+                    half_handlers[dtype] = half_math_handler(mode, dtype)
+                half = half_handlers[dtype]
             handler = guarded(mode, half) if mode.cublas_check and func in CUBLAS_FUNCTIONS else half
             mode.handlers[func] = searches.handler(func, handler) if func in CONVOLUTIONS else handler
 

@@ -32,31 +32,46 @@ MATRIX_FUNCTIONS = (F.linear, torch.matmul, Tensor.matmul, Tensor.__matmul__, to
 # each one's argument that is only added to the product (a bias): no other gradient needs it
 _ADDED = {F.linear: 2, F.conv1d: 2, F.conv2d: 2, F.conv3d: 2, F.conv_transpose1d: 2, F.conv_transpose2d: 2,
           F.conv_transpose3d: 2, torch.addmm: 0, torch.baddbmm: 0}
+CONVOLUTION_FUNCTIONS = frozenset((F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
+                                   F.conv_transpose3d))
 SLOW_RATIO = 4.0  # 16-bit products this many times slower than float32 ones: compute them in float32
 _slow: dict = {}
 
 
-def slow_half(dtype: torch.dtype) -> bool:
-    """Whether this CPU's `dtype` matrix products are SLOW_RATIO times slower than its float32 ones: the least CPU
-    time of five 128x256x256 products each, after one to warm up (about 0.1 ms in float32; a slow 16-bit one about
-    5 ms), measured once. The process's CPU time, which other processes' load does not add to.
+def slow_half(dtype: torch.dtype, func=None) -> bool:
+    """Whether this CPU's `dtype` math is SLOW_RATIO times slower than its float32 math, for `func`'s kind: a
+    matrix product (the least CPU time of five 128x256x256 products, about 0.1 ms in float32, a slow 16-bit one
+    about 5 ms) or a convolution, forward and backward (a CPU with fast float16 products can still take 160x
+    float32's time for a float16 convolution's backward: an AVX-512 EPYC, 90 ms against 0.6), each measured once
+    after a run to warm up. The process's CPU time, which other processes' load does not add to.
     PERFAUDIT_HALF_MATH=float32 or =native decides it instead (the tests run both paths on any CPU)."""
     forced = os.environ.get("PERFAUDIT_HALF_MATH")
     if forced in ("float32", "native"):
         return forced == "float32"
-    if dtype not in _slow:
-        with _cpu_autocast_off():  # asked inside a region: its products would all be 16-bit
-            a, b = torch.randn(128, 256, device="cpu"), torch.randn(256, 256, device="cpu")
-            _slow[dtype] = _best(a.to(dtype), b.to(dtype)) > SLOW_RATIO * _best(a, b)
-    return _slow[dtype]
+    key = (dtype, func in CONVOLUTION_FUNCTIONS)
+    if key not in _slow:
+        with _cpu_autocast_off(), torch.enable_grad():  # asked inside a region: its math would all be 16-bit
+            if key[1]:
+                x, w = torch.randn(2, 16, 12, 12, device="cpu"), torch.randn(16, 16, 3, 3, device="cpu")
+                args: tuple = (x, w)
+                run = _convolution
+            else:
+                args, run = (torch.randn(128, 256, device="cpu"), torch.randn(256, 256, device="cpu")), torch.mm
+            _slow[key] = _best(run, [a.to(dtype) for a in args]) > SLOW_RATIO * _best(run, list(args))
+    return _slow[key]
 
 
-def _best(a: Tensor, b: Tensor) -> float:
-    torch.mm(a, b)
+def _convolution(x: Tensor, w: Tensor) -> None:
+    x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+    F.conv2d(x, w, padding=1).sum().backward()
+
+
+def _best(run, args: list, rounds: int = 5) -> float:
+    run(*args)
     times = []
-    for _ in range(5):
+    for _ in range(rounds):
         start = time.process_time()
-        torch.mm(a, b)
+        run(*args)
         times.append(time.process_time() - start)
     return min(times)
 
@@ -256,7 +271,7 @@ def half_model_handler(mode):
             return mode.DEFAULT
         dtype, tensors = first.dtype, [a for a in operands if isinstance(a, Tensor)]
         if "out" in kwargs or any(t.dtype != dtype for t in tensors) or _cpu_autocast() or not any(
-                mode.on_device.has(t) for t in tensors) or not slow_half(dtype):
+                mode.on_device.has(t) for t in tensors) or not slow_half(dtype, func):
             return mode.DEFAULT
         with span(f"{RANGE}({dtype})"):
             out = InFloat32.apply(func, kwargs, dtype, mode, *args)
