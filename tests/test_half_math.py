@@ -46,6 +46,38 @@ def test_float32_math_gives_the_16_bit_ops_results_and_gradients(func, shapes):
         torch.testing.assert_close(t.grad, w, rtol=0.05, atol=0.2)
 
 
+@pytest.mark.parametrize("func, shapes, kwargs", [
+    (F.conv1d, [(2, 4, 11), (6, 4, 3), (6,)], {"stride": 2, "padding": 1}),
+    (F.conv2d, [(2, 4, 9, 9), (6, 2, 3, 3), None, (2, 1), (1, 2), 2, 2], {}),
+    (F.conv2d, [(4, 9, 9), (6, 4, 3, 3)], {"padding": (1, 0)}),   # unbatched, no bias
+    (F.conv3d, [(1, 2, 5, 6, 7), (3, 2, 2, 3, 3), (3,)], {"padding": 1}),
+    (F.conv_transpose2d, [(2, 4, 5, 5), (4, 3, 3, 3), (6,)], {"stride": 2, "output_padding": 1, "groups": 2}),
+    (F.conv_transpose1d, [(2, 4, 7), (4, 5, 3), (5,)], {"dilation": 2}),
+    (F.conv2d, [(2, 4, 8, 8), (6, 4, 3, 3), (6,)], {"padding": "same"})])
+def test_a_convolutions_gradients_come_from_its_backward_not_the_forward_again(func, shapes, kwargs):
+    """A convolution's input, weight and bias gradients in float32 from aten's convolution_backward (one call, as
+    a GPU's backward makes them; the forward run again under autograd doubled a conv net's backward on a slow
+    16-bit CPU), for every form: strided, padded per side, dilated, grouped, unbatched, transposed. 'same'
+    padding keeps the recomputation. The same gradients as float32 autograd over the 16-bit inputs."""
+    torch.manual_seed(0)
+    args = [torch.randn(s).to(torch.bfloat16).requires_grad_() if isinstance(s, tuple) and len(s) > 2
+            or (isinstance(s, tuple) and i == 2) else s for i, s in enumerate(shapes)]
+    inputs = [a for a in args if isinstance(a, torch.Tensor)]
+    wide = [a.detach().float().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    expected = func(*wide, **kwargs)
+    grad = torch.randn(expected.shape).to(torch.bfloat16).float()  # the 16-bit gradient both are given
+    expected.backward(grad)
+    with torch.profiler.profile() as prof:
+        out = in_float32(func, args, kwargs, torch.bfloat16, _NoMemory(), {})
+        out.backward(grad.to(torch.bfloat16))
+    names = [e.name for e in prof.events()]
+    assert names.count("aten::convolution") == (2 if kwargs.get("padding") == "same" else 1), names
+    torch.testing.assert_close(out.float(), expected.to(torch.bfloat16).float())
+    for mine, theirs in zip(inputs, (w for w in wide if isinstance(w, torch.Tensor))):
+        assert mine.grad.dtype == torch.bfloat16
+        torch.testing.assert_close(mine.grad.float(), theirs.grad.to(torch.bfloat16).float(), rtol=0.02, atol=0.02)
+
+
 def test_einsum_with_its_operands_in_a_list_takes_the_float32_math_too():
     """`torch.einsum(eq, [a, b])`, the older form, reaches the device's mode as one list: each operand is an input
     of its own there, cast and differentiated as in `einsum(eq, a, b)`."""

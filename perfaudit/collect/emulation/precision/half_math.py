@@ -5,7 +5,8 @@ reference code: 60-400x its float32 time (a 256x512x512 product: 1.1 ms in float
 AVX2 EPYC). The emulated device's autocast would make a script's step that much slower than a GPU's or its own CPU
 branch. There, each matrix op of an enabled region takes its inputs in the region's type, as autocast does,
 keeps those 16-bit tensors for backward (what a GPU holds), and computes in float32: forward, and in backward
-the op again under autograd. The result is in the 16-bit type. Each call and its backward run inside a
+the gradients from their formulas (formula_grads.py: products, convolutions) or else the op again under
+autograd. The result is in the 16-bit type. Each call and its backward run inside a
 `perfaudit::half(<type>)` range, and what a GPU would not do inside a `perfaudit::aside` one (the float32
 copies, the recomputation): the projection counts the matrix ops of the first as 16-bit and leaves the second
 out (projection/timeline.py). An op whose computing twice would cost (a recurrent layer, an attention) is
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +25,7 @@ from torch import Tensor
 from ....probe_schema import ASIDE_RANGE as ASIDE
 from ....probe_schema import HALF_MATH_RANGE as RANGE
 from ..marks import span
+from .formula_grads import formula_grads
 
 # the matrix ops a script calls from Python (nn.Linear, nn.Conv*, `@`, einsum: its products are bmm's, which
 # autocast casts), as a TorchFunctionMode sees them
@@ -51,12 +54,9 @@ def slow_half(dtype: torch.dtype, func=None) -> bool:
     key = (dtype, func in CONVOLUTION_FUNCTIONS)
     if key not in _slow:
         with _cpu_autocast_off(), torch.enable_grad():  # asked inside a region: its math would all be 16-bit
-            if key[1]:
-                x, w = torch.randn(2, 16, 12, 12, device="cpu"), torch.randn(16, 16, 3, 3, device="cpu")
-                args: tuple = (x, w)
-                run = _convolution
-            else:
-                args, run = (torch.randn(128, 256, device="cpu"), torch.randn(256, 256, device="cpu")), torch.mm
+            run: Callable = _convolution if key[1] else torch.mm
+            args = ((torch.randn(2, 16, 12, 12, device="cpu"), torch.randn(16, 16, 3, 3, device="cpu")) if key[1]
+                    else (torch.randn(128, 256, device="cpu"), torch.randn(256, 256, device="cpu")))
             _slow[key] = _best(run, [a.to(dtype) for a in args]) > SLOW_RATIO * _best(run, list(args))
     return _slow[key]
 
@@ -107,10 +107,10 @@ class InFloat32(torch.autograd.Function):
         needs, graph = ctx.needs_input_grad[4:], torch.is_grad_enabled()  # graph: backward's own is wanted
         with span(f"{RANGE}({ctx.dtype})"), _cpu_autocast_off(), \
                 _inside_kernel(ctx.placement, []) as made:
-            if not graph and not ctx.kwargs and ctx.func in _PRODUCTS:
-                result = _product_grads(ctx, grad, needs)
-                made.extend(r for r in result if r is not None)
-                return (None, None, None, None, *result)
+            formula = None if graph else formula_grads(ctx, grad, needs)
+            if formula is not None:
+                made.extend(r for r in formula if r is not None)
+                return (None, None, None, None, *formula)
             with span(ASIDE), torch.enable_grad():
                 inputs = list(ctx.others)
                 for i in ctx.at:  # an input no gradient needs, not kept: zeros of its shape stand for it
@@ -131,35 +131,6 @@ class InFloat32(torch.autograd.Function):
                     result[i] = g.to(ctx.dtype)
             made.extend(r for r in result if r is not None)
         return (None, None, None, None, *result)
-
-
-_PRODUCTS = {F.linear, torch.mm, Tensor.mm, torch.bmm, Tensor.bmm}
-
-
-def _product_grads(ctx, grad: Tensor, needs) -> list:
-    """A linear layer's or a (batched) matrix product's input gradients from their formulas, in float32 (two
-    products, as a GPU's backward makes them), in the inputs' 16-bit type: not the forward again under autograd.
-    The inputs kept (InFloat32.forward) are the ones these need."""
-    saved = dict(zip(ctx.kept, ctx.saved_tensors))
-    with span(ASIDE):
-        g = grad.float()
-        wide = {i: t.float() for i, t in saved.items()}
-    result: list = [None] * len(needs)
-    if ctx.func is F.linear:
-        rows = g.reshape(-1, g.shape[-1])
-        if needs[0]:
-            result[0] = g @ wide[1]
-        if needs[1]:
-            result[1] = rows.T @ wide[0].reshape(-1, wide[0].shape[-1])
-        if len(needs) > 2 and needs[2]:
-            result[2] = rows.sum(0)
-    else:
-        if needs[0]:
-            result[0] = g @ wide[1].transpose(-1, -2)
-        if needs[1]:
-            result[1] = wide[0].transpose(-1, -2) @ g
-    with span(ASIDE):
-        return [r.to(ctx.dtype) if r is not None else None for r in result]
 
 
 def in_float32(func, args, kwargs: dict, dtype: torch.dtype, placement, cache: dict) -> Tensor:
