@@ -32,7 +32,8 @@ SCRIPTS = ["tests/realistic/cuda_path_trainer.py", "tests/realistic/cuda_legacy_
            "tests/realistic/host_tensors.py", "tests/realistic/cnn_classifier.py",
            "tests/realistic/char_transformer.py", "tests/realistic/cuda_transforms_loader.py",
            "tests/realistic/dataset_transforms.py", "tests/realistic/cuda_legacy_rnn.py",
-           "tests/realistic/cuda_opt_in_flag.py", "tests/realistic/vae.py", "tests/realistic/simclr_pretrain.py"]
+           "tests/realistic/cuda_opt_in_flag.py", "tests/realistic/vae.py", "tests/realistic/simclr_pretrain.py",
+           "tests/realistic/wave_denoiser.py"]
 
 
 def one_run(script: str, device: str, out: Path) -> dict:
