@@ -340,6 +340,21 @@ def test_a_cuda_path_that_fails_as_a_gpu_would_is_said_and_the_cpu_branch_is_rep
     assert {"COPY002", "SYNC001"} <= {f["rule"] for f in data["findings"] if f.get("locations")}, data["findings"]
 
 
+def test_the_progress_line_says_why_the_cpu_branch_runs():
+    """On a terminal the run's second start is not silent: the progress line says the CUDA path's error and that
+    the CPU branch runs."""
+    from perfaudit.cli.common import progress
+
+    shown = []
+
+    class Line:
+        def update(self, text):
+            shown.append(text)
+    update = progress(Line(), "contrastive.py")
+    update({"phase": "cpu_branch", "why": "its CUDA path raised RuntimeError at line 11"})
+    assert shown[-1].startswith("contrastive.py: its CUDA path raised RuntimeError at line 11; running its CPU branch")
+
+
 def test_ctrl_c_on_the_cpu_branch_after_the_cuda_path_failed_keeps_both(tmp_path):
     """A Ctrl-C while the CPU branch runs, after the CUDA path raised: exit 130, the CPU branch's recorded steps
     reported, and the CUDA path's error still said."""

@@ -237,6 +237,9 @@ def progress(status_line, script: str):
             state["text"] = f"{script}: writing the trace"
         elif phase == "done":
             state["text"] = "analysing the trace"
+        elif phase == "cpu_branch":
+            state["waiting"] = True
+            state["text"] = f"{script}: {event.get('why')}; running its CPU branch"
         elapsed = time.monotonic() - started
         status_line.update(escape(state["text"] + (f" ({elapsed:.0f} s)" if state["waiting"] else " …")))
     return update

@@ -113,6 +113,8 @@ def run_script(script: str, args: list[str], options: RunOptions,
         result = again
     failed = emulation_failure(result, options)
     if failed:  # the emulated CUDA path broke the run: the script runs as it would here, and the report says why
+        if on_progress is not None:
+            on_progress({"phase": "cpu_branch", "why": "the emulated CUDA device could not serve it"})
         plain = run_script(script, args, replace(options, device="cpu"), on_progress)
         if same_failure(result.outcome, plain.outcome):
             return result  # the script's own error: it fails the same way on its CPU path
@@ -129,6 +131,10 @@ def with_cpu_branch(result: RunResult, script: str, args: list[str], options: Ru
     a CUDA-only script fails at its first CUDA call), the first run stands."""
     if not gpu_path_error(result, options):
         return result
+    if on_progress is not None:
+        site = result.outcome.get("site") or {}
+        on_progress({"phase": "cpu_branch", "why": f"its CUDA path raised {result.outcome.get('exception')}"
+                     + (f" at line {site['line']}" if site.get("line") else "")})
     plain = run_script(script, args, replace(options, device="cpu"), on_progress)
     if plain.stop_signal is None and (plain.outcome.get("steps_recorded") or 0) <= (plain.outcome.get("warmup") or 0):
         return result
