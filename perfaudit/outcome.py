@@ -41,7 +41,7 @@ def is_failure(record: dict | None) -> bool:
 
 def describe(outcome: dict | None) -> str | None:
     """One line saying what happened to the script, or None when the window completed normally."""
-    if not outcome:
+    if not outcome or not isinstance(outcome, dict):  # a stored report's, as a hand-edit left it
         return None
     if outcome.get("rank") is not None and outcome.get("failed_ranks"):  # a torchrun job: the rank that failed
         inner = describe({k: v for k, v in outcome.items() if k not in ("rank", "failed_ranks")})
@@ -51,27 +51,31 @@ def describe(outcome: dict | None) -> str | None:
         rest = describe({k: v for k, v in outcome.items() if k != "gpu_path"})
         return "; ".join(filter(None, (on_the_gpu_path(gpu_path), rest)))
     kind = Outcome.of(outcome)
-    steps = outcome.get("steps_recorded")
+    steps, warmup = (v if type(v) is int else None for v in (outcome.get("steps_recorded"), outcome.get("warmup")))
     seen = f" after {steps} recorded step(s)" if steps is not None else ""
     if kind == Outcome.WINDOW_COMPLETE or outcome.get("outcome") is None:
         after = outcome.get("after_window")
         return describe(after) if after else None
     if kind == Outcome.COMPLETED:
-        return f"the script finished{seen}" if steps is not None and steps < outcome.get("warmup", 0) + 1 else None
+        return f"the script finished{seen}" if steps is not None and steps < (warmup or 0) + 1 else None
     if kind == Outcome.EXITED:
         said = f": {outcome['message']}" if outcome.get("message") else ""
         return f"the script exited with code {outcome.get('exit_code')}{seen}{said}"
     if kind == Outcome.OS_EXIT:
         return f"the script called os._exit({outcome.get('exit_code')}){seen}"
     if kind == Outcome.RAISED:
-        site = outcome.get("site") or {}
+        site = outcome.get("site")
+        site = site if isinstance(site, dict) else {}
         where = f" at {shown(str(site['path']))}:{site.get('line')}" if site.get("path") else ""
         said = f"the script raised {outcome.get('exception')}: {outcome.get('message')}{where}{seen}"
         return said + (f"; {at_oom(outcome['oom'])}" if isinstance(outcome.get("oom"), dict) else "")
     if kind == Outcome.TIMEOUT:
-        return f"the script was stopped after the {outcome.get('timeout_s'):g} s timeout{seen}"
+        limit = outcome.get("timeout_s")
+        limit = f" {limit:g} s" if isinstance(limit, (int, float)) and not isinstance(limit, bool) else ""
+        return f"the script was stopped after the{limit} timeout{seen}"
     if kind == Outcome.INTERRUPTED:
         by = outcome.get("by")
+        by = by if isinstance(by, str) else None
         return f"the run was stopped{' by ' + by if by and by != 'SIGINT' else ' (Ctrl-C)' if by else ''}{seen}"
     if kind == Outcome.SPAWNED:
         return f"the script started its training in other processes ({outcome.get('api')})"

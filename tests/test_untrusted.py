@@ -72,6 +72,24 @@ def test_any_file_read_as_a_report_baseline_or_notebook_is_read_or_named(tmp_pat
             assert "\n" not in str(exc)
 
 
+@PROPERTY
+@given(outcome=st.dictionaries(st.sampled_from(["exception", "message", "site", "steps_recorded", "warmup",
+                                                "after_window", "exit_code", "timeout_s", "signal", "by", "oom"]),
+                               json_value, max_size=6),
+       kind=st.sampled_from(["window_complete", "completed", "exited", "os_exit", "raised", "interrupted", "timeout",
+                             "crashed", "spawned", "internal_error", "other"]),
+       gpu_path=json_value | st.fixed_dictionaries({"outcome": st.just("raised"), "site": json_value}))
+def test_a_stored_reports_outcome_is_said_in_one_line_whatever_it_holds(outcome, kind, gpu_path):
+    """`fix --from` and `diff` read a report.json's outcome back: what the header and the exit code say of it (its
+    CUDA path's failure, `gpu_path`, too) never fails on what a hand-edited file holds."""
+    from perfaudit.findings import Report
+    from perfaudit.outcome import describe
+    outcome = {**outcome, "outcome": kind, "gpu_path": gpu_path}
+    said = describe(outcome)
+    assert said is None or isinstance(said, str)
+    assert Report([], [], [], outcome=outcome).script_failed in (True, False)
+
+
 def test_only_the_tail_of_a_large_history_is_parsed(tmp_path):
     """A 40 MB history costs what its last entries cost: memory is bounded by the lines read, not the file."""
     path = tmp_path / "perfaudit-history.jsonl"
