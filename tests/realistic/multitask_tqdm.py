@@ -28,8 +28,8 @@ class Shared(nn.Module):
 def loaders():
     a = TensorDataset(torch.randn(2048, 32), torch.randint(0, 5, (2048,)))
     b = TensorDataset(torch.randn(512, 32), torch.randn(512))
-    kw = {"num_workers": 1, "pin_memory": True} if use_cuda else {}
-    return DataLoader(a, batch_size=64, shuffle=True, **kw), DataLoader(b, batch_size=64, shuffle=True, **kw)
+    kw = {"num_workers": 1, "pin_memory": True} if use_cuda else {}  # a worker on the CUDA path
+    return DataLoader(a, batch_size=64, shuffle=True, **kw), DataLoader(b, batch_size=64, shuffle=True, **kw)  # ok: DATA001
 
 
 def train():
