@@ -15,7 +15,8 @@ from torch import Tensor
 from ...internal import record_internal_error
 from ...wrap import patch
 from ..cuda_shim import gpu_error
-from .cudnn_search import CONVOLUTIONS, BenchmarkCache
+from .convolutions import CONVOLUTIONS
+from .cudnn_search import BenchmarkCache
 from .determinism import CUBLAS_FUNCTIONS, follow_determinism, guarded
 from .half_math import HALF_TYPES as _HALF
 from .half_math import MATRIX_FUNCTIONS, half_math_handler, half_model_handler, slow_half

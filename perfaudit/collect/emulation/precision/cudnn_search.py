@@ -10,17 +10,14 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ....probe_schema import cudnn_search_mark
 from ...internal import record_internal_error
 from ..marks import mark
+from .convolutions import CONVOLUTIONS, conv_options, per_dim
 from .half_math import cpu_autocast_type
 
-# the convolutions a TorchFunctionMode sees (nn.ConvNd's forward calls these), and whether each is transposed
-CONVOLUTIONS = {F.conv1d: False, F.conv2d: False, F.conv3d: False,
-                F.conv_transpose1d: True, F.conv_transpose2d: True, F.conv_transpose3d: True}
 _PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
@@ -34,7 +31,7 @@ class BenchmarkCache:
     def handler(self, func, handler):
         """`handler` (the matrix functions' handler of the moment, autocast.py) for a convolution, a search
         marked first where cuDNN would make one."""
-        transposed = CONVOLUTIONS[func]
+        transposed = CONVOLUTIONS[func][1]
 
         def handle(f, args, kwargs):
             if args and torch.backends.cudnn.benchmark:
@@ -69,7 +66,7 @@ class BenchmarkCache:
         grads = (x.requires_grad + w.requires_grad) if torch.is_grad_enabled() else 0
         if precision == "fp32" and torch.backends.cudnn.allow_tf32:
             precision = "tf32"
-        flops, nbytes = conv_work(tuple(x.shape), tuple(w.shape), _options(args, kwargs, transposed), transposed,
+        flops, nbytes = conv_work(tuple(x.shape), tuple(w.shape), conv_options(args[2:], kwargs, transposed), transposed,
                                   x.element_size())
         mark(cudnn_search_mark(int(grads), flops, nbytes, precision))
 
@@ -85,24 +82,6 @@ def _frozen(value):
     return value
 
 
-_NAMES = {False: ("bias", "stride", "padding", "dilation", "groups"),
-          True: ("bias", "stride", "padding", "output_padding", "groups", "dilation")}
-
-
-def _options(args: tuple, kwargs: dict, transposed: bool) -> dict:
-    """The call's stride, padding, dilation and groups, by name, positional or keyword."""
-    return {**dict(zip(_NAMES[transposed], args[2:])), **kwargs}
-
-
-def _per_dim(value, dims: int, default: int) -> list[int]:
-    if value is None:
-        return [default] * dims
-    if isinstance(value, int):
-        return [value] * dims
-    values = [int(v) for v in value]
-    return values if len(values) == dims else [values[0]] * dims
-
-
 def conv_work(x: tuple, w: tuple, options: dict, transposed: bool, itemsize: int) -> tuple[int, int]:
     """A convolution's FLOPs (2 a multiply-add) and the bytes of its input, weight and output, from its shapes:
     `x` (N, C, *spatial) or unbatched (C, *spatial), `w` (out, in / groups, *kernel), a transposed one's
@@ -111,12 +90,12 @@ def conv_work(x: tuple, w: tuple, options: dict, transposed: bool, itemsize: int
     spatial = list(x[-dims:]) if dims > 0 else []
     batch = math.prod(x[:-dims - 1]) if len(x) > dims + 1 else 1
     kernel = list(w[2:])
-    stride, dilation = _per_dim(options.get("stride"), dims, 1), _per_dim(options.get("dilation"), dims, 1)
+    stride, dilation = per_dim(options.get("stride"), dims, 1), per_dim(options.get("dilation"), dims, 1)
     groups = int(options.get("groups") or 1)
     padding = options.get("padding", 0)
     if transposed:
-        extra = _per_dim(options.get("output_padding"), dims, 0)
-        pad = _per_dim(padding, dims, 0)
+        extra = per_dim(options.get("output_padding"), dims, 0)
+        pad = per_dim(padding, dims, 0)
         out = [(s - 1) * st - 2 * p + d * (k - 1) + e + 1
                for s, st, p, d, k, e in zip(spatial, stride, pad, dilation, kernel, extra)]
         channels_out = w[1] * groups
@@ -125,7 +104,7 @@ def conv_work(x: tuple, w: tuple, options: dict, transposed: bool, itemsize: int
         if padding == "same":
             out = list(spatial)
         else:
-            pad = [0] * dims if padding == "valid" else _per_dim(padding, dims, 0)
+            pad = [0] * dims if padding == "valid" else per_dim(padding, dims, 0)
             out = [max((s + 2 * p - d * (k - 1) - 1) // st + 1, 0)
                    for s, p, d, k, st in zip(spatial, pad, dilation, kernel, stride)]
         channels_out = w[0]

@@ -10,15 +10,9 @@ from torch import Tensor
 
 from ....probe_schema import ASIDE_RANGE as ASIDE
 from ..marks import span
+from .convolutions import CONVOLUTIONS, PARAMETERS, conv_options, per_dim
 
 _PRODUCTS = {F.linear, torch.mm, Tensor.mm, torch.bmm, Tensor.bmm}
-# each convolution's parameters in order (after input, weight, bias) and its spatial dimensions
-_CONV = ("stride", "padding", "dilation", "groups")
-_TRANSPOSED = ("stride", "padding", "output_padding", "groups", "dilation")
-_CONVOLUTIONS = {F.conv1d: (1, _CONV), F.conv2d: (2, _CONV), F.conv3d: (3, _CONV),
-                 F.conv_transpose1d: (1, _TRANSPOSED), F.conv_transpose2d: (2, _TRANSPOSED),
-                 F.conv_transpose3d: (3, _TRANSPOSED)}
-_DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "output_padding": 0}
 
 
 def formula_grads(ctx, grad: Tensor, needs) -> list | None:
@@ -26,7 +20,7 @@ def formula_grads(ctx, grad: Tensor, needs) -> list | None:
     keyword arguments a product does not take, a convolution's padding given as 'same' or 'valid')."""
     if ctx.func in _PRODUCTS and not ctx.kwargs:
         return _product_grads(ctx, grad, needs)
-    if ctx.func in _CONVOLUTIONS:
+    if ctx.func in CONVOLUTIONS:
         return _convolution_grads(ctx, grad, needs)
     return None
 
@@ -67,13 +61,11 @@ def _product_grads(ctx, grad: Tensor, needs) -> list:
 def _convolution_grads(ctx, grad: Tensor, needs) -> list | None:
     """A convolution's input, weight and bias gradients: aten's convolution_backward in float32, the one call a
     GPU's backward makes for them."""
-    dims, names = _CONVOLUTIONS[ctx.func]
-    given = dict(zip(("input", "weight", "bias", *names), ctx.others))
-    given.update(ctx.kwargs)
-    if set(given) - {"input", "weight", "bias", *names} or any(isinstance(v, Tensor) for v in ctx.kwargs.values()):
+    dims, transposed = CONVOLUTIONS[ctx.func]
+    if set(ctx.kwargs) - set(PARAMETERS[transposed]) or any(isinstance(v, Tensor) for v in ctx.kwargs.values()):
         return None
-    options = {name: given.get(name, _DEFAULTS[name]) for name in names}
-    if isinstance(options["padding"], str):
+    options = conv_options(tuple(ctx.others[2:]), ctx.kwargs, transposed)
+    if isinstance(options.get("padding"), str):
         return None  # 'same' may pad one side more: the forward again under autograd serves it
     wide = _inputs(ctx, fill=True)
     x, w = wide[0], wide[1]
@@ -82,15 +74,13 @@ def _convolution_grads(ctx, grad: Tensor, needs) -> list | None:
     unbatched = x.dim() == dims + 1
     if unbatched:
         x, g = x.unsqueeze(0), g.unsqueeze(0)
-    transposed = "output_padding" in options
+    groups = int(options.get("groups") or 1)
     bias = 2 in ctx.at
-    bias_sizes = [w.shape[1] * options["groups"] if transposed else w.shape[0]] if bias else None
-    spread = {name: _per_dim(options[name], dims) for name in ("stride", "padding", "dilation", "output_padding")
-              if name in options}
+    bias_sizes = [w.shape[1] * groups if transposed else w.shape[0]] if bias else None
     data, weight, bias_grad = torch.ops.aten.convolution_backward(
-        g, x, w, bias_sizes, spread["stride"], spread["padding"], spread["dilation"], transposed,
-        spread.get("output_padding", [0] * dims), options["groups"],
-        [bool(needs[0]), bool(needs[1]), bias and bool(needs[2])])
+        g, x, w, bias_sizes, per_dim(options.get("stride"), dims, 1), per_dim(options.get("padding"), dims, 0),
+        per_dim(options.get("dilation"), dims, 1), transposed, per_dim(options.get("output_padding"), dims, 0),
+        groups, [bool(needs[0]), bool(needs[1]), bias and bool(needs[2])])
     if unbatched and data is not None:
         data = data.squeeze(0)
     result: list = [None] * len(needs)
@@ -100,6 +90,3 @@ def _convolution_grads(ctx, grad: Tensor, needs) -> list | None:
                 result[i] = r.to(ctx.dtype)
     return result
 
-
-def _per_dim(value, dims: int) -> list[int]:
-    return [int(value)] * dims if isinstance(value, int) else [int(v) for v in value]

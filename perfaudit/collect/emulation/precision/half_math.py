@@ -25,6 +25,7 @@ from torch import Tensor
 from ....probe_schema import ASIDE_RANGE as ASIDE
 from ....probe_schema import HALF_MATH_RANGE as RANGE
 from ..marks import span
+from .convolutions import CONVOLUTIONS
 from .formula_grads import formula_grads
 
 # the matrix ops a script calls from Python (nn.Linear, nn.Conv*, `@`, einsum: its products are bmm's, which
@@ -35,8 +36,6 @@ MATRIX_FUNCTIONS = (F.linear, torch.matmul, Tensor.matmul, Tensor.__matmul__, to
 # each one's argument that is only added to the product (a bias): no other gradient needs it
 _ADDED = {F.linear: 2, F.conv1d: 2, F.conv2d: 2, F.conv3d: 2, F.conv_transpose1d: 2, F.conv_transpose2d: 2,
           F.conv_transpose3d: 2, torch.addmm: 0, torch.baddbmm: 0}
-CONVOLUTION_FUNCTIONS = frozenset((F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
-                                   F.conv_transpose3d))
 SLOW_RATIO = 4.0  # 16-bit products this many times slower than float32 ones: compute them in float32
 _slow: dict = {}
 
@@ -51,7 +50,7 @@ def slow_half(dtype: torch.dtype, func=None) -> bool:
     forced = os.environ.get("PERFAUDIT_HALF_MATH")
     if forced in ("float32", "native"):
         return forced == "float32"
-    key = (dtype, func in CONVOLUTION_FUNCTIONS)
+    key = (dtype, func in CONVOLUTIONS)
     if key not in _slow:
         with _cpu_autocast_off(), torch.enable_grad():  # asked inside a region: its math would all be 16-bit
             run: Callable = _convolution if key[1] else torch.mm
