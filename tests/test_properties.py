@@ -334,3 +334,53 @@ def test_gradient_fills_with_any_recorded_shapes_are_matched_or_left_alone(fill_
         path.write_text(json.dumps(trace))
         spans = fill_spans(Context(load_trace(str(path), op_shapes=True), None, ()))
     assert (20, 30) in spans and len(spans) <= 2, spans
+
+
+def _sweep(containers, q):
+    """The stack a sweep over `containers` (sorted by start, then longest first) holds at q's start: each
+    container pushed once it starts, closed ones popped from the top only (nesting.enclosing's contract)."""
+    stack = []
+    for e in containers:
+        if e.ts > q.ts:
+            break
+        while stack and stack[-1].end < e.ts:
+            stack.pop()
+        stack.append(e)
+    while stack and stack[-1].end < q.ts:
+        stack.pop()
+    return [e for e in stack if e is not q]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 60), st.integers(0, 30)), max_size=40),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(0, 90)), max_size=20), st.booleans())
+def test_the_frames_around_an_op_are_those_a_sweep_holds(frames, ops, nested):
+    """Attribution's one-sweep nesting (parents, then a walk up from the last frame started) gives each op the
+    frames a full sweep holds at its start, on any intervals: properly nested ones (a Python stack) or
+    overlapping ones (clock rounding in a recorded trace); and every op inside one frame shares it."""
+    from perfaudit.trace.frames import FrameIndex
+    from perfaudit.trace.model import Event, Trace
+    from perfaudit.trace.nesting import Nesting, by_thread, enclosing
+    if nested:  # cut each frame to end inside the one it started in, as a call stack does
+        frames = sorted(frames, key=lambda f: (f[0], f[1], -f[2]))
+        cut, open_ = [], {}
+        for tid, ts, dur in frames:
+            parents = [p for p in open_.get(tid, []) if p[0] <= ts <= p[0] + p[1]]
+            end = min([ts + dur] + [p[0] + p[1] for p in parents])
+            open_[tid] = parents + [(ts, end - ts)]
+            cut.append((tid, ts, end - ts))
+        frames = cut
+    containers = sorted((Event("python", f"/home/u/train{i % 3}.py({i}): step", ts, dur, 0, tid, {})
+                         for i, (tid, ts, dur) in enumerate(frames)),
+                        key=lambda e: (e.ts, -e.dur))
+    queries = [Event("op", "aten::add", ts, 1, 0, tid, {}) for tid, ts in ops] + containers[::3]
+    nesting = Nesting(by_thread(containers))
+    for q in queries:
+        expected = _sweep([e for e in containers if e.tid == q.tid], q)
+        assert nesting.stack_at(q) == expected
+        if nested and q.kind == "op":
+            assert expected == [e for e in containers if e.tid == q.tid and e.ts <= q.ts <= e.end]
+    assert {id(q): s for q, s in enclosing(containers, queries)} == {id(q): nesting.stack_at(q) for q in queries}
+    index = FrameIndex(Trace("t.json", {}, python=containers))
+    expected = {id(q): a for q in queries if (a := index._attribution(nesting.stack_at(q))) is not None}
+    assert index.attribute_all(queries) == expected and index.attribute_all(queries[::-1]) == expected

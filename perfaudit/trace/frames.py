@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .model import Event, Frame, Trace
-from .nesting import enclosing
+from .nesting import Nesting, by_thread
 
 _FRAME = re.compile(r"^(?P<path>.+)\((?P<line>\d+)\): (?P<func>.+)$", re.DOTALL)  # a path may hold a newline
 _BUILTIN = re.compile(r"^<built-in (?:method|function) (?P<name>[\w.]+)")
@@ -109,6 +109,8 @@ class FrameIndex:
     def __init__(self, trace: Trace, user_roots: tuple[str, ...] = ()):
         self._trace = trace
         self._roots = user_roots
+        self._nesting: Nesting | None = None  # the Python frames' nesting, made on the first attribution
+        self._by_frame: dict = {}  # Nesting.open_at -> the attribution of what starts there
 
     def __bool__(self) -> bool:
         return bool(self._trace.python)
@@ -129,10 +131,20 @@ class FrameIndex:
         return None
 
     def attribute_all(self, events: list[Event]) -> dict[int, Attribution]:
-        """Map id(event) to its attribution, for the events that ran inside user code."""
+        """Map id(event) to its attribution, for the events that ran inside user code. Events that start
+        inside the same innermost frame share its attribution (worked out once per FrameIndex)."""
         out: dict[int, Attribution] = {}
-        for q, stack in enclosing(self._trace.python, list(events)):
-            attribution = self._attribution(stack)
+        if self._nesting is None:
+            self._nesting = Nesting(by_thread(self._trace.python))
+        nesting, known = self._nesting, self._by_frame
+        for q in events:
+            where = nesting.open_at(q)
+            if q.kind == "python":  # a frame itself: its own stack leaves it out
+                attribution = self._attribution(nesting.chain(where, q))
+            elif where in known:
+                attribution = known[where]
+            else:
+                attribution = known[where] = self._attribution(nesting.chain(where))
             if attribution is not None:
                 out[id(q)] = attribution
         return out

@@ -18,32 +18,73 @@ def by_thread(events: list[Event]) -> dict[tuple, list[Event]]:
     return grouped
 
 
-def enclosing(containers: list[Event], queries: list[Event], grouped_containers: dict | None = None
-              ) -> Iterator[tuple[Event, list[Event]]]:
+def enclosing(containers: list[Event], queries: list[Event], grouped_containers: dict | None = None,
+              nesting: Nesting | None = None) -> Iterator[tuple[Event, list[Event]]]:
     """For each query, the containers on its thread that enclose its start, outermost first.
 
     `containers` must be sorted by (ts, -dur), as the parser leaves them; host events nest properly
-    within a thread. The stack yielded is live: copy it to keep it.
+    within a thread. `nesting`: the containers' Nesting, made once by a caller that asks again (a trace's
+    Python frames: every fact that attributes ops to the user's lines asks).
     """
-    threads = grouped_containers if grouped_containers is not None else by_thread(containers)
-    grouped: dict[tuple, list[Event]] = defaultdict(list)
-    for q in queries:
-        grouped[(q.pid, q.tid)].append(q)
-    for key, qs in grouped.items():
-        outer = threads.get(key, [])
-        qs.sort(key=lambda e: e.ts)
-        stack: list[Event] = []
-        i = 0
+    nesting = nesting or Nesting(grouped_containers if grouped_containers is not None else by_thread(containers))
+    for qs in by_thread(queries).values():  # thread by thread, each in time order, as callers have read them
+        qs.sort(key=_START)
         for q in qs:
-            while i < len(outer) and outer[i].ts <= q.ts:
-                e = outer[i]
-                i += 1
-                while stack and stack[-1].end < e.ts:
+            yield q, nesting.stack_at(q)
+
+
+class Nesting:
+    """Each thread's containers with the innermost earlier one still open when each started (its parent),
+    from one sweep with a stack of open intervals: the stack enclosing any instant is then a walk up the
+    parents from the last container started by then, without sweeping the thread again."""
+
+    def __init__(self, grouped_containers: dict[tuple, list[Event]]):
+        self._threads: dict[tuple, tuple[list[Event], list[float], list[int]]] = {}
+        for key, outer in grouped_containers.items():
+            starts = [e.ts for e in outer]
+            ends = [e.ts + e.dur for e in outer]
+            parents = [-1] * len(outer)
+            stack: list[int] = []
+            for i, start in enumerate(starts):
+                while stack and ends[stack[-1]] < start:
                     stack.pop()
-                stack.append(e)  # q itself too, when it is a container: it may enclose later queries
-            while stack and stack[-1].end < q.ts:
-                stack.pop()
-            yield q, ([e for e in stack if e is not q] if any(e is q for e in stack) else stack)
+                if stack:
+                    parents[i] = stack[-1]
+                stack.append(i)
+            self._threads[key] = (outer, starts, parents)
+
+    def stack_at(self, q: Event) -> list[Event]:
+        """The containers on q's thread open at q's start (q itself left out), outermost first: those the
+        sweep of `enclosing` holds there (pops only from the top, as it does)."""
+        return self.chain(self.open_at(q), q)
+
+    def open_at(self, q: Event) -> tuple[tuple, int] | None:
+        """(q's thread, the index of the innermost container open at q's start) or None: what its stack
+        follows from, shared by every query that starts inside the same innermost container."""
+        thread = self._threads.get((q.pid, q.tid))
+        if thread is None:
+            return None
+        outer, starts, parents = thread
+        i = bisect_right(starts, q.ts) - 1
+        ts = q.ts
+        while i >= 0 and outer[i].ts + outer[i].dur < ts:  # closed before q started: off the stack's top
+            i = parents[i]
+        return ((q.pid, q.tid), i) if i >= 0 else None
+
+    def chain(self, where: tuple[tuple, int] | None, q: Event | None = None) -> list[Event]:
+        """The container at `where` (open_at's) and those around it, outermost first, q left out."""
+        if where is None:
+            return []
+        outer, _, parents = self._threads[where[0]]
+        i = where[1]
+        chain: list[Event] = []
+        while i >= 0:
+            e = outer[i]
+            if e is not q:
+                chain.append(e)
+            i = parents[i]
+        chain.reverse()
+        return chain
 
 
 def innermost(containers: list[Event], queries: list[Event], grouped_containers: dict | None = None
