@@ -28,12 +28,18 @@ GRID = {
 }
 # a GPU's own efficiencies, where its labels are measured: a finer grid (the 70 W cards sit far below)
 OWN = [round(0.3 + 0.025 * i, 3) for i in range(27)]
+# the FP32 share a GPU's power allows (kernels.fp32_share): the full share, and the watts per peak TFLOP/s it
+# needs
+POWER = {"full_share": [round(0.6 + 0.025 * i, 3) for i in range(15)],
+         "full_w_per_tflop": [4, 6, 8, 10, 12, 14, 16, 18, 20, 24, 28, 32]}
 
 
-def _cal(floor, mem, mm) -> dict:
+def _cal(floor, mem, mm, power: dict | None = None) -> dict:
     cal = {k: (dict(v) if isinstance(v, dict) else v) for k, v in calibration().items()}
     cal.update(kernel_floor_us=floor, memory_efficiency=mem)
     cal["matmul"]["fp32"] = mm
+    if power is not None:
+        cal["matmul"]["fp32_power"] = power
     return cal
 
 
@@ -88,8 +94,10 @@ def fit(data) -> tuple[dict, dict]:
                     for key, cls in (("memory_efficiency", "memory"), ("sgemm_efficiency", "matmul"))} for g in gpus}
     pooled = {cls: [r for r in data if r[0] == cls] for cls in ("memory", "matmul")}
     mem = min(GRID["memory_efficiency"], key=lambda e: log_error(pooled["memory"], _cal(floor, e, 0.75)))
-    mm = min(GRID["matmul_fp32"], key=lambda e: log_error(pooled["matmul"], _cal(floor, mem, e)))
-    return _cal(floor, mem, mm), measured
+    mm = min(GRID["matmul_fp32"], key=lambda e: log_error(pooled["matmul"], _cal(floor, mem, e, {})))
+    power = min(({"full_share": a, "full_w_per_tflop": w} for a in POWER["full_share"] for w in POWER["full_w_per_tflop"]),
+                key=lambda p: log_error(pooled["matmul"], _cal(floor, mem, mm, p)))
+    return _cal(floor, mem, mm, power), measured
 
 
 LONG_US = 50_000  # kernels longer than a training step's are where a card's clock throttles (P100: 11 s GEMMs)
@@ -104,30 +112,29 @@ def main() -> None:
         by_gpu[r[1]].append(r)
     shipped = calibration()
     print("time-weighted per-op error; held out: fitted on the other GPUs, the GPU's own measured efficiencies "
-          "dropped; shipped: calibration.yaml and devices.yaml as shipped")
-    print(f"{'GPU':<16}{'class':<8}{'rows':>6}{'held out':>10}{'shipped':>9}{'roofline':>10}")
-    totals = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+          "dropped (its FP32 share from its power); one share: the same, every unmeasured GPU at the median GPU's "
+          "FP32 share; shipped: calibration.yaml and devices.yaml as shipped")
+    print(f"{'GPU':<16}{'class':<8}{'rows':>6}{'held out':>10}{'one share':>10}{'shipped':>9}{'roofline':>10}")
+    totals = defaultdict(lambda: [0.0] * 5)
     for gpu, own in sorted(by_gpu.items()):
         held, _ = fit([r for r in data if r[1] != gpu])
+        flat = _cal(held["kernel_floor_us"], held["memory_efficiency"], held["matmul"]["fp32"], {})
         for cls in ("matmul", "memory"):
             part = [r for r in own if r[0] == cls]
-            t = sum(us for *_, us in part)
-            e_held = error(part, held, unseen=True)
-            e_ship, e_roof = error(part, shipped), error(part, None, roofline_us)
-            print(f"{gpu:<16}{cls:<8}{len(part):>6}{e_held:>9.1%}{e_ship:>9.1%}{e_roof:>10.1%}")
+            errors = (error(part, held, unseen=True), error(part, flat, unseen=True), error(part, shipped),
+                      error(part, None, roofline_us))
+            print(f"{gpu:<16}{cls:<8}{len(part):>6}" + "".join(f"{e:>{w}.1%}" for e, w in zip(errors, (9, 10, 9, 10))))
             acc = totals[cls]
-            acc[0] += t
-            acc[1] += e_held * t
-            acc[2] += e_ship * t
-            acc[3] += e_roof * t
-    for cls, (t, h, s, r) in totals.items():
-        print(f"{'all GPUs':<16}{cls:<8}{'':>6}{h / t:>9.1%}{s / t:>9.1%}{r / t:>10.1%}")
-    t, h, s, r = (sum(v[i] for v in totals.values()) for i in range(4))
-    print(f"{'all GPUs':<16}{'all':<8}{'':>6}{h / t:>9.1%}{s / t:>9.1%}{r / t:>10.1%}")
+            acc[0] += sum(us for *_, us in part)
+            for i, e in enumerate(errors, 1):
+                acc[i] += e * sum(us for *_, us in part)
+    rows_out = [*totals.items(), ("all", [sum(v[i] for v in totals.values()) for i in range(5)])]
+    for cls, (t, *sums) in rows_out:
+        print(f"{'all GPUs':<16}{cls:<8}{'':>6}" + "".join(f"{x / t:>{w}.1%}" for x, w in zip(sums, (9, 10, 9, 10))))
     if "--fit" in sys.argv:
         cal, measured = fit(data)
         print("fitted on all:", {k: cal[k] for k in ("kernel_floor_us", "memory_efficiency")}, "matmul fp32",
-              cal["matmul"]["fp32"])
+              cal["matmul"]["fp32"], "fp32_power", cal["matmul"]["fp32_power"])
         for gpu, own in measured.items():
             print(f"  {gpu:<16} measured: {own}")
 

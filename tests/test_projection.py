@@ -83,6 +83,26 @@ def test_a_matrix_op_too_small_to_fill_the_sms_runs_far_below_the_peak():
     assert per_flop(h100.sms + 1, 128, 128, 4096) > per_flop(h100.sms, 128, 128, 4096)   # a second, near-empty wave
 
 
+def test_an_unmeasured_gpus_fp32_gemm_runs_at_the_share_its_power_sustains():
+    """An FP32 GEMM on a GPU whose SGEMM nobody measured: a board with watts to spare for its FP32 peak (a 2080
+    Ti) runs near the full share, a B200 a little below; a 150 W A10 and a 350 W H100 PCIe, power-bound, well
+    below it (as the measured 70 W L4 and T4 are), the H200 about at the measured H100 SXM's, whose chip and board
+    power it shares; a GPU with no TDP in the table (an MI300X) at the median GPU's share."""
+    from perfaudit.projection.kernels import calibration, fp32_share
+    cal = calibration()
+    share = {name: fp32_share(devices.target(name), cal) for name in
+             ("RTX 2080 Ti", "B200", "A10", "H100 PCIe", "H200", "H100 SXM", "MI300X")}
+    assert cal["matmul"]["fp32_power"]["full_share"] > share["RTX 2080 Ti"] > 0.95 * cal["matmul"]["fp32_power"]["full_share"]
+    assert share["RTX 2080 Ti"] > share["B200"] > share["H200"]
+    assert share["A10"] < share["H100 PCIe"] < share["H200"] < 0.7 and abs(share["H200"] - share["H100 SXM"]) < 0.05
+    assert share["MI300X"] == cal["matmul"]["fp32"]
+    gemm = Work("matmul", flops=2 * 8192.0 ** 3, bytes=3 * 4 * 8192.0 ** 2, gemm=(1, 8192, 8192, 8192))
+    for name in ("A10", "H100 PCIe"):  # its time follows the share, nothing else changed
+        device = devices.target(name)
+        assert kernel_us(gemm, device) == pytest.approx(kernel_us(gemm, replace(device, tdp_w=0.0)) * cal["matmul"]["fp32"]
+                                                        / share[name], rel=0.01)
+
+
 def test_an_op_measured_on_one_gpu_keeps_its_own_efficiency_there_and_a_damped_share_of_it_on_another():
     """HTA's A100 and V100 traces of one model: a 1024x512x96 addmm took 39.0 µs on the A100 (the model: 7 µs,
     a small GEMM beside NCCL) and 38.4 µs on the V100. The measured time times the model's ratio says 74 µs on

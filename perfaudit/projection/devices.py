@@ -22,6 +22,7 @@ class Device:
     compute_capability: float = 0.0  # NVIDIA's (9.0: Hopper); 0: not an NVIDIA GPU, or not in the table
     memory_bytes: int = 0         # its memory as the device reports it (a recorded trace's), where known
     memory_efficiency: float | None = None  # measured share of peak bandwidth a streaming kernel reaches
+    tdp_w: float = 0.0            # the board's maximum power (datasheet); 0: not in the table
 
     @property
     def reported_memory(self) -> int:
@@ -91,14 +92,12 @@ def entry_by_architecture(props: dict | None) -> dict | None:
 
 
 def _device(entry: dict) -> Device:
-    return Device(entry["name"], dict(entry["tflops"]), float(entry["memory_gbs"]), int(entry["sms"]),
-                  int(entry["pcie"]), tuple(entry["match"]), _measured(entry, "sgemm_efficiency"),
-                  float(entry.get("memory_gib", 0.0)), float(entry.get("compute_capability", 0.0)),
-                  int(entry.get("memory_bytes", 0)), _measured(entry, "memory_efficiency"))
-
-
-def _measured(entry: dict, key: str) -> float | None:
-    return float(entry[key]) if entry.get(key) is not None else None
+    def measured(key: str) -> float | None:
+        return float(entry[key]) if entry.get(key) is not None else None
+    return Device(entry["name"], dict(entry["tflops"]), float(entry["memory_gbs"]), int(entry["sms"]), int(entry["pcie"]),
+                  tuple(entry["match"]), measured("sgemm_efficiency"), float(entry.get("memory_gib", 0.0)),
+                  float(entry.get("compute_capability", 0.0)), int(entry.get("memory_bytes", 0)),
+                  measured("memory_efficiency"), float(entry.get("tdp_w", 0.0)))
 
 
 def device_named(name: str | None) -> Device | None:

@@ -55,10 +55,18 @@ def gemm_utilisation(gemm: tuple, sms: int, cal: dict) -> float:
     best = 0.0
     for tile, efficiency in cal["matmul"]["tilings"]:
         tiles = batch * ceil(m / tile) * ceil(n / tile)
-        split = max(1, min(cal["matmul"]["max_split_k"], k // cal["matmul"]["split_k_depth"])) \
-            if tiles < sms else 1
+        split = max(1, min(cal["matmul"]["max_split_k"], k // cal["matmul"]["split_k_depth"])) if tiles < sms else 1
         best = max(best, efficiency * wave_utilisation(tiles * split, sms))
     return best
+
+
+def fp32_share(device: Device, cal: dict) -> float:
+    """The share of its FP32 peak the device's FP32 GEMMs reach: measured, else what its TDP sustains (power ~
+    clock cubed: under `full_w_per_tflop` W per peak TFLOP/s, the full share times the ratio's cube root)."""
+    power, peak = cal["matmul"].get("fp32_power"), device.tflops.get("fp32", 0.0)
+    if device.sgemm_efficiency or not power or device.tdp_w <= 0 or peak <= 0:
+        return device.sgemm_efficiency or cal["matmul"]["fp32"]
+    return power["full_share"] * min(1.0, device.tdp_w / peak / power["full_w_per_tflop"]) ** (1.0 / 3.0)
 
 
 def kernel_us(work: Work, device: Device, cal: dict | None = None) -> float:
@@ -69,10 +77,9 @@ def kernel_us(work: Work, device: Device, cal: dict | None = None) -> float:
     floor = cal["kernel_floor_us"] * work.kernels
     memory = work.bytes / (device.memory_gbs * 1e3 * (device.memory_efficiency or cal["memory_efficiency"]))
     if work.kind in MATH_KINDS:
-        tensor = work.precision != "fp32"
-        eff = cal[work.kind]["tensor" if tensor else "fp32"]
-        if not tensor and device.sgemm_efficiency:   # measured on this device: its clocks, its SGEMM
-            eff *= device.sgemm_efficiency / cal["matmul"]["fp32"]
+        # FP32: scaled by this device's FP32 share (its clocks, its SGEMM) against the median GPU's
+        eff = cal[work.kind]["tensor"] if work.precision != "fp32" else \
+            cal[work.kind]["fp32"] * fp32_share(device, cal) / cal["matmul"]["fp32"]
         util = gemm_utilisation(work.gemm, device.sms, cal)
         math = work.flops / (device.peak_flops(work.precision) * 1e-6 * eff * util)
         return max(math, memory, 0.0) + floor
