@@ -20,6 +20,8 @@ from . import cuda_shim
 from .checkpointing import checkpoint_compares_without_the_device, recompute_under_the_mode
 from .grouping import group_on_the_emulated_device
 from .memory.device_memory import DeviceMemory
+from .opaque.compiled import compiled_code_without_the_mode, on_top
+from .opaque.scripted import scripted_code_follows
 from .placement import Placement
 from .precision.autocast import follow_autocast
 from .transforms import follow_func_transforms
@@ -40,7 +42,8 @@ def install(probes, steps_ended, gpu: dict | None = None) -> Placement:
     cuda_shim.install(mode, gpu)
     _pinning(mode)
     follow_autocast(mode)
-    _compiled_code_without_the_mode(mode)
+    compiled_code_without_the_mode(mode)
+    scripted_code_follows(mode)
     follow_func_transforms(mode)
     group_on_the_emulated_device(mode)
     checkpoint_compares_without_the_device()
@@ -63,12 +66,6 @@ def install(probes, steps_ended, gpu: dict | None = None) -> Placement:
     return mode
 
 
-def _on_top(mode: Placement) -> bool:
-    """Whether the placement mode is the innermost torch function mode (False on a torch that cannot say)."""
-    depth = getattr(torch._C, "_len_torch_function_stack", lambda: 0)()
-    return bool(depth) and torch._C._get_function_stack_at(depth - 1) is mode
-
-
 # torch's words when a forked process uses CUDA that its parent initialised (torch.cuda._lazy_init)
 BAD_FORK = ("Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the "
             "'spawn' start method")
@@ -80,7 +77,7 @@ def _leave(mode: Placement) -> None:
     script put something on the device, the child is what a GPU's is, a bad fork: CUDA there raises torch's
     "Cannot re-initialize CUDA in forked subprocess" (a Dataset that moves its samples with `.cuda()`)."""
     try:
-        if _on_top(mode):
+        if on_top(mode):
             torch._C._pop_torch_function_stack()
         if mode.placements or mode.on_device:
             _bad_fork()
@@ -178,56 +175,6 @@ def _parameters_follow_their_data(mode: Placement) -> None:
         patch(cls, "__new__", staticmethod(__new__))
 
 
-def _compiled_code_without_the_mode(mode: Placement) -> None:
-    """torch.compile traces every active TorchFunctionMode into the graph, and the placement mode's own
-    bookkeeping would break the script's graphs (COMPILE001 on lines that break nowhere on a GPU).
-    Compiled code runs with the mode set aside; what it returns is on the device when what it was given
-    (or the module it runs) is."""
-    original_compile = torch.compile
-    patched: list = []
-
-    def patch_dynamo() -> None:
-        from torch._dynamo.eval_frame import OptimizeContext
-        original_call = OptimizeContext.__call__
-
-        def __call__(self, fn):
-            compiled = original_call(self, fn)
-            if isinstance(compiled, torch.nn.Module) or not callable(compiled):
-                return compiled
-            owner = getattr(fn, "__self__", None)
-
-            @functools.wraps(compiled)
-            def run_compiled(*args, **kwargs):
-                from torch.utils._pytree import tree_leaves
-                inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-                param = next(owner.parameters(), None) if isinstance(owner, torch.nn.Module) else None
-                placed = (any(mode.on_device.has(t) for t in inputs) or (param is not None and mode.on_device.has(param))
-                          or (not inputs and bool(mode.on_device)))
-                aside = torch.overrides._pop_mode_temporarily() if _on_top(mode) else contextlib.nullcontext()
-                with aside:
-                    out = compiled(*args, **kwargs)
-                if placed:
-                    for t in tree_leaves(out):
-                        if isinstance(t, torch.Tensor):
-                            mode.on_device.add(t)
-                return out
-            return run_compiled
-
-        setattr(OptimizeContext, "__call__", __call__)  # noqa: B010
-
-    @functools.wraps(original_compile)
-    def compile(*args, **kwargs):
-        if not patched:
-            try:
-                patch_dynamo()
-            except Exception as exc:  # noqa: BLE001 - a torch without this class: graphs trace the mode
-                record_internal_error("CUDA emulation", exc)
-            patched.append(True)
-        return original_compile(*args, **kwargs)
-
-    torch.compile = compile
-
-
 def _names_cuda(exc: BaseException) -> bool:
     """Whether an exception is torch refusing a CUDA call (this build has no CUDA)."""
     text = f"{type(exc).__name__} {exc}".lower()
@@ -244,7 +191,7 @@ def _host_fetches_without_the_mode(mode: Placement) -> None:
     def aside(original, retry: bool):
         @functools.wraps(original)
         def fetch(self, index):
-            if not mode.fetch_aside or not _on_top(mode):
+            if not mode.fetch_aside or not on_top(mode):
                 return original(self, index)
             try:
                 with torch.overrides._pop_mode_temporarily(), _memory_aside(mode):
@@ -285,7 +232,7 @@ def _cpu_branch_without_the_mode(mode: Placement) -> None:
             return
         decided.append(True)
         try:
-            if mode.placements or threading.get_ident() != mode._main_thread or not _on_top(mode):
+            if mode.placements or threading.get_ident() != mode._main_thread or not on_top(mode):
                 return
             torch._C._pop_torch_function_stack()
             mode.aside = True
