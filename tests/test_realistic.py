@@ -141,6 +141,17 @@ def test_an_if_on_a_device_tensor_is_placed_at_its_own_line_beside_a_logged_item
     assert counts == [(guard, 1.0), (postfix, 2.0)], counts   # one location a line, counts added up
 
 
+def test_reads_of_one_statement_over_two_lines_are_counted_at_the_line_that_holds_them(realistic_reports):
+    """accum_sdpa_decoder.py logs each update with one print over two lines: `loss.item()` and `norm.item()` on the
+    first, `loss.item()` again on the second. The lines' shares came from how often Python's line events visited
+    each (3 and 2 in one update: 1.8 and 1.2 reads a step); they are the reads written on each line."""
+    path = REALISTIC / "accum_sdpa_decoder.py"
+    first = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "norm.item()" in text)
+    sync = next(f for f in realistic_reports[path.name]["run"]["findings"] if f["rule"] == "SYNC001")
+    assert [(loc["line"], loc["count_per_step"]) for loc in sync["locations"]] == [(first, 2.0), (first + 1, 1.0)], \
+        sync["locations"]
+
+
 def test_a_copy_back_then_numpy_is_one_read_not_two(realistic_reports):
     """tabular_metrics.py computes its accuracy in NumPy every step: `logits.argmax(1).cpu().numpy()`. On the
     emulated device the trace's `.numpy()` call (of the host copy) was counted as a second read of the device."""

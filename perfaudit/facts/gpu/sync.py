@@ -1,6 +1,7 @@
 """Host-device synchronisation points inside the step (tip T01)."""
 from __future__ import annotations
 
+import ast
 import re
 
 from ...calls import FRAMEWORK_READS, HOST_READS, NONZERO_CALLS, SCALAR_READ_CALLS, SYNC_CALLS, TORCH_READS
@@ -180,17 +181,41 @@ def _needed_by(ctx: Context, site) -> str | None:
 
 
 def _split_by_line(ctx: Context, site) -> None:
-    """A site of several lines (one function, several reads) gets each line's own count per step, in
-    proportion to how often each line ran in the traced warm-up step."""
+    """A site of several lines (one function, several reads) gets each line's own count per step: the reads
+    written on it (`.item()`, `.tolist()`…; one where the form is another) times how often its statement ran in
+    the traced warm-up step. A statement over several lines (a logged f-string) ran as often as the least run of
+    them: Python's line events go back and forth between its lines."""
     lines = site.extra.get("lines") or []
     if len(lines) < 2 or not site.path:
         return
-    runs = [ctx.source.times_run(site.path, line) for line in lines]
-    counted = [r for r in runs if r is not None]
-    if len(counted) < len(runs) or not sum(counted):
+    known = [ctx.source.times_run(site.path, line) for line in lines]
+    runs = [r for r in known if r is not None]
+    if len(runs) < len(lines) or not sum(runs):
         return
-    total = sum(counted)
-    site.extra["line_share"] = {line: r / total for line, r in zip(lines, counted)}
+    span, reads = _statements_and_reads(ctx.source.tree(site.path), lines)
+    ran = {line: min(r for other, r in zip(lines, runs) if span[other] == span[line]) for line in lines}
+    weights = {line: ran[line] * max(1, reads[line]) for line in lines}
+    total = sum(weights.values())
+    if total:
+        site.extra["line_share"] = {line: w / total for line, w in weights.items()}
+
+
+def _statements_and_reads(tree, lines: list[int]) -> tuple[dict[int, tuple[int, int]], dict[int, int]]:
+    """Each line's innermost statement, as (first line, last line) (a line outside any is its own), and the
+    host reads written on it."""
+    spans: dict[int, tuple[int, int]] = {}
+    reads = dict.fromkeys(lines, 0)
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Call) and node.lineno in reads and not node.args and \
+                isinstance(node.func, ast.Attribute) and node.func.attr in HOST_READS:
+            reads[node.lineno] += 1
+        elif isinstance(node, ast.stmt):
+            end = node.end_lineno or node.lineno
+            for line in lines:
+                known = spans.get(line)
+                if node.lineno <= line <= end and (known is None or end - node.lineno < known[1] - known[0]):
+                    spans[line] = (node.lineno, end)
+    return {line: spans.get(line, (line, line)) for line in lines}, reads
 
 
 @fact("sync.needed", "Host reads the program needs (a value passed to code outside torch, such as an "
