@@ -101,7 +101,7 @@ def test_a_cuda_call_the_emulation_cannot_serve_reruns_the_script_plainly(tmp_pa
     report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
     assert report["run"]["outcome"]["outcome"] == "window_complete" and report["run"]["device"] == "cpu"
     note = next(n for n in report["notes"] if "could not serve" in n)
-    assert "CUDAGraph" in note and "graphs.py:5" in note, note
+    assert "CUDA graphs are not emulated (torch.cuda.CUDAGraph)" in note and "graphs.py:5" in note, note
     assert "could not serve" in console
 
 

@@ -1,8 +1,8 @@
 """TorchScript on the emulated device: a scripted or traced module (`torch.jit.script(model)`,
 `torch.jit.trace`) and a scripted function run in TorchScript's interpreter, whose ATen calls no torch function
-mode sees. Their outputs were left on the host: the loss a GradScaler scaled made its scale a host tensor, copied
-to the device twice a step in `unscale_` (COPY001 at a line no GPU copies at), and nothing after the model was
-the device's. Each call's outputs are now on the device when its inputs or its module's parameters are."""
+mode sees: left alone, their outputs would be host tensors (a GradScaler would make its scale from such a
+loss on the host and copy it to the device twice a step in `unscale_`, a copy no GPU makes). Each call's outputs
+are on the device when its inputs or its module's parameters are."""
 from __future__ import annotations
 
 import functools
