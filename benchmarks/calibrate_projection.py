@@ -34,9 +34,11 @@ POWER = {"full_share": [round(0.6 + 0.025 * i, 3) for i in range(15)],
          "full_w_per_tflop": [4, 6, 8, 10, 12, 14, 16, 18, 20, 24, 28, 32]}
 
 
-def _cal(floor, mem, mm, power: dict | None = None) -> dict:
+def _cal(floor, mem, mm, power: dict | None = None, by_kind: dict | None = None) -> dict:
+    """The shipped calibration with these values (nothing shipped from a fit leaks into a held-out one: the
+    memory kinds' shares are `by_kind`, none when not given)."""
     cal = {k: (dict(v) if isinstance(v, dict) else v) for k, v in calibration().items()}
-    cal.update(kernel_floor_us=floor, memory_efficiency=mem)
+    cal.update(kernel_floor_us=floor, memory_efficiency=mem, memory_efficiency_by_kind=dict(by_kind or {}))
     cal["matmul"]["fp32"] = mm
     if power is not None:
         cal["matmul"]["fp32_power"] = power
@@ -97,7 +99,13 @@ def fit(data) -> tuple[dict, dict]:
     mm = min(GRID["matmul_fp32"], key=lambda e: log_error(pooled["matmul"], _cal(floor, mem, e, {})))
     power = min(({"full_share": a, "full_w_per_tflop": w} for a in POWER["full_share"] for w in POWER["full_w_per_tflop"]),
                 key=lambda p: log_error(pooled["matmul"], _cal(floor, mem, mm, p)))
-    return _cal(floor, mem, mm, power), measured
+    kind_of = {g: device_named(g).memory_kind for g in gpus}
+    by_kind = {}
+    for kind in sorted(set(kind_of.values()) - {""}):
+        part = [r for r in pooled["memory"] if kind_of[r[1]] == kind]
+        if part:
+            by_kind[kind] = min(OWN, key=lambda e: log_error(part, _cal(floor, e, 0.75)))
+    return _cal(floor, mem, mm, power, by_kind), measured
 
 
 LONG_US = 50_000  # kernels longer than a training step's are where a card's clock throttles (P100: 11 s GEMMs)
@@ -112,8 +120,8 @@ def main() -> None:
         by_gpu[r[1]].append(r)
     shipped = calibration()
     print("time-weighted per-op error; held out: fitted on the other GPUs, the GPU's own measured efficiencies "
-          "dropped (its FP32 share from its power); one share: the same, every unmeasured GPU at the median GPU's "
-          "FP32 share; shipped: calibration.yaml and devices.yaml as shipped")
+          "dropped (its FP32 share from its power, its bandwidth share from its memory kind); one share: the same, "
+          "every unmeasured GPU at the median GPU's shares; shipped: calibration.yaml and devices.yaml as shipped")
     print(f"{'GPU':<16}{'class':<8}{'rows':>6}{'held out':>10}{'one share':>10}{'shipped':>9}{'roofline':>10}")
     totals = defaultdict(lambda: [0.0] * 5)
     for gpu, own in sorted(by_gpu.items()):
@@ -133,8 +141,8 @@ def main() -> None:
         print(f"{'all GPUs':<16}{cls:<8}{'':>6}" + "".join(f"{x / t:>{w}.1%}" for x, w in zip(sums, (9, 10, 9, 10))))
     if "--fit" in sys.argv:
         cal, measured = fit(data)
-        print("fitted on all:", {k: cal[k] for k in ("kernel_floor_us", "memory_efficiency")}, "matmul fp32",
-              cal["matmul"]["fp32"], "fp32_power", cal["matmul"]["fp32_power"])
+        print("fitted on all:", {k: cal[k] for k in ("kernel_floor_us", "memory_efficiency", "memory_efficiency_by_kind")},
+              "matmul fp32", cal["matmul"]["fp32"], "fp32_power", cal["matmul"]["fp32_power"])
         for gpu, own in measured.items():
             print(f"  {gpu:<16} measured: {own}")
 

@@ -103,6 +103,21 @@ def test_an_unmeasured_gpus_fp32_gemm_runs_at_the_share_its_power_sustains():
                                                         / share[name], rel=0.01)
 
 
+def test_an_unmeasured_gpus_memory_bound_kernel_runs_at_its_memory_kinds_share():
+    """A streaming kernel on a GPU whose bandwidth share nobody measured: an HBM part (H100 SXM, MI300X) at the
+    HBM share, a GDDR6 board (A10, RTX 2080 Ti) at the lower GDDR share; a measured GPU (L4) at its own."""
+    from perfaudit.projection.kernels import calibration
+    cal, stream = calibration(), Work("memory", bytes=1e9, kernels=0)
+
+    def share(name: str) -> float:
+        device = devices.target(name)
+        return 1e9 / (kernel_us(stream, device) * device.memory_gbs * 1e3)
+    by_kind = cal["memory_efficiency_by_kind"]
+    assert share("H100 SXM") == pytest.approx(by_kind["hbm"]) and share("MI300X") == pytest.approx(by_kind["hbm"])
+    assert share("A10") == pytest.approx(by_kind["gddr"]) == share("RTX 2080 Ti") and by_kind["gddr"] < by_kind["hbm"]
+    assert share("L4") == pytest.approx(devices.target("L4").memory_efficiency)
+
+
 def test_an_op_measured_on_one_gpu_keeps_its_own_efficiency_there_and_a_damped_share_of_it_on_another():
     """HTA's A100 and V100 traces of one model: a 1024x512x96 addmm took 39.0 µs on the A100 (the model: 7 µs,
     a small GEMM beside NCCL) and 38.4 µs on the V100. The measured time times the model's ratio says 74 µs on

@@ -23,6 +23,7 @@ class Device:
     memory_bytes: int = 0         # its memory as the device reports it (a recorded trace's), where known
     memory_efficiency: float | None = None  # measured share of peak bandwidth a streaming kernel reaches
     tdp_w: float = 0.0            # the board's maximum power (datasheet); 0: not in the table
+    memory_kind: str = ""        # hbm or gddr (datasheet); "": not in the table
 
     @property
     def reported_memory(self) -> int:
@@ -97,7 +98,7 @@ def _device(entry: dict) -> Device:
     return Device(entry["name"], dict(entry["tflops"]), float(entry["memory_gbs"]), int(entry["sms"]), int(entry["pcie"]),
                   tuple(entry["match"]), measured("sgemm_efficiency"), float(entry.get("memory_gib", 0.0)),
                   float(entry.get("compute_capability", 0.0)), int(entry.get("memory_bytes", 0)),
-                  measured("memory_efficiency"), float(entry.get("tdp_w", 0.0)))
+                  measured("memory_efficiency"), float(entry.get("tdp_w", 0.0)), str(entry.get("memory_kind", "")))
 
 
 def device_named(name: str | None) -> Device | None:
@@ -121,6 +122,3 @@ def target(name: str) -> Device:
     hint = f"; did you mean {', '.join(n for n in names if n.upper() in near)}?" if near else ""
     raise ValueError(f"unknown GPU '{name}'{hint} (known: {', '.join(names)})")
 
-
-def names() -> list[str]:
-    return [e["name"] for e in table()]

@@ -75,7 +75,10 @@ def kernel_us(work: Work, device: Device, cal: dict | None = None) -> float:
     if work.kind == "none" or not (isfinite(work.flops) and isfinite(work.bytes)):
         return 0.0
     floor = cal["kernel_floor_us"] * work.kernels
-    memory = work.bytes / (device.memory_gbs * 1e3 * (device.memory_efficiency or cal["memory_efficiency"]))
+    # the bandwidth share: measured on this GPU, else its memory kind's (HBM, GDDR), else the median GPU's
+    share = device.memory_efficiency or (cal.get("memory_efficiency_by_kind") or {}).get(device.memory_kind) \
+        or cal["memory_efficiency"]
+    memory = work.bytes / (device.memory_gbs * 1e3 * share)
     if work.kind in MATH_KINDS:
         # FP32: scaled by this device's FP32 share (its clocks, its SGEMM) against the median GPU's
         eff = cal[work.kind]["tensor"] if work.precision != "fp32" else \
