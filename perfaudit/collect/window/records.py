@@ -69,6 +69,18 @@ class WindowRecords:
             self.write_error = self.write_error or (exc if isinstance(exc, OSError) else None)
 
     def _stop_and_write(self, result: dict) -> None:
+        # no cycle collection while the window closes: it may close inside the script's own profiler range, and
+        # the collector freeing that range's leftovers under the profiler crashed torch (a SIGSEGV in a CI run,
+        # in the probes' snapshot below; _count_flops keeps the collector off for the same reason)
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._close_and_write(result)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _close_and_write(self, result: dict) -> None:
         self.marks.settle(self.warmup, self.wanted_steps)
         self.trace_path = None
         # result.json first: a trace lost in export (or in the profiler's stop) still leaves the outcome and the
