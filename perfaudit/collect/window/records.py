@@ -69,22 +69,17 @@ class WindowRecords:
             self.write_error = self.write_error or (exc if isinstance(exc, OSError) else None)
 
     def _stop_and_write(self, result: dict) -> None:
-        # no cycle collection while the window closes: it may close inside the script's own profiler range, and
-        # the collector freeing that range's leftovers under the profiler crashed torch (a SIGSEGV in a CI run,
-        # in the probes' snapshot below; _count_flops keeps the collector off for the same reason)
-        enabled = gc.isenabled()
+        collecting = gc.isenabled()  # off as the window closes, maybe inside the script's range (see _count_flops)
         gc.disable()
         try:
             self._close_and_write(result)
         finally:
-            if enabled:
-                gc.enable()
+            gc.enable() if collecting else None
 
     def _close_and_write(self, result: dict) -> None:
         self.marks.settle(self.warmup, self.wanted_steps)
         self.trace_path = None
-        # result.json first: a trace lost in export (or in the profiler's stop) still leaves the outcome and the
-        # probes on disk; but for what takes much to work out, which the profiler would record
+        # result.json first: a trace lost in export (or the profiler's stop) leaves the outcome and probes on disk
         self._write_result(result, None, with_probes=True, profiling=self.prof is not None)
         if self.prof is None:
             return
