@@ -84,15 +84,16 @@ def test_device_cpu_runs_the_cuda_path_script_as_it_runs_here(tmp_path, realisti
 
 
 def test_a_cuda_call_the_emulation_cannot_serve_reruns_the_script_plainly(tmp_path):
-    """CUDA graphs have no CPU counterpart: the emulated run fails before its window, the script runs
-    again on its CPU path, and the report says which call the emulation could not serve."""
-    script = tmp_path / "graphs.py"
+    """A memory pool (torch.cuda.MemPool) is not served: the emulated run fails before its window, the script runs
+    again on its CPU path, and the report says which call the emulation could not serve (a CPU build's stub says
+    "Tried to instantiate dummy base class": no error of the script's, which a GPU would not raise)."""
+    script = tmp_path / "pools.py"
     script.write_text(
         "import torch\n"
         "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
         "model = torch.nn.Linear(16, 4).to(device)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "graph = torch.cuda.CUDAGraph() if device == 'cuda' else None\n"
+        "pool = torch.cuda.MemPool() if device == 'cuda' else None\n"
         "for step in range(10_000):\n"
         "    loss = model(torch.randn(8, 16, device=device)).pow(2).mean()\n"
         "    loss.backward()\n"
@@ -101,7 +102,7 @@ def test_a_cuda_call_the_emulation_cannot_serve_reruns_the_script_plainly(tmp_pa
     report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
     assert report["run"]["outcome"]["outcome"] == "window_complete" and report["run"]["device"] == "cpu"
     note = next(n for n in report["notes"] if "could not serve" in n)
-    assert "CUDA graphs are not emulated (torch.cuda.CUDAGraph)" in note and "graphs.py:5" in note, note
+    assert "Tried to instantiate dummy base class MemPool" in note and "pools.py:5" in note, note
     assert "could not serve" in console
 
 
@@ -413,13 +414,13 @@ def test_a_cuda_only_script_under_device_cpu_is_told_how_its_cuda_path_runs(tmp_
     assert "(at train.py:2)" in note and "--device emulate-cuda" in note and "needs a CUDA device" in console
 
 def test_a_cuda_call_that_fails_on_both_paths_before_the_window_is_said_so(tmp_path):
-    """A CUDA call the emulated device does not serve, which the CPU path cannot make either (a CUDA graph pool,
+    """A CUDA call the emulated device does not serve, which the CPU path cannot make either (a memory pool,
     made before training): both runs fail at that line before any step, and the note says so, not "after its
     window"."""
     script = tmp_path / "train.py"
     script.write_text(
         "import torch\n"
-        "pool = torch.cuda.graph_pool_handle()\n"
+        "pool = torch.cuda.MemPool()\n"
         "model = torch.nn.Linear(4, 2).cuda()\n")
     report, _, _ = _run(tmp_path, script)
     assert report["run"]["outcome"]["outcome"] == "raised"

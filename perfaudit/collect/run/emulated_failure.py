@@ -19,7 +19,8 @@ def same_failure(emulated: dict, plain: dict) -> bool:
 
 # an op's error that is the CPU's, not the script's: a kernel or a type the CPU build lacks
 _CPU_LIMITS = re.compile(r"not implemented for|Could not run|No available kernel|No viable backend|\bcpu\b|CPU", re.I)
-_CUDA_WORDS = re.compile(r"cuda|cudnn|nccl|nvidia|gpu|torch\.backends|emulat", re.I)
+# ... or a CUDA class a CPU build stubs out (torch._utils._dummy_type: "Tried to instantiate dummy base class MemPool")
+_CUDA_WORDS = re.compile(r"cuda|cudnn|nccl|nvidia|gpu|torch\.backends|emulat|dummy base class", re.I)
 _EMULATION_FRAMES = re.compile(r"perfaudit[/\\]collect[/\\]emulation[/\\](?:placement|tensor_registry|cuda_shim|emulate)\.py"
                                r"|torch[/\\]cuda[/\\]")  # torch's CUDA package, which a CPU build stubs out
 
