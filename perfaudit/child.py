@@ -80,8 +80,6 @@ def _describe_exception(exc: BaseException) -> dict:
         return {**raised(exc), "as_on_a_gpu": True}
     if getattr(exc, "perfaudit_op_error", False):  # a torch op the emulated device ran refused the script's call
         return {**raised(exc), "op_error": True}
-    if getattr(exc, "perfaudit_unserved", False):  # a CUDA call the emulated device refuses (CUDA graphs)
-        return raised(exc)
     if _raised_by_perfaudit(exc.__traceback__):
         record_internal_error("the audited process", exc)
         return {"outcome": Outcome.INTERNAL_ERROR, "exception": type(exc).__name__,

@@ -166,6 +166,9 @@ ASIDE_RANGE = "perfaudit::aside"
 # device, a blocking copy back, a synchronize() (collect/emulation/placement.py). A CPU trace cannot tell such a
 # read from torch's reads of its own host tensors (an optimizer's step counters): the projection counts only these.
 SYNC_RANGE = "perfaudit::sync"
+# A range around each replay of a CUDA graph on the emulated device (collect/emulation/opaque/graphs.py): its ops'
+# kernels, launched by the host at once.
+GRAPH_RANGE = "perfaudit::cuda_graph"
 # An empty range the emulated device writes at each host-to-device copy a GPU would make, named with what the
 # projection times it by: "perfaudit::h2d <origin> <pinned|pageable> <async|blocking> <bytes>" (origin: loader,
 # sample, made, host, data, thread, as placement.py's copy records). These ranges, SYNC_RANGE's and the other

@@ -13,7 +13,7 @@ from operator import attrgetter
 
 import msgspec
 
-from ..probe_schema import ASIDE_RANGE, CUDNN_SEARCH_MARK, EMPTY_CACHE_MARK, H2D_RANGE, HALF_MATH_RANGE, SYNC_RANGE
+from ..probe_schema import ASIDE_RANGE, CUDNN_SEARCH_MARK, EMPTY_CACHE_MARK, GRAPH_RANGE, H2D_RANGE, HALF_MATH_RANGE, SYNC_RANGE
 from ..trace.model import Event, Step, Trace
 from ..trace.op_names import DATALOADER
 from .host.overhead import OwnCost
@@ -86,8 +86,7 @@ def _typed(op: Event, half: str) -> Event:
 
 
 def _has_sync(node: _Node, marked: bool = False) -> bool:
-    """Whether the host waits for the GPU in this tree: an op that reads a value back, or where the run marked
-    its waits (the emulated device, probe_schema.SYNC_RANGE), only there."""
+    """Whether the host waits for the GPU in this tree: where an op reads a value back, or where the run marked."""
     if node.op.name == SYNC_RANGE or (not marked and node.op.name in SYNC_OPS):
         return True
     return any(_has_sync(c, marked) for c in node.children)
@@ -110,8 +109,7 @@ def window(trace: Trace, steps: list[Step]) -> tuple[Trace, list[Step]]:
         steps = steps[first:first + k]
     start, end = steps[0].ts, steps[-1].end
     cut = copy(trace)
-    cut.host = _between(trace.host, start, end)
-    cut.python = _between(trace.python, start, end)
+    cut.host, cut.python = _between(trace.host, start, end), _between(trace.python, start, end)
     cut.device = _between(trace.device, start, end + (end - start))
     cut._host_by_name = None
     return cut, steps
@@ -125,8 +123,8 @@ class _Index:
     """The trace's ops and DataLoader ranges, sorted by start once: a step's are found by bisection."""
 
     def __init__(self, trace: Trace):
-        self.ops = [e for e in trace.host if e.kind == "op"
-                    or (e.kind == "annotation" and e.name.startswith((HALF_MATH_RANGE, ASIDE_RANGE, SYNC_RANGE, *PRICED_MARKS)))]
+        self.ops = [e for e in trace.host if e.kind == "op" or (e.kind == "annotation" and e.name.startswith(
+                    (HALF_MATH_RANGE, ASIDE_RANGE, SYNC_RANGE, GRAPH_RANGE, *PRICED_MARKS)))]
         self.op_starts = [e.ts for e in self.ops]
         self.data = [e for e in trace.host if e.name.startswith(DATALOADER)]
         self.data_starts = [e.ts for e in self.data]
@@ -249,27 +247,29 @@ def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, t
                 tf32_conv: bool = True, bf16_as: str = "bf16", read_us: float | None = None,
                 launch_us: float = 0.0, copy: Callable[[Event], Item | None] | None = None
                 ) -> Callable[[_Node], list[Item]]:
-    """A root op on the GPU: the host dispatches and launches each kernel (`host_us_per_launch`, not the
-    CPU's compute, which the op's recorded time is), the kernels run for what the model says, and an op
-    that reads a device value on the host waits for the queue. `read_us`: where the run marked its reads of
-    device values (the emulated device), only those wait, then this long for the value to come back;
-    unmarked (a plain CPU run), every op that would read a value back waits, for the queue alone. A recurrent
-    layer is one op dispatched, whose kernels cuDNN launches (`launch_us` each). `copy`: a marked copy's item."""
+    """A root op on the GPU: the host dispatches and launches each kernel (`host_us_per_launch`, not the CPU's
+    compute, which the op's recorded time is), the kernels run for what the model says, and an op that reads a
+    device value on the host waits for the queue. `read_us`: where the run marked its reads of device values (the
+    emulated device), only those wait, then this long for the value to come back; unmarked (a plain CPU run), every
+    op that would read a value back waits, for the queue alone. A recurrent layer is one op dispatched, whose
+    kernels cuDNN launches (`launch_us` each); a CUDA graph's replay (GRAPH_RANGE), one launch of all its kernels.
+    `copy`: a marked copy's item."""
     def expand(root: _Node) -> list[Item]:
         if copy is not None and root.op.name.startswith(PRICED_MARKS):
             return [item for item in (copy(root.op),) if item is not None]
-        out = []
+        graph = root.op.name == GRAPH_RANGE
+        out = [Item("host", host_us=host_us_per_launch)] if graph else []
+        per_launch = 0.0 if graph else host_us_per_launch
         for op in (kernel for group in _groups(root) for kernel in with_bias(group)):  # a GPU's bias kernels too
             layer = rnn_us(op, kernel_us, tf32_conv) if op.name.removesuffix(BACKWARD) in GATES else None
             if layer is not None:
-                us, n = layer
-                out.append(Item("launch", host_us=host_us_per_launch + launch_us * (n - 1), gpu_us=us, kernels=n,
-                                source=op))
+                out.append(Item("launch", host_us=per_launch + launch_us * (layer[1] - 1) * (not graph),
+                                gpu_us=layer[0], kernels=layer[1], source=op))
                 continue
             work = work_of(op, tf32_matmul, tf32_conv, bf16_as)
             us = kernel_us(work)
             small = work.kernels if work.kind == "memory" and us < SMALL_KERNEL_US * work.kernels else 0
-            out.append(Item("launch", host_us=host_us_per_launch * work.kernels, gpu_us=us, kernels=work.kernels,
+            out.append(Item("launch", host_us=per_launch * work.kernels, gpu_us=us, kernels=work.kernels,
                             small=small, source=op))
         if not out and launches(root.op.name):
             out.append(Item("host", host_us=host_us_per_launch))

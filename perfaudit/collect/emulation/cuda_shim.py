@@ -299,16 +299,6 @@ CUDA_VERSION = "12.8"  # the CUDA of that build (torch's cu128 wheels carry cuDN
 
 
 _recorder = _NoRecorder()
-NO_GRAPHS = "CUDA graphs are not emulated (torch.cuda.CUDAGraph): a captured graph's replay needs a GPU"
-
-
-class _NoGraphs:
-    """torch.cuda.CUDAGraph, torch.cuda.graph, make_graphed_callables: refused, naming why (a CPU build's own
-    CUDAGraph says "Tried to instantiate dummy base class")."""
-    def __init__(self, *args, **kwargs):
-        refused = RuntimeError(NO_GRAPHS)
-        refused.perfaudit_unserved = True  # read by child.py: the script's call, not perfaudit's bug
-        raise refused
 
 
 def install(recorder, gpu: dict | None = None) -> None:
@@ -344,8 +334,7 @@ def install(recorder, gpu: dict | None = None) -> None:
         "memory_summary": memory.summary, "mem_get_info": memory.free_and_total, "empty_cache": emptied,
         "set_sync_debug_mode": nothing, "get_sync_debug_mode": zero, "ipc_collect": nothing,
         "set_per_process_memory_fraction": nothing, "get_arch_list": lambda: [f"sm_{major}{minor}"],
-        "is_current_stream_capturing": lambda: False, "set_stream": nothing,
-        "CUDAGraph": _NoGraphs, "graph": _NoGraphs, "make_graphed_callables": _NoGraphs,
+        "set_stream": nothing,  # CUDA graphs: opaque/graphs.py
         # tensors "on the device" draw from the CPU's generator: the device's own RNG state is a token
         "manual_seed": nothing, "manual_seed_all": nothing, "seed": nothing, "seed_all": nothing,
         "initial_seed": zero, "get_rng_state": lambda device="cuda": torch.zeros(16, dtype=torch.uint8, device="cpu"),

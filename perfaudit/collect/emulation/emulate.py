@@ -21,6 +21,7 @@ from .checkpointing import checkpoint_compares_without_the_device, recompute_und
 from .grouping import group_on_the_emulated_device
 from .memory.device_memory import DeviceMemory
 from .opaque.compiled import compiled_code_without_the_mode, on_top
+from .opaque.graphs import serve_graphs
 from .opaque.scripted import scripted_code_follows
 from .placement import Placement
 from .precision.autocast import follow_autocast
@@ -40,6 +41,7 @@ def install(probes, steps_ended, gpu: dict | None = None) -> Placement:
     mode.window_step = probes.window_step
     mode.step_clock = steps_ended
     cuda_shim.install(mode, gpu)
+    serve_graphs()
     _pinning(mode)
     follow_autocast(mode)
     compiled_code_without_the_mode(mode)

@@ -27,6 +27,7 @@ from .factories import FROM_DATA as _FROM_DATA
 from .host_outputs import host_output_handlers
 from .host_reads import KERNEL_READS, READS, REFUSED
 from .marks import mark
+from .opaque.graphs import refuse_a_wait_in_capture
 from .same_device import SAME_DEVICE, raise_if_mixed
 from .sample_moves import sample_moves
 from .tensor_registry import KINDS, KeyedRef, Registry, copied, first_placed, is_cuda, kind_of, tag, tensor_bytes
@@ -394,5 +395,6 @@ class Placement(TorchFunctionMode):
 
 
 def _host_waits() -> None:
-    """Mark where a GPU's host would wait for the device: the projection's syncs (probe_schema.SYNC_RANGE)."""
+    """Mark where a GPU's host would wait for the device (probe_schema.SYNC_RANGE); fail there in a capture."""
+    refuse_a_wait_in_capture()
     mark(SYNC_RANGE)

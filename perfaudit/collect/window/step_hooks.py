@@ -15,6 +15,7 @@ from ...files import why, write_failed_exit
 from ...outcome import Outcome
 from ..emulation import emulate
 from ..emulation.cuda_shim import gpu_present
+from ..graph_replays import watch_graph_replays
 from ..internal import record_internal_error
 from ..probes.gpu_memory import GpuMemory
 from ..probes.oom import OomWatch
@@ -59,15 +60,8 @@ class StepHooks:
         marks: StepMarks
         detector: StepDetector
         prof: Profiler
-        pid: int
-        profiling: bool
-        full: bool
-        warmup: int
-        step_index: int
-        steps_ended: int
-        window_closed: bool
-        finished: bool
-        exporting: bool
+        pid: int; warmup: int; step_index: int; steps_ended: int  # noqa: E702
+        profiling: bool; full: bool; window_closed: bool; finished: bool; exporting: bool  # noqa: E702
         write_error: OSError | None
         optimizer_counts: dict[str, int]
         optimizer_order: list[str]
@@ -122,6 +116,7 @@ class StepHooks:
             self.detector.optimizer_stepped(_role(opt))
 
         on_undo(register_optimizer_step_post_hook(self._hook(after_step)).remove)
+        watch_graph_replays(torch, self._hook(before_step), self._hook(after_step))  # a replay steps as its capture did
         original_zero_grad = torch.optim.Optimizer.zero_grad
         flush = self._hook(self.flush)
 
@@ -162,11 +157,11 @@ class StepHooks:
             self.startup.start()
 
     def _flush_before_optimizer_ranges(self, torch) -> None:
-        """A step boundary waiting at an optimizer step is placed before the step's `Optimizer.step#…` range
-        opens, not at its pre-hook inside it: a profiler stopped (the window's end, the sizing's) while a range
-        begun under it is open corrupts torch's memory when the range ends. A closure trainer (LBFGS, Lightning)
-        has no other point between its steps. torch wraps each optimizer class's step once, at its first
-        instance (profile_hook_step): perfaudit's flush goes outside that wrapper."""
+        """A step boundary waiting at an optimizer step is placed before the step's `Optimizer.step#…` range opens,
+        not at its pre-hook inside it: a profiler stopped (the window's end, the sizing's) while a range begun under
+        it is open corrupts torch's memory when the range ends. A closure trainer (LBFGS, Lightning) has no other
+        point between its steps. torch wraps each optimizer class's step once, at its first instance
+        (profile_hook_step): perfaudit's flush goes outside that wrapper."""
         wrap_step = torch.optim.Optimizer.profile_hook_step
         active = [True]
         flush = self._hook(self._training_activity)

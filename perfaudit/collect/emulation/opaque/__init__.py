@@ -1,3 +1,4 @@
-"""Code the placement mode cannot see into: torch.compile's graphs (the mode would be traced into them) and
-TorchScript (its interpreter calls ATen from C++). Each runs as it does on a GPU; what it returns is on the
-device when what it was given, or the module it runs, is."""
+"""Code the placement mode cannot see into: torch.compile's graphs (the mode would be traced into them),
+TorchScript (its interpreter calls ATen from C++) and CUDA graphs' replays (the captured aten ops, run again).
+Each runs as it does on a GPU; what it returns is on the device when what it was given, or the module it runs,
+is."""
