@@ -1218,3 +1218,28 @@ def test_varying_batch_shapes_are_seen_when_the_budget_leaves_two_measured_steps
         said = re.search(r"in (\d+)% of the recorded steps \((\d+) distinct shape sets; "
                          r"e\.g\. aten::convolution input \[3, 40, (\d+)\] vs \[3, 40, (\d+)\]\)", shape[0]["message"])
         assert said and int(said[1]) >= 50 and int(said[2]) >= 3 and said[3] != said[4], shape[0]["message"]
+
+
+def test_a_generator_of_the_other_device_fails_as_on_a_gpu(tmp_path):
+    """A policy-gradient loop seeded for reproducibility samples its actions on the device with a host generator:
+    a GPU raises "Expected a 'cuda' device type for generator but found 'cpu'" at that line (the emulated device
+    drew on the CPU and ran on). Now the CUDA path stops there as a GPU's does, and its CPU branch is reported."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "rng = torch.Generator().manual_seed(0)\n"
+        "policy = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 4)).to(device)\n"
+        "opt = torch.optim.Adam(policy.parameters(), lr=1e-3)\n"
+        "for episode in range(10_000):\n"
+        "    obs = torch.randn(16, 8, device=device)\n"
+        "    probs = torch.softmax(policy(obs), dim=-1)\n"
+        "    actions = torch.multinomial(probs, 1, generator=rng)\n"
+        "    loss = -(torch.log(probs.gather(1, actions)) * torch.randn(16, 1, device=device)).mean()\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n")
+    report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
+    _cuda_path_failed(report, console, "Expected a 'cuda' device type for generator but found 'cpu'", 10)
+    assert report["run"]["steps"] >= 1

@@ -24,6 +24,7 @@ from .attention import attention_handlers
 from .cuda_shim import cast_to_type, gpu_error
 from .factories import FACTORIES as _FACTORIES
 from .factories import FROM_DATA as _FROM_DATA
+from .generators import generator_handlers
 from .host_outputs import host_output_handlers
 from .host_reads import KERNEL_READS, READS, REFUSED
 from .marks import mark
@@ -43,8 +44,7 @@ if not hasattr(_device_context, "CURRENT_DEVICE"):
     _device_context = types.SimpleNamespace(CURRENT_DEVICE=None)  # type: ignore[assignment]
 _DEFAULT_DEVICE_FACTORIES = frozenset(getattr(torch.utils._device, "_device_constructors", set)())
 class Placement(TorchFunctionMode):
-    """The emulated device's bookkeeping: the mode, the registries of tensors, and the records the report
-    reads (snapshot())."""
+    """The emulated device's bookkeeping: the mode, the tensors' registries, the records the report reads."""
     DEFAULT = DEFAULT
 
     def __init__(self):
@@ -82,7 +82,7 @@ class Placement(TorchFunctionMode):
             Tensor.new_tensor: self._new_tensor,
             Tensor.type: lambda f, a, k: cast_to_type(self, f, a, k),
             torch._C._nn._parse_to: lambda f, a, k: f(*a, **k),  # Module.to's parser: a device keyword, no tensor
-            **host_output_handlers(self), **attention_handlers(self),
+            **host_output_handlers(self), **attention_handlers(self), **generator_handlers(self),
         }
         for func, name in READS.items():
             self.handlers[func] = self._reader(name)
