@@ -160,3 +160,27 @@ def test_recompile_guard_and_its_line_are_read():
     guard = _guard("0/7: G['global_step'] == 7    # beta = min(1.0, global_step / KL_WARMUP)  "
                    "# mples/train.py:28 in vae_loss\nUser stack trace: ...")
     assert guard["guard"] == "G['global_step'] == 7" and guard["line"] == 28 and guard["path_tail"] == "mples/train.py"
+
+
+def test_reduce_overhead_runs_the_cuda_path_on_the_emulated_device(tmp_path):
+    """`torch.compile(model, mode="reduce-overhead")`, the docs' way to cut launch overhead with CUDA graphs: inductor
+    asks a CUDA build's allocator whether it caches (`torch._C._cuda_cudaCachingAllocator_is_enabled`, which a CPU
+    build lacks) and the emulated run failed there, leaving the CPU branch to be audited. It runs the CUDA path now
+    (its CPU graphs stay out of CUDA graphs, as inductor keeps any CPU graph)."""
+    needs_cxx()
+    report = _run(tmp_path, """
+        import os
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(os.path.dirname(__file__), "inductor")  # not reused
+        import torch
+        from torch import nn
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 4)).to(device)
+        fast = torch.compile(model, mode="reduce-overhead")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for step in range(1000):
+            x, y = torch.randn(16, 32, device=device), torch.randint(0, 4, (16,), device=device)
+            loss = nn.functional.cross_entropy(fast(x), y)
+            opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+    """)
+    assert report["run"]["device"] == "cpu, CUDA path emulated", report["notes"]
+    assert report["run"]["steps"] >= 3 and not any("could not serve" in n for n in report["notes"])

@@ -350,6 +350,8 @@ def install(recorder, gpu: dict | None = None) -> None:
     torch.Generator = _Generator  # type: ignore[misc]
     torch.cuda.nvtx._nvtx = _Nvtx()  # type: ignore[assignment]
     cuda._cudart = _CUDART
+    if not hasattr(torch._C, "_cuda_cudaCachingAllocator_is_enabled"):  # asked by torch.compile(mode="reduce-overhead")
+        torch._C._cuda_cudaCachingAllocator_is_enabled = lambda: True  # before it keeps a CPU graph out of CUDA graphs
     cuda.cudart = cuda.profiler.cudart = _own(lambda: _CUDART, "cudart")
     # the allocator's memory history (a memory-profiling script's): nothing recorded, an empty snapshot
     history = {"_record_memory_history": nothing, "_snapshot": lambda *args, **kwargs: {"segments": [], "device_traces": [[]]},
