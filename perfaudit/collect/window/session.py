@@ -15,6 +15,7 @@ import time
 from ...outcome import Outcome
 from ..clock import OwnClock
 from ..emulation.cuda_shim import gpu_present
+from ..graph_replays import in_capture
 from ..internal import internal_errors, record_internal_error
 from ..probes.compile import CompileProbe
 from ..probes.environment import choose_threads
@@ -200,7 +201,7 @@ class Session(WindowRecords, StepHooks):
             self.pending = True
 
     def flush(self, raise_done: bool = True) -> None:
-        if not self.pending or os.getpid() != self.pid:
+        if not self.pending or os.getpid() != self.pid or in_capture():  # a boundary waits for the capture's end
             return
         self.pending = False
         compiled = self.compile.compiled_since_last_check()  # tagged with the step that ended
