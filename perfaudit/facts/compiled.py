@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ..probe_schema import GRAPH_RANGE
 from ..trace.nesting import innermost
 from .registry import Context, Missing, fact
 from .sites import Site, site_from_probe
@@ -74,6 +75,14 @@ def regions(ctx: Context) -> dict:
                                "in the steps; a frame whose compile failed runs eagerly and has none).")
 def step_compiled(ctx: Context) -> bool:
     return bool(regions(ctx)["regions"])
+
+
+@fact("compile.cuda_graphs", "Whether the measured steps replay CUDA graphs: torch.compile's `reduce-overhead` or a "
+                            "captured step (a graph launch in a GPU trace; on the emulated device, its replay ranges).")
+def cuda_graphs(ctx: Context) -> bool:
+    trace = ctx.need_trace()
+    replays = trace.named(lambda name: name == GRAPH_RANGE or name.startswith(("cudaGraphLaunch", "hipGraphLaunch")))
+    return any(ctx.step_of(e.ts) is not None for e in replays)
 
 
 def _compile_seconds(snap: dict, phases: tuple[str, ...], frame: str | None = None) -> float:

@@ -257,7 +257,7 @@ def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, t
     def expand(root: _Node) -> list[Item]:
         if copy is not None and root.op.name.startswith(PRICED_MARKS):
             return [item for item in (copy(root.op),) if item is not None]
-        graph = root.op.name == GRAPH_RANGE
+        graph = any(n.op.name == GRAPH_RANGE for n in (root, *root.children))  # a backward node's is below it
         out = [Item("host", host_us=host_us_per_launch)] if graph else []
         per_launch = 0.0 if graph else host_us_per_launch
         for op in (kernel for group in _groups(root) for kernel in with_bias(group)):  # a GPU's bias kernels too
