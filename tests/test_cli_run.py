@@ -161,3 +161,20 @@ def test_records_only_what_the_selected_rules_need(tmp_path):
     trace = load_trace(str(tmp_path / "run" / "trace.json.gz"))
     assert not trace.has_stacks  # no selected rule reads stacks or shapes, no projection: the cheapest recording
     assert not any("Input Dims" in e.args for e in trace.host)
+
+
+def test_a_step_gradscaler_skips_is_still_a_step(tmp_path):
+    """Under float16 AMP the GradScaler skips `optimizer.step()` after an overflow; the step detector ended steps
+    at optimizer steps, so a skipped iteration merged into the next: measured steps of two iterations, twice the
+    time, and CUDNN002 saying the convolutions' shapes varied (each ran twice in those steps). Each iteration is
+    one step, skipped or not."""
+    from perfaudit.trace import load_trace
+    proc, report = run_json(tmp_path, SCRIPTS / "amp_skipped_steps.py")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    skips = (tmp_path / "run" / "script.log").read_text().count("skipped step")
+    assert skips >= 3, skips  # the premise: the scaler skipped steps during the run
+    trace = load_trace(str(tmp_path / "run" / "trace.json.gz"))
+    for step in trace.measured_steps:
+        inside = [e for e in trace.host if e.name == "aten::_amp_update_scale_" and step.ts <= e.ts <= step.end]
+        assert len(inside) == 1, (step.number, len(inside))
+    assert not [f for f in report["findings"] if f["rule"] in ("CUDNN002", "SHAPE001")], report["findings"]

@@ -19,6 +19,7 @@ from ..graph_replays import watch_graph_replays
 from ..internal import record_internal_error
 from ..probes.gpu_memory import GpuMemory
 from ..probes.oom import OomWatch
+from ..skipped_steps import watch_skipped_steps
 from ..wrap import on_undo, patch
 from .gradient_calls import watch_gradient_calls
 from .user_processes import guard_user_processes
@@ -117,6 +118,7 @@ class StepHooks:
 
         on_undo(register_optimizer_step_post_hook(self._hook(after_step)).remove)
         watch_graph_replays(torch, self._hook(before_step), self._hook(after_step))  # a replay steps as its capture did
+        watch_skipped_steps(torch, self._hook(lambda opt: self.detector.optimizer_stepped(_role(opt))))  # GradScaler's
         original_zero_grad = torch.optim.Optimizer.zero_grad
         flush = self._hook(self.flush)
 
