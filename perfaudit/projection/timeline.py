@@ -86,7 +86,7 @@ def _typed(op: Event, half: str) -> Event:
 
 
 def _has_sync(node: _Node, marked: bool = False) -> bool:
-    """Whether the host waits for the GPU in this tree: where an op reads a value back, or where the run marked."""
+    """Whether the host waits for the GPU in this tree: an op that reads a value back, or only its marked waits (SYNC_RANGE)."""
     if node.op.name == SYNC_RANGE or (not marked and node.op.name in SYNC_OPS):
         return True
     return any(_has_sync(c, marked) for c in node.children)
