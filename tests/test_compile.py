@@ -7,6 +7,7 @@ import json
 import textwrap
 
 import jsonschema
+import pytest
 
 from conftest import needs_cxx, perfaudit
 from perfaudit.collect.probes.compile import CompileProbe, _guard
@@ -190,3 +191,21 @@ def test_reduce_overhead_runs_the_cuda_path_on_the_emulated_device(tmp_path):
     util = _rule(report, "UTIL001")
     assert util and any("already replays CUDA graphs" in n for n in util[0]["notes"]), util
     assert not any("removes the remaining launch overhead" in n for n in util[0]["notes"]), util
+
+
+def test_a_graph_break_on_the_cuda_path_is_ranked_by_its_host_time_on_the_target(realistic_reports):
+    """compiled_trainer.py's `.item()` breaks its compiled forward three times a step: on the target GPU the fix
+    saves the Python and guards between the graphs, not the eager ops' CPU compute nor perfaudit's recording."""
+    report = realistic_reports["compiled_trainer.py"]["run"]
+    [finding] = _rule(report, "COMPILE001")
+    projected = finding["projected_ms_per_step"]
+    assert projected is not None and 0 < projected <= finding["cost"]["ms_per_step"]
+    assert projected < report["projection"]["step_ms"]
+    assert finding["projected_share_of_step"] == pytest.approx(projected / report["projection"]["step_ms"])
+
+
+def test_a_step_preempted_inside_a_compiled_region_weighs_as_a_usual_one():
+    """Five steps of one frame's gaps, one of them preempted by another process (a busy machine)."""
+    from perfaudit.facts.compiled import _typical_total
+    totals = _typical_total({("0", step): us for step, us in enumerate([400.0, 410.0, 4900.0, 390.0, 405.0])})
+    assert totals == {"0": 405.0 * 5}

@@ -112,6 +112,9 @@ def _aggregate(ev: _Evaluation, sites: list[Site], n_steps: int, step_ms: float)
         where=", ".join(f"{s.path}:{s.line}" for s in located[:3]) or UNKNOWN_WHERE,
         lines=", ".join(str(s.line) for s in located),
     )
+    host = [s.extra["host_ms"] / (s.over_steps or n_steps) for s in sites if isinstance(s.extra.get("host_ms"), float)]
+    if host:  # the host's own part of the cost (no CPU compute, no recording): what a --target projection removes
+        ev.aggregates["host_ms_per_step"] = sum(host)
 
 
 def evaluate(rule: Rule, ctx: Context) -> Finding | Skipped | None:

@@ -27,8 +27,9 @@ def with_projected_costs(findings: list[Finding], rules: list[Rule], ctx: Contex
     out = list(findings)
     for kind, indices in by_kind.items():
         if kind == "host":
-            for i in indices:
-                measured = findings[i].cost.ms_per_step
+            for i in indices:  # the host's own part of the measured cost where the evidence tells it apart
+                host_ms = findings[i].evidence.get("host_ms_per_step")
+                measured = host_ms if isinstance(host_ms, float) else findings[i].cost.ms_per_step
                 if measured is None and findings[i].evidence.get("projected"):  # seen on the projection only:
                     measured = _projected_host_ms(rules_by_id[findings[i].rule].spec, projection)
                 saving = saving_ms(ctx, "host", measured) if measured else None

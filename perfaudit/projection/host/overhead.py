@@ -97,6 +97,12 @@ def _mode_us(trace: Trace, start: float, end: float) -> float:
     return sum(own for _, own in _mode_selves(trace, start, end))
 
 
+def own_python_us(trace: Trace, costs: EventCosts, start: float, end: float) -> float:
+    """What perfaudit added to the Python of a stretch: its recorded calls times what recording one costs, and the
+    device mode's own time there (µs)."""
+    return costs.python_us * _count(trace.python, start, end) + _mode_us(trace, start, end)
+
+
 OWN_FRAMES = "perfaudit/collect/"   # perfaudit's hooks and probes, as the Python tracer names their files
 
 
