@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -367,3 +370,52 @@ def test_a_recurrent_layer_in_a_slow_autocast_region_is_cast_and_computed_in_flo
     assert torch.equal(out, expected.bfloat16())
     for mine, theirs in zip(grads, (p.grad for p in rounded.parameters())):
         torch.testing.assert_close(mine, theirs, rtol=0.02, atol=0.02)
+
+
+def test_gradients_computed_inside_a_backward_pass_are_not_a_backward_of_the_script():
+    """The emulated device's float32 math for a 16-bit attention (KeptInFloat32) computes its gradients with
+    torch.autograd.grad inside the script's backward. That call was taken for a backward of the script's own, a
+    step boundary: on an AVX2 EPYC the window started inside a checkpointed bf16 GPT-2's backward, and its step
+    failed on torch's internal assert ("Trying to exit an active record_function_fast context"). A custom
+    Function's backward, run in a process with perfaudit's watch installed, and a gradient penalty beside it."""
+    code = textwrap.dedent("""
+        import torch
+        from perfaudit.collect.window.gradient_calls import watch_gradient_calls
+        calls = []
+        watch_gradient_calls(torch, lambda outputs: calls.append("before"), lambda: calls.append("after"))
+
+        class Square(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                with torch.enable_grad():
+                    wide = x.detach().requires_grad_()
+                    return torch.autograd.grad(wide * wide, wide, grad)[0]
+
+        x = torch.randn(4, requires_grad=True)
+        Square.apply(x).sum().backward()
+        assert calls == [], calls
+        torch.autograd.grad(Square.apply(x).sum(), x)  # the script's own: one backward
+        assert calls == ["before", "after"], calls
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_a_range_opened_before_the_profiler_starts_closes_quietly():
+    """The emulated device's ranges (marks.span) around its own work: one opened while the profiler is off and
+    closed once it runs (a window starting inside it) is no range, not an error in the script's step."""
+    from perfaudit.collect.emulation.marks import span
+    opened = span("perfaudit::aside")
+    opened.__enter__()
+    with torch.profiler.profile() as prof:
+        opened.__exit__(None, None, None)
+        with span("perfaudit::aside"):
+            pass
+    assert [e.name for e in prof.events()] == ["perfaudit::aside"]

@@ -4,10 +4,10 @@ functional training loop) and torch.func's transforms (per-sample gradients with
 backward pass, a step marker like backward() (steps.py), so the loop is measured rather than reported as
 never having trained.
 
-A call counts once: `torch.autograd.grad` made inside another (a gradient penalty's double backward) or
-inside a transform (torch.func computes its gradients with it) is part of the outer one, which a transform's
-outermost call marks when it ends. perfaudit's saved-tensors watch (the step's memory, on a GPU and on the
-emulated device) is set aside for a transform's outermost call: torch.func refuses any such hook."""
+A call counts once: one inside another (a gradient penalty's double backward), inside a transform (torch.func
+computes its gradients with it) or inside a backward pass (a custom Function's, the emulated device's float32 math)
+is part of the outer one, which a transform's outermost call marks when it ends. perfaudit's saved-tensors watch
+(the step's memory) is set aside for a transform's outermost call: torch.func refuses any such hook."""
 from __future__ import annotations
 
 import functools
@@ -23,8 +23,10 @@ def watch_gradient_calls(torch, before: Callable, after: Callable) -> None:
     """`before(outputs)` and `after()` around each outermost gradient computation that is not backward()."""
     state = threading.local()
 
+    current_node = getattr(torch._C, "_current_autograd_node", lambda: None)  # the node backward runs, else None
+
     def outside() -> bool:
-        return not getattr(state, "busy", False) and outside_transforms()
+        return not getattr(state, "busy", False) and outside_transforms() and current_node() is None
 
     original_grad = torch.autograd.grad
 
