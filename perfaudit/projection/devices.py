@@ -24,6 +24,8 @@ class Device:
     memory_efficiency: float | None = None  # measured share of peak bandwidth a streaming kernel reaches
     tdp_w: float = 0.0            # the board's maximum power (datasheet); 0: not in the table
     memory_kind: str = ""        # hbm or gddr (datasheet); "": not in the table
+    nvlink_gbs: float = 0.0       # NVLink (AMD: Infinity Fabric) per GPU, one direction, GB/s (datasheet); 0: none
+    nccl_busbw_gbs: float = 0.0   # an all-reduce's bus bandwidth across a node, measured (nccl-tests); 0: not known
 
     @property
     def reported_memory(self) -> int:
@@ -98,7 +100,8 @@ def _device(entry: dict) -> Device:
     return Device(entry["name"], dict(entry["tflops"]), float(entry["memory_gbs"]), int(entry["sms"]), int(entry["pcie"]),
                   tuple(entry["match"]), measured("sgemm_efficiency"), float(entry.get("memory_gib", 0.0)),
                   float(entry.get("compute_capability", 0.0)), int(entry.get("memory_bytes", 0)),
-                  measured("memory_efficiency"), float(entry.get("tdp_w", 0.0)), str(entry.get("memory_kind", "")))
+                  measured("memory_efficiency"), float(entry.get("tdp_w", 0.0)), str(entry.get("memory_kind", "")),
+                  float(entry.get("nvlink_gbs", 0.0)), float(entry.get("nccl_busbw_gbs", 0.0)))
 
 
 def device_named(name: str | None) -> Device | None:

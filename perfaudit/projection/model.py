@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 
 from ..trace.model import Event, Step, Trace
 from .allocator import with_emptied_cache, without_emptied_cache
-from .copies import copy_timer, made_on_device, marked, pinned_and_batched
 from .devices import Device
 from .host.cudnn_search import any_search, per_step_us, with_searches, without_marks, without_searches
 from .host.frees import freed_in
@@ -19,6 +18,8 @@ from .kernels import MATH_KINDS, Work, calibration, kernel_us, retargeted_us
 from .plans import fetch_at_most
 from .simulate import Pipeline, Projection, scaled, simulate, sync_idle_capped
 from .timeline import Item, Launched, StepPlan, from_kernels, from_shapes, kernels_retimed, plan, shapes_retimed, window
+from .transfers.collectives import collective_timer, ranks_of, waits_for, with_collectives
+from .transfers.copies import copy_timer, made_on_device, marked, pinned_and_batched
 from .whatifs.fused_optimizer import Update, fused
 from .whatifs.no_bias import any_bias, without_bias
 from .whatifs.set_to_none import without_fills
@@ -146,10 +147,13 @@ class Projector:
         copy = without_marks(with_emptied_cache(copy_timer(cal["pcie_gbs"][self.target.pcie], host_us,
                                                            cal["copy_floor_us"]) if self.marked_copies else None,
                                                 self._release_us))
+        ranks = ranks_of(self.trace)  # a distributed job's rank: its collectives on the target's links
+        if ranks > 1:
+            copy = with_collectives(copy, collective_timer(self.target, cal, ranks, host_us))
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
                                                          self.inputs.tf32_conv, self.inputs.bf16_as, read_us,
                                                          cal.get("launch_us", 0.0), copy),
-                     own_cost, self.undisturbed, self.freed, self.host_waited)
+                     own_cost, self.undisturbed, self.freed, self.host_waited, waits_for(self.trace) if ranks > 1 else None)
         plans = with_searches(plans, per_step_us(self.inputs.searches, self._model(None), cal))
         if self.inputs.workers and not self.inputs.worker_ms_per_batch:
             _hand_off_only(plans)

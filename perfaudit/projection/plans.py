@@ -1,17 +1,20 @@
 """A step as the simulation replays it (`StepPlan`, a list of `Item`s), and what of the host's measured time in
 it was the script's: perfaudit's own frames and the emulated device's mode, the wait for a CPU that other
-processes held, and an interruption no wait shows, each taken out once (timeline.plan() calls them in order)."""
+processes held, and an interruption no wait shows, each taken out once (timeline.plan() calls them in order); the
+items of the host's time between two ops (gap_items)."""
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..trace.model import Event
+from .host.overhead import OwnCost
 
 
 @dataclass(slots=True)
 class Item:
-    kind: str                 # host, launch, sync, data, copy, modelled (host time the run had none of)
+    kind: str                 # host, launch, sync, data, copy, modelled (host time the run had none of),
+                              # join (the compute stream waits for the collectives queued before it)
     host_us: float = 0.0      # the host's own time (Python, dispatch, a fetch in the main process)
     gpu_us: float = 0.0       # device time queued (launch, copy)
     stream: str = "compute"   # compute, comm (a collective), copy
@@ -198,3 +201,34 @@ def fetch_at_most(plans: list[StepPlan], us: float) -> None:
         for item in p.items:
             if item.kind == "data":
                 item.host_us *= keep
+
+
+Freed = Callable[[float, float], float]
+Waits = Callable[[float, float], list[tuple[float, float]]]
+
+
+def gap_items(start: float, end: float, data: list[tuple[float, float]], freed: Freed | None = None,
+               own: OwnCost | None = None, waits: Waits | None = None) -> list[Item]:
+    """Python time between two ops, a DataLoader fetch in it split off as its own item (with what recording
+    its Python calls and ops cost, `own`); `freed(a, b)`: what of a stretch the CPU spent freeing device
+    blocks a GPU would keep (frees.py), left out; `waits(a, b)`: its waits for a collective, each a `join`."""
+    def host(a: float, b: float) -> list[Item]:
+        out, at = [], a
+        for w0, w1 in waits(a, b) if waits is not None else ():
+            out += [Item("host", host_us=(w0 - at) - (freed(at, w0) if freed is not None else 0.0),
+                         own_us=own.timed(at, w0) if own is not None else 0.0), Item("join")]
+            at = w1
+        return out + [Item("host", host_us=(b - at) - (freed(at, b) if freed is not None else 0.0),
+                           own_us=own.timed(at, b) if own is not None else 0.0)]
+    items, cursor = [], start
+    for d0, d1 in data:
+        d0, d1 = max(d0, start), min(d1, end)
+        if d1 <= d0:
+            continue
+        if d0 > cursor:
+            items.extend(host(cursor, d0))
+        items.append(Item("data", host_us=d1 - d0, own_us=own.between(d0, d1) if own is not None else 0.0))
+        cursor = d1
+    if end > cursor:
+        items.extend(host(cursor, end))
+    return items

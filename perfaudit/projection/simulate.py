@@ -1,8 +1,9 @@
 """A small discrete-event simulation of the host and the GPU's queues over the recorded steps, in order: the
 host runs its items (Python, dispatch, fetches) and queues kernels; the GPU runs them when the host has
-queued them and the queue before them is done; a sync holds the host until the queue drains; a blocking
-copy holds it until the copy is done; a DataLoader with workers hands over batch k when its workers have
-made it. What the GPU is doing, and what the host is doing while the GPU idles, give the bottleneck."""
+queued them and the queue before them is done (after a join, the collectives' queue too); a sync holds the
+host until the queues drain; a blocking copy holds it until the copy is done; a DataLoader with workers hands
+over batch k when its workers have made it. What the GPU is doing, and what the host is doing while the GPU
+idles, give the bottleneck."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -84,6 +85,8 @@ def simulate(plans: list[StepPlan], pipeline: Pipeline | None = None, without: f
             elif kind == "sync":
                 host = max(host, compute_free, comm_free) + item.round_trip_us
                 after_sync = True
+            elif kind == "join":  # DDP's wait for its buckets' all-reduces: a GPU's host runs on, its stream waits
+                compute_free = max(compute_free, comm_free)
             elif kind == "data":
                 what = "data"
                 if workers > 0:

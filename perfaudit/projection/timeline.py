@@ -18,8 +18,20 @@ from ..trace.model import Event, Step, Trace
 from ..trace.op_names import DATALOADER
 from .host.overhead import OwnCost
 from .kernels import Work
-from .plans import Item, StepPlan, clip_outliers, take_out, take_out_own_rest, take_out_usual_own, take_out_waits
+from .plans import (
+    Freed,
+    Item,
+    StepPlan,
+    Waits,
+    clip_outliers,
+    gap_items,
+    take_out,
+    take_out_own_rest,
+    take_out_usual_own,
+    take_out_waits,
+)
 from .rnn import BACKWARD, GATES, SEQUENCE, rnn_shape, rnn_us, sequence_ranges
+from .transfers.collectives import kind_of, nccl_kernel
 from .work import FOREACH, GROUP_OPS, SYNC_OPS, launches, with_bias, work_of
 
 WAIT_RUNTIME = ("Synchronize", "cudaMemcpy", "hipMemcpy")   # a runtime call the host waits in
@@ -69,7 +81,7 @@ def _groups(node: _Node, half: str | None = None) -> list[Event]:
         half = "c10::Half" if "float16" in name and "bfloat16" not in name else "c10::BFloat16"
     elif name in (ASIDE_RANGE, SYNC_RANGE):
         return []
-    if name in GROUP_OPS:
+    if name in GROUP_OPS or kind_of(name):  # a collective: DDP's, inside the gradient's accumulation
         return [_typed(node.op, half) if half is not None else node.op]
     if name.startswith(FOREACH):  # a GPU's few launches, not the CPU's loop of per-tensor ops below it
         return [node.op]
@@ -153,35 +165,11 @@ class _Index:
         return [(e.ts, e.end) for e in self.data[i:j]]
 
 
-Freed = Callable[[float, float], float]
-
-
-def _gap_items(start: float, end: float, data: list[tuple[float, float]], freed: Freed | None = None,
-               own: OwnCost | None = None) -> list[Item]:
-    """Python time between two ops, a DataLoader fetch in it split off as its own item (with what recording
-    its Python calls and ops cost, `own`); `freed(a, b)`: what of a stretch the CPU spent freeing device
-    blocks a GPU would keep (frees.py), left out."""
-    def host(a: float, b: float) -> Item:
-        return Item("host", host_us=(b - a) - (freed(a, b) if freed is not None else 0.0),
-                    own_us=own.timed(a, b) if own is not None else 0.0)
-    items, cursor = [], start
-    for d0, d1 in data:
-        d0, d1 = max(d0, start), min(d1, end)
-        if d1 <= d0:
-            continue
-        if d0 > cursor:
-            items.append(host(cursor, d0))
-        items.append(Item("data", host_us=d1 - d0, own_us=own.between(d0, d1) if own is not None else 0.0))
-        cursor = d1
-    if end > cursor:
-        items.append(host(cursor, end))
-    return items
-
-
 def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
          own_cost: OwnCost | None = None,
          undisturbed: Callable[[Step], float] | None = None, freed: Freed | None = None,
-         host_waited: Callable[[Step], tuple[float | None, float | None]] | None = None) -> list[StepPlan]:
+         host_waited: Callable[[Step], tuple[float | None, float | None]] | None = None,
+         waits: Waits | None = None) -> list[StepPlan]:
     """Each step as items: the gaps between root ops (Python, DataLoader fetches) and each root op as
     `expand` turns it into host time, kernels and syncs. Roots that overlap (two threads) count once.
     `own_cost`: what perfaudit's recording added to the host's time (µs), taken out of the Python gaps and
@@ -190,7 +178,8 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
     `undisturbed(step)`: the step's duration less its wait for a CPU held by other processes (µs), taken
     out of the host's measured time (plans.take_out_waits), so a busy machine does not make the host look slow;
     `host_waited(step)`: the training thread's own wait and its fetches', where the recording measured them (µs).
-    `freed(a, b)`: the host's time between a and b spent freeing what a GPU would keep (frees.py)."""
+    `freed(a, b)`: the host's time between a and b spent freeing what a GPU would keep (frees.py); `waits(a, b)`:
+    the training thread's waits for a collective there (transfers/collectives.py)."""
     plans, step_roots, index = [], [], _Index(trace)
     if own_cost is not None and steps:
         own_cost.prepare(steps[0].ts, steps[-1].end, index.data_starts)
@@ -201,7 +190,7 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
         for root in roots:
             op = root.op
             if op.ts > cursor and not root.quiet:  # between a recurrent layer's backward nodes: the CPU's engine
-                items.extend(_gap_items(cursor, op.ts, data, freed, own_cost))
+                items.extend(gap_items(cursor, op.ts, data, freed, own_cost, waits))
             expanded = expand(root)
             if op.ts < cursor:  # inside what was already counted (another thread): no host time of its own
                 overlap = min(cursor, op.end) - op.ts
@@ -210,7 +199,7 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
             items.extend(expanded)
             cursor = max(cursor, op.end)
         if step.end > cursor:
-            items.extend(_gap_items(cursor, step.end, data, freed, own_cost))
+            items.extend(gap_items(cursor, step.end, data, freed, own_cost, waits))
         plans.append(StepPlan(step.number, step.dur, items))
         step_roots.append([r.op for r in roots])
     take_out_usual_own(plans)
@@ -253,7 +242,7 @@ def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, t
     emulated device), only those wait, then this long for the value to come back; unmarked (a plain CPU run), every
     op that would read a value back waits, for the queue alone. A recurrent layer is one op dispatched, whose
     kernels cuDNN launches (`launch_us` each); a CUDA graph's replay (GRAPH_RANGE), one launch of all its kernels.
-    `copy`: a marked copy's item."""
+    `copy`: a marked copy's item, or a collective's."""
     def expand(root: _Node) -> list[Item]:
         if copy is not None and root.op.name.startswith(PRICED_MARKS):
             return [item for item in (copy(root.op),) if item is not None]
@@ -261,6 +250,9 @@ def from_shapes(kernel_us: Callable[[Work], float], host_us_per_launch: float, t
         out = [Item("host", host_us=host_us_per_launch)] if graph else []
         per_launch = 0.0 if graph else host_us_per_launch
         for op in (kernel for group in _groups(root) for kernel in with_bias(group)):  # a GPU's bias kernels too
+            if copy is not None and kind_of(op.name):
+                out.extend(item for item in (copy(op),) if item is not None)
+                continue
             layer = rnn_us(op, kernel_us, tf32_conv) if op.name.removesuffix(BACKWARD) in GATES else None
             if layer is not None:
                 out.append(Item("launch", host_us=per_launch + launch_us * (layer[1] - 1) * (not graph),
@@ -355,7 +347,7 @@ def from_kernels(launched: Launched, scale: Callable[[Event], float], copy_scale
             ratio = by_call.get(id(call))
             for ev in launched.by_corr.get(call.args.get("correlation"), ()):
                 if ev.kind == "kernel":
-                    stream = "comm" if _collective(ev.name) else "compute"
+                    stream = "comm" if nccl_kernel(ev.name) else "compute"
                     out.append(Item("launch", gpu_us=ev.dur * (ratio if ratio is not None else scale(ev)),
                                     stream=stream, source=(ev, call, root)))
                 else:  # memcpy / memset
@@ -393,7 +385,3 @@ def kernels_retimed(launched: Launched, scale: Callable[[Event], float],
         return ev.dur * (ratio if ratio is not None else scale(ev))
     return gpu_us
 
-
-def _collective(name: str) -> bool:
-    low = name.lower()
-    return "nccl" in low or "rccl" in low

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..probe_schema import H2D_RANGE, read_h2d_range
-from ..trace.model import Event, Trace
-from .plans import Item, StepPlan
+from ...probe_schema import H2D_RANGE, read_h2d_range
+from ...trace.model import Event, Trace
+from ..plans import Item, StepPlan
 
 
 def marked(trace: Trace) -> bool:
