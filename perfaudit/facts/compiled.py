@@ -14,7 +14,7 @@ from collections import defaultdict
 from operator import attrgetter
 
 from ..probe_schema import GRAPH_RANGE
-from ..projection.host.overhead import event_costs, own_python_us
+from ..projection.host.overhead import EventCosts, event_costs, own_python_us
 from ..trace.model import Event, Trace
 from ..trace.nesting import innermost
 from .registry import Context, Missing, fact
@@ -51,14 +51,14 @@ def regions(ctx: Context) -> dict:
     graph_calls = [e for e in trace.named(lambda name: name.startswith(GRAPH_CALLS))
                    if ctx.step_of(e.ts) is not None] if regs else []
     parent = innermost(regs, regs)  # a resumed frame's region sits inside the frame that broke
-    own = {id(r): r.dur for r in regs}
+    inside = innermost(regs, graph_calls)  # each graph call's innermost region
+    children: dict[int, list[Event]] = defaultdict(list)  # what each region ran in its graphs and resumed frames
     for r in regs:
         if id(r) in parent:
-            own[id(parent[id(r)])] -= r.dur
-    inside = innermost(regs, graph_calls)  # each graph call's innermost region
+            children[id(parent[id(r)])].append(r)
     for g in graph_calls:
         if id(g) in inside:
-            own[id(inside[id(g)])] -= g.dur
+            children[id(inside[id(g)])].append(g)
 
     def top(r):
         while id(r) in parent:
@@ -67,19 +67,13 @@ def regions(ctx: Context) -> dict:
     frames_run = {_region_frame(r.name) for r in regs}
     nested = [(ctx.step_of(r.ts), _region_frame(parent[id(r)].name), _region_frame(r.name))
               for r in regs if id(r) in parent]
-    children: dict[int, list[Event]] = defaultdict(list)  # what each region ran in its graphs and resumed frames
-    for r in regs:
-        if id(r) in parent:
-            children[id(parent[id(r)])].append(r)
-    for g in graph_calls:
-        if id(g) in inside:
-            children[id(inside[id(g)])].append(g)
     eager: dict[tuple, float] = defaultdict(float)   # (top frame, step) -> µs
     python: dict[tuple, float] = defaultdict(float)
+    costs = event_costs(trace)
     for r in regs:
         key = (_region_frame(top(r).name), ctx.step_of(r.ts))
-        eager[key] += max(own[id(r)], 0.0)
-        python[key] += _python_between_graphs(trace, r, children[id(r)])
+        eager[key] += max(r.dur - sum(c.dur for c in children[id(r)]), 0.0)
+        python[key] += _python_between_graphs(trace, costs, r, children[id(r)])
     out = {"frames_run": frames_run, "nested": nested, "has_graph_calls": bool(inside),
            "eager_us": _typical_total(eager), "python_us": _typical_total(python), "regions": len(regs)}
     ctx.__dict__["_compiled_regions"] = out
@@ -95,7 +89,7 @@ def _typical_total(per_step: dict[tuple, float]) -> dict[str | None, float]:
     return {frame: statistics.median(values) * len(values) for frame, values in steps.items()}
 
 
-def _python_between_graphs(trace: Trace, region: Event, children: list[Event]) -> float:
+def _python_between_graphs(trace: Trace, costs: EventCosts | None, region: Event, children: list[Event]) -> float:
     """The host time of a region outside its graphs and resumed frames less the eager torch ops there (their CPU
     compute; on a GPU kernels that stay once the graph is whole) and less what perfaudit's recording added
     (projection/host/overhead.py): the Python, guards and frame changes a graph break costs on any host (µs)."""
@@ -106,8 +100,7 @@ def _python_between_graphs(trace: Trace, region: Event, children: list[Event]) -
         at = max(at, c.end)
     if region.end > at:
         stretches.append((at, region.end))
-    host, costs = trace.host, event_costs(trace)
-    total = 0.0
+    host, total = trace.host, 0.0
     for a, b in stretches:
         ops, reach = 0.0, a
         for e in host[bisect_left(host, a, key=_TS):bisect_left(host, b, key=_TS)]:
