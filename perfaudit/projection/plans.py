@@ -212,14 +212,16 @@ def gap_items(start: float, end: float, data: list[tuple[float, float]], freed: 
     """Python time between two ops, a DataLoader fetch in it split off as its own item (with what recording
     its Python calls and ops cost, `own`); `freed(a, b)`: what of a stretch the CPU spent freeing device
     blocks a GPU would keep (frees.py), left out; `waits(a, b)`: its waits for a collective, each a `join`."""
+    def python(a: float, b: float) -> Item:
+        return Item("host", host_us=(b - a) - (freed(a, b) if freed is not None else 0.0),
+                    own_us=own.timed(a, b) if own is not None else 0.0)
+
     def host(a: float, b: float) -> list[Item]:
         out, at = [], a
         for w0, w1 in waits(a, b) if waits is not None else ():
-            out += [Item("host", host_us=(w0 - at) - (freed(at, w0) if freed is not None else 0.0),
-                         own_us=own.timed(at, w0) if own is not None else 0.0), Item("join")]
+            out += [python(at, w0), Item("join")]
             at = w1
-        return out + [Item("host", host_us=(b - at) - (freed(at, b) if freed is not None else 0.0),
-                           own_us=own.timed(at, b) if own is not None else 0.0)]
+        return out + [python(at, b)]
     items, cursor = [], start
     for d0, d1 in data:
         d0, d1 = max(d0, start), min(d1, end)
