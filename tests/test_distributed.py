@@ -146,6 +146,11 @@ def test_a_realistic_ddp_trainer_is_reported_at_its_marked_lines_only(job_report
             for loc in f["locations"] if Path(loc["path"]).name == path.name}
     assert marked(path, "run") <= found, f"missing: {marked(path, 'run') - found}"
     assert loud <= marked(path, "run"), f"unmarked: {loud - marked(path, 'run')}"
+    # its CUDA path projected onto an H100 node: the three needless rounds of all-reduces a step, as NCCL would run
+    # them beside the host's work, are far less than gloo's on this CPU, and rank the finding by that
+    accumulation = next(f for f in report["findings"] if f["rule"] == "DDP002")
+    assert report["projection"]["target"] == "H100 SXM"
+    assert 0 < accumulation["projected_ms_per_step"] < accumulation["cost"]["ms_per_step"] / 10
 
 
 def test_a_rank_the_machine_made_late_is_not_called_a_straggler():

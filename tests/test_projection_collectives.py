@@ -110,3 +110,31 @@ def test_hostile_collective_records_give_a_finite_time(dims, ranks):
     op = Event("op", "c10d::allreduce_", 0.0, 1.0, 1, 1, {"Input Dims": dims})
     item = collective_timer(target("H100 SXM"), calibration(), ranks, 13.0)(op)
     assert item is not None and 0 < item.gpu_us < float("inf")
+
+
+def test_accumulating_under_no_sync_keeps_one_round_of_all_reduces_per_step():
+    """DDP002's what-if: four synchronised backwards a step queued four rounds of two buckets' all-reduces; under
+    no_sync() only the last round stays, in its place, with its launches' host time. A communication-bound step
+    saves the three rounds' time."""
+    from perfaudit.projection.plans import Item, StepPlan
+    from perfaudit.projection.simulate import simulate
+    from perfaudit.projection.whatifs.no_sync import any_collective, one_sync_per_step
+
+    def micro_batch(n):
+        return [Item("launch", host_us=50, gpu_us=100, kernels=1, source=("fwd", n)),
+                Item("launch", host_us=10, gpu_us=1000, stream="comm", kernels=1, source=("bucket", n, 0)),
+                Item("launch", host_us=10, gpu_us=1000, stream="comm", kernels=1, source=("bucket", n, 1)),
+                Item("join")]
+    plans = [StepPlan(s, 10_000.0, [it for n in range(4) for it in micro_batch(n)] + [Item("host", host_us=20)])
+             for s in range(3)]
+    once = one_sync_per_step(plans, 4.0)
+    kept = [it.source for it in once[0].items if it.stream == "comm"]
+    assert kept == [("bucket", 3, 0), ("bucket", 3, 1)]
+    assert [it.source for it in once[0].items if it.stream == "compute" and it.kind == "launch"] == \
+        [("fwd", n) for n in range(4)]
+    before, after = simulate(plans).step_us, simulate(once).step_us
+    assert before == pytest.approx(8 * 1000 + 50 + 20, rel=0.05)  # the all-reduces back to back, joins between
+    assert before - after == pytest.approx(6 * 1000, rel=0.05)
+    assert one_sync_per_step(plans, 1.0) is plans
+    assert sum(it.stream == "comm" for it in one_sync_per_step(plans, 2.0)[0].items) == 4  # two of four rounds
+    assert any_collective(plans) and not any_collective([StepPlan(0, 1.0, [Item("host", host_us=5)])])

@@ -22,11 +22,13 @@ from .transfers.collectives import collective_timer, ranks_of, waits_for, with_c
 from .transfers.copies import copy_timer, made_on_device, marked, pinned_and_batched
 from .whatifs.fused_optimizer import Update, fused
 from .whatifs.no_bias import any_bias, without_bias
+from .whatifs.no_sync import any_collective, one_sync_per_step
 from .whatifs.set_to_none import without_fills
 from .work import work_of
 
 HALF = "bf16"   # what autocast's matrix math runs in, for the precision what-if
-WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer", "grads", "created", "bias", "cache", "search")
+WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer", "grads", "created", "bias", "cache", "search",
+            "no_sync")
 
 
 @dataclass
@@ -52,6 +54,7 @@ class Inputs:
     bias_spans: list[tuple[float, float]] = field(default_factory=list)  # BatchNorm, and the trace's bias ops of
                                                                          # such layers (BN001)
     searches: tuple[list[str], int] | None = None  # cuDNN's searches the emulated device marked, the steps counted
+    syncs_per_step: float = 1.0    # DDP's backwards per optimizer step that all-reduced the gradients (DDP002)
 
 
 @dataclass
@@ -286,13 +289,16 @@ class Projector:
     def has_work(self, kind: str) -> bool:
         """Whether a what-if has anything to take away in these steps (else it has no figure to give, rather than
         0): bias kernels of the layers that feed a BatchNorm (bias), an emptied cache whose release is known
-        (cache), cuDNN's benchmark searches (search); the other kinds always replay."""
+        (cache), cuDNN's benchmark searches (search), collectives of a job whose DDP all-reduced more than once a
+        step (no_sync); the other kinds always replay."""
         if kind == "bias":
             return any_bias(self.plans, self.inputs.bias_convs, self.inputs.bias_spans)
         if kind == "cache":
             return self.inputs.segments_per_empty_cache is not None
         if kind == "search":
             return any_search(self.plans)
+        if kind == "no_sync":
+            return self.inputs.syncs_per_step > 1.0 and any_collective(self.plans)
         return True
 
     def savings(self) -> dict[str, float]:
@@ -306,8 +312,9 @@ class Projector:
         math in half precision (precision), `host_saved_us` of the host's own time per step gone (host),
         each optimizer update the fused kernel (optimizer), gradients set to None, not zero-filled (grads),
         the tensors a step makes on the host and copies made on the device (created), no bias kernels for the
-        layers that feed a BatchNorm (bias), no empty_cache() giving cached segments back (cache), or no cuDNN
-        benchmark searches (search)."""
+        layers that feed a BatchNorm (bias), no empty_cache() giving cached segments back (cache), no cuDNN
+        benchmark searches (search), or gradient accumulation under no_sync(): one round of DDP's all-reduces
+        a step (no_sync)."""
         return scaled(self._replayed(kind, host_saved_us), self.scale)
 
     def _replayed(self, kind: str, host_saved_us: float = 0.0) -> Projection:
@@ -336,6 +343,8 @@ class Projector:
             return simulate(without_emptied_cache(self.plans), pipeline)
         if kind == "search":
             return simulate(without_searches(self.plans), pipeline)
+        if kind == "no_sync":
+            return simulate(one_sync_per_step(self.plans, self.inputs.syncs_per_step), pipeline)
         if kind == "bias":
             return simulate(without_bias(self.plans, self.inputs.bias_convs, self.inputs.bias_spans), pipeline)
         if kind == "optimizer":

@@ -82,6 +82,7 @@ def inputs_of(ctx: Context) -> Inputs:
     inputs.bias_convs, inputs.bias_spans = bias_fix(ctx)
     inputs.segments_per_empty_cache = segments_per_empty_cache(ctx)
     inputs.searches = search_marks(ctx) if not trace.has_gpu else None
+    inputs.syncs_per_step = _syncs_per_step(ctx)
     if not trace.has_gpu and emulated(ctx):
         inputs.marked_syncs = True   # the emulated device marked its reads of device values (SYNC_RANGE)
         # the probe's shape is checked when the trace is read (probe_schema.py): rows of dicts, or no probe
@@ -102,6 +103,15 @@ def inputs_of(ctx: Context) -> Inputs:
                 sites = []
             inputs.blocking = any(s.extra.get("blocking", True) for s in sites) if sites else not inputs.pinned
     return inputs
+
+
+def _syncs_per_step(ctx: Context) -> float:
+    """The most all-reducing backwards any DDP model ran per optimizer step (1.0: one, or no DDP)."""
+    try:
+        sites = ctx.get("ddp.sync_per_step")
+    except Missing:
+        return 1.0
+    return max((float(s.extra.get("syncs_per_step") or 1.0) for s in sites), default=1.0)
 
 
 def projector(ctx: Context) -> Projector:
