@@ -18,7 +18,7 @@ import traceback
 from typing import Any
 
 from .collect.internal import record_internal_error
-from .collect.userframes import first_line, raised, traceback_text
+from .collect.userframes import first_line, raised, traceback_text, user_frame_of
 from .collect.window.session import Interrupted, Session, Spawned, WindowDone
 from .outcome import Outcome
 
@@ -83,7 +83,7 @@ def _describe_exception(exc: BaseException) -> dict:
     if _raised_by_perfaudit(exc.__traceback__):
         record_internal_error("the audited process", exc)
         return {"outcome": Outcome.INTERNAL_ERROR, "exception": type(exc).__name__,
-                "message": first_line(exc),
+                "message": first_line(exc), "site": user_frame_of(exc.__traceback__),  # the script's call into it
                 "traceback": traceback_text(exc)}
     return raised(exc)
 

@@ -80,8 +80,10 @@ def describe(outcome: dict | None) -> str | None:
     if kind == Outcome.SPAWNED:
         return f"the script started its training in other processes ({outcome.get('api')})"
     if kind == Outcome.INTERNAL_ERROR:
+        site = outcome.get("site")  # the script's line that called into it
+        where = f" at {shown(str(site['path']))}:{site.get('line')}" if isinstance(site, dict) and site.get("path") else ""
         return (f"perfaudit's own code failed inside the audited process ({outcome.get('exception')}: "
-                f"{outcome.get('message')}){seen}; this is a bug in perfaudit, not in the script")
+                f"{outcome.get('message')}{where}){seen}; this is a bug in perfaudit, not in the script")
     if kind == Outcome.CRASHED:
         why = outcome.get("signal") or f"exit code {outcome.get('exit_code')}"
         return f"the script crashed ({why}) before perfaudit could save its trace"

@@ -84,16 +84,17 @@ def test_device_cpu_runs_the_cuda_path_script_as_it_runs_here(tmp_path, realisti
 
 
 def test_a_cuda_call_the_emulation_cannot_serve_reruns_the_script_plainly(tmp_path):
-    """A memory pool (torch.cuda.MemPool) is not served: the emulated run fails before its window, the script runs
-    again on its CPU path, and the report says which call the emulation could not serve (a CPU build's stub says
-    "Tried to instantiate dummy base class": no error of the script's, which a GPU would not raise)."""
+    """A raw block from the caching allocator (torch.cuda.caching_allocator_alloc: a device pointer for a custom
+    kernel) is not served: the emulated run fails before its window, the script runs again on its CPU path, and the
+    report names the call the emulation could not serve and its line (no error of the script's, which a GPU would
+    not raise)."""
     script = tmp_path / "pools.py"
     script.write_text(
         "import torch\n"
         "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
         "model = torch.nn.Linear(16, 4).to(device)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "pool = torch.cuda.MemPool() if device == 'cuda' else None\n"
+        "block = torch.cuda.caching_allocator_alloc(1 << 20) if device == 'cuda' else None\n"
         "for step in range(10_000):\n"
         "    loss = model(torch.randn(8, 16, device=device)).pow(2).mean()\n"
         "    loss.backward()\n"
@@ -102,8 +103,44 @@ def test_a_cuda_call_the_emulation_cannot_serve_reruns_the_script_plainly(tmp_pa
     report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
     assert report["run"]["outcome"]["outcome"] == "window_complete" and report["run"]["device"] == "cpu"
     note = next(n for n in report["notes"] if "could not serve" in n)
-    assert "Tried to instantiate dummy base class MemPool" in note and "pools.py:5" in note, note
+    assert "torch.cuda.caching_allocator_alloc (a raw device pointer) is not served" in note, note
+    assert "pools.py:5" in note, note
     assert "could not serve" in console
+
+
+def test_a_memory_pool_on_the_cuda_path_is_served(tmp_path):
+    """A trainer that keeps its step's buffers in a pool of their own (torch.cuda.MemPool, use_mem_pool): a CPU
+    build stubs the pool out, and the run fell back to the CPU branch, its CUDA path unseen. The pool is served as a
+    GPU's (an id, a use count while in use) and the CUDA path is audited: its host copy is found at its line."""
+    script = tmp_path / "pooled.py"
+    script.write_text(
+        "import torch\n"
+        "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).to(device)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "pool = torch.cuda.MemPool() if device.type == 'cuda' else None\n"
+        "assert pool is None or (pool.use_count() == 1 and len(pool.id) == 2)\n"
+        "\n"
+        "\n"
+        "def step(x):\n"
+        "    if pool is None:\n"
+        "        return model(x).pow(2).mean()\n"
+        "    with torch.cuda.use_mem_pool(pool):\n"
+        "        assert pool.use_count() == 2\n"
+        "        return model(x).pow(2).mean()\n"
+        "\n"
+        "\n"
+        "for it in range(10_000):\n"
+        "    x = torch.randn(16, 32).to(device)\n"
+        "    loss = step(x)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    optimizer.zero_grad()\n")
+    report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "3")
+    assert report["run"]["outcome"]["outcome"] == "window_complete", report["run"]["outcome"]
+    assert report["run"]["device"] == "cpu, CUDA path emulated", report["run"]["device"]
+    assert not any("could not serve" in n for n in report["notes"]), report["notes"]
+    assert ("COPY002", 18) in {(f["rule"], loc["line"]) for f in report["findings"] for loc in f["locations"]}
 
 
 def test_auto_emulates_only_a_script_with_a_cuda_path(tmp_path):
@@ -414,13 +451,13 @@ def test_a_cuda_only_script_under_device_cpu_is_told_how_its_cuda_path_runs(tmp_
     assert "(at train.py:2)" in note and "--device emulate-cuda" in note and "needs a CUDA device" in console
 
 def test_a_cuda_call_that_fails_on_both_paths_before_the_window_is_said_so(tmp_path):
-    """A CUDA call the emulated device does not serve, which the CPU path cannot make either (a memory pool,
-    made before training): both runs fail at that line before any step, and the note says so, not "after its
-    window"."""
+    """A CUDA call that fails on the CPU path as on the emulated device (a custom allocator whose library is not
+    there, loaded before training): both runs fail at that line before any step, and the note says so, not "after
+    its window"."""
     script = tmp_path / "train.py"
     script.write_text(
         "import torch\n"
-        "pool = torch.cuda.MemPool()\n"
+        "alloc = torch.cuda.memory.CUDAPluggableAllocator('./alloc.so', 'my_malloc', 'my_free')\n"
         "model = torch.nn.Linear(4, 2).cuda()\n")
     report, _, _ = _run(tmp_path, script)
     assert report["run"]["outcome"]["outcome"] == "raised"

@@ -589,3 +589,14 @@ def test_empty_cache_is_counted_over_the_measured_steps_only(sample_report, run_
     assert out.exists(), proc.stderr
     [finding] = [f for f in json.loads(out.read_text())["findings"] if f["rule"] == "MEM001"]
     assert "called 1.0 time(s) per step" in finding["message"], finding["message"]
+
+
+def test_perfaudit_failing_inside_the_script_says_which_line_of_the_script_called_it():
+    """perfaudit's own code raising inside the audited process is its bug, and the report names the script's line
+    whose call reached it (a patched torch function, a probe), so the user can say what to avoid and we can fix it."""
+    from perfaudit.outcome import describe
+    text = describe({"outcome": "internal_error", "exception": "RuntimeError", "message": "boom",
+                     "site": {"path": "/home/u/proj/train.py", "line": 7, "func": "<module>"}})
+    assert "(RuntimeError: boom at " in text and "train.py:7)" in text and "a bug in perfaudit" in text
+    assert "boom)" in describe({"outcome": "internal_error", "exception": "RuntimeError", "message": "boom",
+                                "site": "corrupt"})

@@ -20,6 +20,7 @@ from . import cuda_shim
 from .checkpointing import checkpoint_compares_without_the_device, recompute_under_the_mode
 from .grouping import group_on_the_emulated_device
 from .memory.device_memory import DeviceMemory
+from .memory.pools import serve_mem_pools
 from .opaque.compiled import compiled_code_without_the_mode, on_top
 from .opaque.graphs import serve_graphs
 from .opaque.scripted import scripted_code_follows
@@ -42,6 +43,7 @@ def install(probes, steps_ended, gpu: dict | None = None) -> Placement:
     mode.step_clock = steps_ended
     cuda_shim.install(mode, gpu)
     serve_graphs()
+    serve_mem_pools()
     _pinning(mode)
     follow_autocast(mode)
     compiled_code_without_the_mode(mode)
