@@ -135,6 +135,8 @@ class SourceIndex:
             lines = self.executed.setdefault(self.unalias(entry["path"]), {})
             lines[entry["line"]] = lines.get(entry["line"], 0) + int(entry.get("count") or 1)
         self._module_names: dict[tuple[str, str], frozenset[str]] = {}  # a whole file's walk, asked per op
+        self._assignments: dict[tuple[str, int, str], dict[str, list[str]]] = {}  # a function's, asked per move
+        self._calls: dict[tuple, list[CallSite] | None] = {}  # a function's calls of some names, asked per op
 
     def _ran(self, path: str, sites: list[CallSite]) -> list[CallSite]:
         """The sites whose lines ran in the traced step; all of them when that is not known (a foreign
@@ -298,6 +300,14 @@ class SourceIndex:
               bare: frozenset[str] = frozenset()) -> list[CallSite] | None:
         """Calls named in `names` inside the function (those in `bare` only as `name(...)`, not as a method);
         None when the source is not available."""
+        key = (path, def_line, func, frozenset(names), bare)
+        if key not in self._calls:
+            self._calls[key] = self._find_calls(path, def_line, func, names, bare)
+        found = self._calls[key]
+        return None if found is None else list(found)
+
+    def _find_calls(self, path: str, def_line: int, func: str, names: set[str],
+                    bare: frozenset[str]) -> list[CallSite] | None:
         lines, body = self._body(path, def_line, func)
         if body is None:
             return None
@@ -317,15 +327,19 @@ class SourceIndex:
         return sorted(set(self._ran(path, looped or sites)), key=lambda s: s.line)
 
     def assignments(self, path: str, def_line: int, func: str) -> dict[str, list[str]]:
-        """name -> the expressions assigned to it in the function (to follow `x = …; x.to(d)`)."""
-        _, body = self._body(path, def_line, func)
-        out: dict[str, list[str]] = {}
-        for node, _ in _walk_own(body or []):
-            if isinstance(node, ast.Assign):
-                for target in node.targets:
-                    if isinstance(target, ast.Name):
-                        out.setdefault(target.id, []).append(ast.unparse(node.value)[:200])
-        return out
+        """name -> the expressions assigned to it in the function (to follow `x = …; x.to(d)`): made once per
+        function (asked for each move of each step)."""
+        key = (path, def_line, func)
+        if key not in self._assignments:
+            _, body = self._body(path, def_line, func)
+            out: dict[str, list[str]] = {}
+            for node, _ in _walk_own(body or []):
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            out.setdefault(target.id, []).append(ast.unparse(node.value)[:200])
+            self._assignments[key] = out
+        return {name: list(values) for name, values in self._assignments[key].items()}
 
     def branches(self, path: str, def_line: int, func: str) -> list[CallSite]:
         """`if`/`while`/`assert`/ternary tests that compare or call: candidates for bool(tensor)."""
