@@ -31,6 +31,16 @@ def run_trace_json(path) -> dict:
         return json.load(io.BufferedReader(_Repair(f)))
 
 
+def pytest_configure(config) -> None:
+    """Before any test (in the controller only): perfaudit's modules compiled to bytecode. Hundreds of tests
+    start `perfaudit run`, two processes each that import perfaudit, and a machine that keeps Python from
+    writing bytecode (PYTHONDONTWRITEBYTECODE, as CI's does) compiled its 250 modules again in every one:
+    0.5 s a process."""
+    if not hasattr(config, "workerinput"):
+        import compileall
+        compileall.compile_dir(str(ROOT / "perfaudit"), quiet=1)
+
+
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: one worker more than the CPUs. Most tests wait on a `perfaudit run` child, which is
     not all CPU (start-up I/O, the profiler's export, timeouts): a spare worker keeps the cores busy."""
