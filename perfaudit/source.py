@@ -301,13 +301,10 @@ class SourceIndex:
         """Calls named in `names` inside the function (those in `bare` only as `name(...)`, not as a method);
         None when the source is not available."""
         key = (path, def_line, func, frozenset(names), bare)
-        if key not in self._calls:
-            self._calls[key] = self._find_calls(path, def_line, func, names, bare)
-        found = self._calls[key]
+        found = self._calls[key] if key in self._calls else self._calls.setdefault(key, self._find_calls(*key))
         return None if found is None else list(found)
 
-    def _find_calls(self, path: str, def_line: int, func: str, names: set[str],
-                    bare: frozenset[str]) -> list[CallSite] | None:
+    def _find_calls(self, path: str, def_line: int, func: str, names: frozenset[str], bare: frozenset[str]):
         lines, body = self._body(path, def_line, func)
         if body is None:
             return None
