@@ -335,11 +335,10 @@ def test_loading_a_rounding_error_on_the_cpu_is_the_first_fix_on_the_gpu(realist
     assert report["findings"][0]["rule"] == "DATA001"
     # the share DATA001 measured: the fetch in the steps timed after the window without the profiler
     plain = json.loads((Path(realistic_reports["augmented_images.py"]["run_dir"]) / "result.json").read_text())
-    if "plain_steps" not in plain:  # none after a window of steps over 2 s (plain.PLAIN_MAX_STEP_S): this
-        run_dir = Path(realistic_reports["augmented_images.py"]["run_dir"])  # script's on an AVX2 CPU beside
-        marks = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]  # busy loops
-        ends = [m["t"] for m in marks if m.get("phase") == "step"]
-        assert statistics.median(b - a for a, b in zip(ends, ends[1:])) > 2.0, ends
+    if "plain_steps" not in plain:  # none after a window whose typical step (the median of its measured steps'
+        # walls, as the run judged it) was over 2 s (plain.PLAIN_MAX_STEP_S): this script's on an AVX2 CPU beside busy
+        # loops, or beside the rest of the suite on a 2-core runner
+        assert plain["window"]["typical_step_s"] > 2.0, plain["window"]
         return
     timed = [s for s in plain["plain_steps"] if not s.get("settling")]
     quiet = [s for s in timed if not s["disturbed"]] or timed

@@ -229,6 +229,6 @@ class StepMarks:
     def summary(self) -> dict:
         return {"excluded_steps": {str(i): why for i, why in self.excluded.items()},
                 "busy_steps_measured": self.readmitted, "self_contended_steps": self.self_contended,
-                "extra_steps": self.extra_steps + self.busy_extra,
+                "extra_steps": self.extra_steps + self.busy_extra, "typical_step_s": round(self.typical_wall_s(), 4),
                 "step_cpu_s": [round(c, 4) for c in self._cpu], "step_waited_ms": self.waited_ms,
                 "step_fetch_waited_ms": self.fetch_waited_ms, "step_thread_waited_ms": self.thread_waited_ms}
