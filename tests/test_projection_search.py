@@ -118,7 +118,10 @@ def test_a_cpu_run_projects_the_searches_a_gpu_makes(sample_report):
     assert abs(projection["step_ms"] / reference - 1) <= 0.25, (projection["step_ms"], reference, counted)
     finding = next(f for f in report["findings"] if f["rule"] == "CUDNN002")
     assert finding["severity"] == "warning"
-    assert finding["projected_ms_per_step"] >= 0.6 * projection["step_ms"]
+    # its saving: the searches' share of the step, as the H100's steps mixed alike hold it (a busy machine records
+    # more steps, over which the one search is spread: the share falls with the count, on both sides)
+    assert finding["projected_ms_per_step"] >= 0.75 * (searched - usual) * len(names) / counted, (finding, counted)
+    assert finding["projected_ms_per_step"] >= 0.4 * projection["step_ms"]
     assert [loc["line"] for loc in finding["locations"]] == [5]
     assert any("benchmark cache" in note and "1 convolution call(s)" in note for note in finding["notes"])
     modelled = [[i.host_us for i in p.items if i.kind == "modelled"] for p in projector.plans]
