@@ -61,7 +61,7 @@ def test_a_helper_that_builds_every_stage_has_each_of_its_layers_counted(realist
     of them as wide as another: BN001 counts the five layers each line built, as they ran in a step (equal
     layers were once counted as one: 3, shown as "0.6/step" over five steps)."""
     bn = next(f for f in realistic_reports["unet_segmentation.py"]["run"]["findings"] if f["rule"] == "BN001")
-    assert [(loc["line"], loc["count_per_step"]) for loc in bn["locations"]] == [(50, 5.0), (53, 5.0)], bn
+    assert sorted((loc["line"], loc["count_per_step"]) for loc in bn["locations"]) == [(50, 5.0), (53, 5.0)], bn
 
 
 def test_a_critic_stepping_five_times_a_generator_step_is_said_to(realistic_reports):
@@ -138,7 +138,8 @@ def test_an_if_on_a_device_tensor_is_placed_at_its_own_line_beside_a_logged_item
     postfix = next(n for n, text in enumerate(lines, 1) if "set_postfix" in text)
     sync = next(f for f in realistic_reports[path.name]["run"]["findings"] if f["rule"] == "SYNC001")
     counts = [(loc["line"], loc["count_per_step"]) for loc in sync["locations"]]
-    assert counts == [(guard, 1.0), (postfix, 2.0)], counts   # one location a line, counts added up
+    # one location a line, counts added up; the report orders them by measured cost, which load can flip
+    assert sorted(counts) == [(guard, 1.0), (postfix, 2.0)], counts
 
 
 def test_reads_of_one_statement_over_two_lines_are_counted_at_the_line_that_holds_them(realistic_reports):
@@ -148,7 +149,7 @@ def test_reads_of_one_statement_over_two_lines_are_counted_at_the_line_that_hold
     path = REALISTIC / "accum_sdpa_decoder.py"
     first = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "norm.item()" in text)
     sync = next(f for f in realistic_reports[path.name]["run"]["findings"] if f["rule"] == "SYNC001")
-    assert [(loc["line"], loc["count_per_step"]) for loc in sync["locations"]] == [(first, 2.0), (first + 1, 1.0)], \
+    assert sorted((loc["line"], loc["count_per_step"]) for loc in sync["locations"]) == [(first, 2.0), (first + 1, 1.0)], \
         sync["locations"]
 
 
