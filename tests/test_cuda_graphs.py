@@ -40,3 +40,18 @@ def test_replays_are_the_steps_and_a_replay_is_one_launch_in_the_projection(real
     assert e["bottleneck"] == "host" and e["idle_ms"]["host"] > 0.3, e
     assert g["idle_ms"]["host"] < e["idle_ms"]["host"] / 5 and g["step_ms"] < e["step_ms"], (g, e)
     assert g["bottleneck"] != "host", g
+
+
+def test_an_update_captured_in_the_graph_is_judged_from_its_replays(realistic_reports):
+    """The trainer's Adam (capturable, built without fused=) steps only inside the graph's replays: no
+    Optimizer.step range of its own after the capture. The capture keeps the range around the update, each
+    replay opens it again, and OPT001 reads the foreach update a GPU runs there, at the line that built it, with
+    its projected saving (it was skipped: "no Optimizer.step ranges in the measured steps")."""
+    path = ROOT / "tests" / "realistic" / "cuda_graph_trainer.py"
+    built = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "torch.optim.Adam(" in text)
+    report = realistic_reports[path.name]["run"]
+    [opt] = [f for f in report["findings"] if f["rule"] == "OPT001"]
+    assert [loc["line"] for loc in opt["locations"]] == [built], opt["locations"]
+    assert opt["severity"] == "info" and "foreach on the CUDA path, fused available" in opt["message"], opt
+    # projected: what the fused kernel saves on the target, none where its step waits for the DataLoader
+    assert opt["cost"]["ms_per_step"] > 0 and opt["projected_ms_per_step"] is not None, opt

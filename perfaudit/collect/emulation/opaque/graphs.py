@@ -4,11 +4,13 @@ TorchDispatchMode: the forward, autograd's backward, the optimizer's update), an
 GPU's capture does not; a replay runs them again on the tensors they were captured with and writes each result
 into the tensor the capture made, as a GPU's replay writes into the graph's memory, so the script's static
 inputs and outputs work as they do there. A replay is one range in the trace (probe_schema.GRAPH_RANGE): the
-projection gives its kernels one launch. What a GPU's capture refuses (the host waiting for the device: an
-`.item()`, a synchronize) raises as it does there."""
+projection gives its kernels one launch; the ranges the capture saw (the optimizer's step) are opened in it
+again. What a GPU's capture refuses (the host waiting for the device: an `.item()`, a synchronize) raises as it
+does there."""
 from __future__ import annotations
 
 import itertools
+from contextlib import ExitStack
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -22,6 +24,8 @@ from ..marks import span
 # torch's words (cudaErrorStreamCaptureUnsupported) when a capture does what capture forbids
 NOT_PERMITTED = "CUDA error: operation not permitted when stream is capturing"
 _pools = itertools.count(1)
+_RANGE_ENTER = torch.ops.profiler._record_function_enter_new.default
+_RANGE_EXIT = torch.ops.profiler._record_function_exit._RecordFunction
 
 
 class _Capture(TorchDispatchMode):
@@ -34,8 +38,14 @@ class _Capture(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func.namespace != "profiler":  # the trace's ranges: not the graph's work
+        if func.namespace != "profiler":
             self.ops.append((func, args, kwargs, [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]))
+        # a range (Optimizer.step#Adam.step, the script's record_function): its start (name) and end, opened
+        # again around the same ops at each replay, so the trace tells the captured update apart
+        elif func is _RANGE_ENTER and args and isinstance(args[0], str):
+            self.ops.append((None, args[0], None, None))
+        elif func is _RANGE_EXIT:
+            self.ops.append((None, None, None, None))
         return out
 
 
@@ -81,8 +91,16 @@ class CUDAGraph:
     def replay(self) -> None:
         if self._ops is None:
             raise RuntimeError("Called CUDAGraph::replay without a preceding successful capture.")
-        with span(GRAPH_RANGE), torch.no_grad(), torch._C.DisableTorchFunction():
+        with span(GRAPH_RANGE), torch.no_grad(), torch._C.DisableTorchFunction(), ExitStack() as ranges:
+            opened = []
             for func, args, kwargs, outs in self._ops:
+                if func is None:  # a captured range's start (its name) or end
+                    if args is not None:
+                        opened.append(ranges.enter_context(ExitStack()))
+                        opened[-1].enter_context(span(args))
+                    elif opened:
+                        opened.pop().close()
+                    continue
                 made = func(*args, **kwargs)
                 if outs:
                     for captured, now in zip(outs, tree_leaves(made)):
