@@ -343,16 +343,18 @@ def from_kernels(launched: Launched, scale: Callable[[Event], float], copy_scale
         out, waited = [], 0.0
         by_call = _ratios(launched, op_ratio, root)
         for call in launched.inside(root.op):
-            waits = any(w in call.name for w in WAIT_RUNTIME)
+            made = launched.by_corr.get(call.args.get("correlation"), ())
+            # a copy within the device never holds the host ("no host-side synchronization", CUDA's memcpy docs)
+            waits = any(w in call.name for w in WAIT_RUNTIME) and not (made and all(_on_device(ev) for ev in made))
             ratio = by_call.get(id(call))
-            for ev in launched.by_corr.get(call.args.get("correlation"), ()):
+            for ev in made:
                 if ev.kind == "kernel":
                     stream = "comm" if nccl_kernel(ev.name) else "compute"
                     out.append(Item("launch", gpu_us=ev.dur * (ratio if ratio is not None else scale(ev)),
                                     stream=stream, source=(ev, call, root)))
                 else:  # memcpy / memset
                     out.append(Item("copy", gpu_us=ev.dur * copy_scale, stream="copy", blocking=waits,
-                                    pageable="Pageable" in ev.name))
+                                    pageable="Pageable" in ev.name, source=(ev, call, root)))
             if waits:
                 waited += call.dur
                 if "Synchronize" in call.name:
@@ -366,6 +368,11 @@ def from_kernels(launched: Launched, scale: Callable[[Event], float], copy_scale
             out.insert(0, Item("host", host_us=host))
         return out
     return expand
+
+
+def _on_device(ev: Event) -> bool:
+    """A device-to-device memcpy (CUDA's "Memcpy DtoD", ROCm's "CopyDeviceToDevice")."""
+    return ev.kind != "kernel" and ("DtoD" in ev.name or "DeviceToDevice" in ev.name)
 
 
 def kernels_retimed(launched: Launched, scale: Callable[[Event], float],
