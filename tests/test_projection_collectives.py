@@ -138,3 +138,33 @@ def test_accumulating_under_no_sync_keeps_one_round_of_all_reduces_per_step():
     assert one_sync_per_step(plans, 1.0) is plans
     assert sum(it.stream == "comm" for it in one_sync_per_step(plans, 2.0)[0].items) == 4  # two of four rounds
     assert any_collective(plans) and not any_collective([StepPlan(0, 1.0, [Item("host", host_us=5)])])
+
+
+def test_ddp_copying_its_buckets_back_is_saved_by_views_on_real_ddp_traces():
+    """DDP003's what-if on HTA's DDP traces (tests/data/gpu_traces/hta, MIT): each step the reducer copies the
+    all-reduced buckets back into 161 gradients (`copy_bucket_to_grad`, a DtoD memcpy each), which
+    gradient_as_bucket_view=True has no need of. A DtoD copy does not hold the host (CUDA's memcpy docs: no
+    host-side synchronisation), so on the GPU-bound V100 step the saving is the copies' device time; on the
+    host-bound A100 step, the host's time in those ranges."""
+    from conftest import ROOT
+    from perfaudit.facts import Context
+    from perfaudit.facts.distributed.ddp import bucket_copy_spans
+    from perfaudit.facts.gpu.projection import projector
+    from perfaudit.projection.plans import item_op
+    from perfaudit.trace.parser import load_trace
+    saved = {}
+    for name in ("ns_resolution_v100_rank0", "nccl_data_a100_rank0"):
+        ctx = Context(load_trace(str(ROOT / "tests" / "data" / "gpu_traces" / "hta" / f"{name}.json.gz")), None, ())
+        spans, n = bucket_copy_spans(ctx), len(ctx.steps)
+        assert len(spans) == 161 * n, (name, len(spans), n)
+        p = projector(ctx)
+        copies = [it for plan in p.plans for it in plan.items if it.kind == "copy" and item_op(it) is not None
+                  and any(s <= it.source[1].ts < e for s, e in spans)]
+        assert len(copies) == 161 * len(p.plans) and not any(it.blocking for it in copies), name
+        device_ms = sum(it.gpu_us for it in copies) / len(p.plans) / 1e3
+        host_ms = sum(e - s for s, e in spans) / n / 1e3
+        saved[name] = (p.run().projection.step_us - p.what_if("bucket_view").step_us) / 1e3, device_ms, host_ms
+    saving, device_ms, _ = saved["ns_resolution_v100_rank0"]
+    assert 0.9 * device_ms < saving < 1.3 * device_ms, saved
+    saving, device_ms, host_ms = saved["nccl_data_a100_rank0"]
+    assert 0.5 * host_ms < saving <= host_ms + device_ms, saved

@@ -251,6 +251,10 @@ def test_a_spawn_of_one_process_runs_its_function_here_and_is_measured(tmp_path)
     assert any("torch.multiprocessing.spawn at ddp_spawn_tutorial.py:41 starts one process" in n for n in report["notes"])
     at = {(f["rule"], loc["line"]) for f in report["findings"] for loc in f["locations"]}
     assert {("DDP003", 23), ("COPY001", 30)} <= at, at
+    # DDP003's cost: the reducer's copies of the buckets back into the four gradients, timed, and projected
+    ddp = next(f for f in report["findings"] if f["rule"] == "DDP003")
+    assert "4 copies back a step" in ddp["message"] and ddp["cost"]["ms_per_step"] > 0, ddp
+    assert ddp["projected_ms_per_step"] is not None, ddp
     plain = perfaudit("run", str(script), "--device", "cpu", "--out-dir", str(tmp_path / "b"), "--timeout", "240")
     assert "torch.multiprocessing.spawn" in plain.stdout and not _alive(str(script))
 

@@ -81,7 +81,7 @@ RULE_SCHEMA = {
                 # how the fix's saving is projected onto a GPU (--target): the steps replayed with the fix
                 # applied (engine/projected.py)
                 "projects": {"enum": ["data", "sync", "copies", "precision", "host", "optimizer", "grads", "created",
-                                      "bias", "cache", "search", "no_sync"]},
+                                      "bias", "cache", "search", "no_sync", "bucket_view"]},
             },
         },
         "fix": {"type": "string", "minLength": 1},

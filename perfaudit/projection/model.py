@@ -23,12 +23,12 @@ from .transfers.copies import copy_timer, made_on_device, marked, pinned_and_bat
 from .whatifs.fused_optimizer import Update, fused
 from .whatifs.no_bias import any_bias, without_bias
 from .whatifs.no_sync import any_collective, one_sync_per_step
-from .whatifs.set_to_none import without_fills
+from .whatifs.set_to_none import without_work_in
 from .work import work_of
 
 HALF = "bf16"   # what autocast's matrix math runs in, for the precision what-if
 WHAT_IFS = ("data", "sync", "copies", "precision", "host", "optimizer", "grads", "created", "bias", "cache", "search",
-            "no_sync")
+            "no_sync", "bucket_view")
 
 
 @dataclass
@@ -55,6 +55,8 @@ class Inputs:
                                                                          # such layers (BN001)
     searches: tuple[list[str], int] | None = None  # cuDNN's searches the emulated device marked, the steps counted
     syncs_per_step: float = 1.0    # DDP's backwards per optimizer step that all-reduced the gradients (DDP002)
+    bucket_copies: list[tuple[float, float]] = field(default_factory=list)  # DDP's copies of its buckets back
+                                                                            # into the gradients (DDP003)
 
 
 @dataclass
@@ -290,7 +292,8 @@ class Projector:
         """Whether a what-if has anything to take away in these steps (else it has no figure to give, rather than
         0): bias kernels of the layers that feed a BatchNorm (bias), an emptied cache whose release is known
         (cache), cuDNN's benchmark searches (search), collectives of a job whose DDP all-reduced more than once a
-        step (no_sync); the other kinds always replay."""
+        step (no_sync), DDP's copies of its buckets back into the gradients (bucket_view); the other kinds always
+        replay."""
         if kind == "bias":
             return any_bias(self.plans, self.inputs.bias_convs, self.inputs.bias_spans)
         if kind == "cache":
@@ -299,6 +302,8 @@ class Projector:
             return any_search(self.plans)
         if kind == "no_sync":
             return self.inputs.syncs_per_step > 1.0 and any_collective(self.plans)
+        if kind == "bucket_view":
+            return bool(self.inputs.bucket_copies)
         return True
 
     def savings(self) -> dict[str, float]:
@@ -313,8 +318,9 @@ class Projector:
         each optimizer update the fused kernel (optimizer), gradients set to None, not zero-filled (grads),
         the tensors a step makes on the host and copies made on the device (created), no bias kernels for the
         layers that feed a BatchNorm (bias), no empty_cache() giving cached segments back (cache), no cuDNN
-        benchmark searches (search), or gradient accumulation under no_sync(): one round of DDP's all-reduces
-        a step (no_sync)."""
+        benchmark searches (search), gradient accumulation under no_sync(): one round of DDP's all-reduces
+        a step (no_sync), or DDP's gradients as views into its buckets: no copy back after the all-reduces
+        (bucket_view)."""
         return scaled(self._replayed(kind, host_saved_us), self.scale)
 
     def _replayed(self, kind: str, host_saved_us: float = 0.0) -> Projection:
@@ -338,7 +344,9 @@ class Projector:
             totals = [sum(i.host_us for i in p.items if i.kind == "host") or 1.0 for p in self.plans]
             return simulate(self.plans, pipeline, host_scale=[max(1 - host_saved_us / t, 0.0) for t in totals])
         if kind == "grads":
-            return simulate(without_fills(self.plans, self.inputs.grad_fills), pipeline)
+            return simulate(without_work_in(self.plans, self.inputs.grad_fills), pipeline)
+        if kind == "bucket_view":  # the copies' kernels and their dispatch, as a fill's
+            return simulate(without_work_in(self.plans, self.inputs.bucket_copies), pipeline)
         if kind == "cache":
             return simulate(without_emptied_cache(self.plans), pipeline)
         if kind == "search":

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...projection import devices
 from ...projection.model import Inputs, Projector
 from ..data import plain_timing
+from ..distributed.ddp import bucket_copy_spans
 from ..emulated import emulated
 from ..model import bias_fix
 from ..probed import segments_per_empty_cache
@@ -83,6 +84,7 @@ def inputs_of(ctx: Context) -> Inputs:
     inputs.segments_per_empty_cache = segments_per_empty_cache(ctx)
     inputs.searches = search_marks(ctx) if not trace.has_gpu else None
     inputs.syncs_per_step = _syncs_per_step(ctx)
+    inputs.bucket_copies = bucket_copy_spans(ctx)
     if not trace.has_gpu and emulated(ctx):
         inputs.marked_syncs = True   # the emulated device marked its reads of device values (SYNC_RANGE)
         # the probe's shape is checked when the trace is read (probe_schema.py): rows of dicts, or no probe

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..plans import StepPlan, item_op
 from ..work import BIAS, conv_key
-from .set_to_none import without_fills
+from .set_to_none import without_work_in
 
 
 def without_bias(plans: list[StepPlan], convs: set[tuple], spans: list[tuple[float, float]]) -> list[StepPlan]:
@@ -17,7 +17,7 @@ def without_bias(plans: list[StepPlan], convs: set[tuple], spans: list[tuple[flo
     for p in plans:
         items = [item for item in p.items if not _modelled_bias(item, convs)]
         out.append(StepPlan(p.number, p.measured_us, items))
-    return without_fills(out, spans) if spans else out
+    return without_work_in(out, spans) if spans else out
 
 
 def any_bias(plans: list[StepPlan], convs: set[tuple], spans: list[tuple[float, float]]) -> bool:

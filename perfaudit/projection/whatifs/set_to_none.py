@@ -9,17 +9,19 @@ from bisect import bisect_right
 from ..plans import Item, StepPlan, item_op
 
 
-def without_fills(plans: list[StepPlan], spans: list[tuple[float, float]]) -> list[StepPlan]:
-    """The plans without the kernels launched inside `spans` (µs, of the trace: the fill ops and the
-    accumulations' `add_`, facts/training/grads.py fill_spans), nor the host time those ops took to dispatch and
-    launch; what else the launching op did on the host (an AccumulateGrad node's own work) stays."""
+def without_work_in(plans: list[StepPlan], spans: list[tuple[float, float]]) -> list[StepPlan]:
+    """The plans without the kernels and device copies launched inside `spans` (µs, of the trace: the fill ops
+    and the accumulations' `add_`, facts/training/grads.py fill_spans; DDP's copies of its buckets back into the
+    gradients, facts/distributed/ddp.py), nor the host time those ops took to dispatch and launch; what else the
+    launching op did on the host (an AccumulateGrad node's own work) stays."""
     spans = sorted(spans)
     starts = [s for s, _ in spans]
     out = []
     for p in plans:
         items = []
         for item in p.items:
-            ts = _launched_at(item) if item.kind == "launch" else None
+            # a kernel, or a GPU trace's memcpy/memset (a DtoD copy: DDP's copy of a bucket back into a gradient)
+            ts = _launched_at(item) if item.kind == "launch" or isinstance(item.source, tuple) else None
             at = bisect_right(starts, ts) - 1 if ts is not None else -1
             if at < 0 or ts >= spans[at][1]:  # type: ignore[operator]
                 items.append(item)
