@@ -57,7 +57,7 @@ def audit(script: str, args: list[str], options: RunOptions, rules: list[Rule] |
         options.record_shapes = True  # a CPU run projected onto a GPU: each op's kernels from its shapes
     result = with_cpu_branch(run_script(script, args, options, on_progress), script, args, options, on_progress)
     if options.launch:
-        return _audit_job(script, result, rules, gate_options, command)
+        return _audit_job(script, result, rules, gate_options, command, options.target)
     return report_for_run(result, script, options, rules, gate_options, command, write)
 
 
@@ -302,7 +302,7 @@ def framework_note(window: dict, step_source: str | None) -> str | None:
 
 
 def _audit_job(script: str, result: RunResult, rules: list[Rule], gate_options: GateOptions | None,
-               command: str | None) -> Report:
+               command: str | None, target: str = "auto") -> Report:
     """A run under torchrun: every rank's trace analysed (in parallel processes), merged into the job's
     report as `perfaudit analyze RUN_FOLDER` would, with what happened to each rank."""
     if not result.rank_outcomes and result.stop_signal is None:
@@ -312,7 +312,7 @@ def _audit_job(script: str, result: RunResult, rules: list[Rule], gate_options: 
     report = Report([], [], [], script=result.script, outcome=result.outcome, run_dir=result.run_dir,
                     stop_signal=result.stop_signal, command=command, source_roots=list(roots))
     if result.rank_traces:
-        done = job_results(result.rank_traces, rules, roots, report.notes)
+        done = job_results(result.rank_traces, rules, roots, report.notes, target)
         if done:
             combine(report, done, rules, roots)
     failed = result.outcome.get("failed_ranks") or []

@@ -47,7 +47,7 @@ def analyse_rank(trace_path: str, config: dict) -> None:
     if config.get("rule_ids") is not None:
         rules = [r for r in rules if r.id in set(config["rule_ids"])]
     roots = tuple(config.get("source_roots") or ())
-    result = analyze_one(trace_path, rules, roots, job=True)
+    result = analyze_one(trace_path, rules, roots, job=True, target=str(config.get("target") or "auto"))
     if result.error is not None:
         return  # the parent parses it again and says why
     tmp = analysis_path(trace_path) + ".tmp"
@@ -71,12 +71,14 @@ def load_analyses(traces: list[str]) -> tuple[list, list[str]]:
     return results, missing
 
 
-def job_results(traces: list[str], rules: list[Rule], roots: tuple[str, ...], notes: list[str]) -> list[TraceResult]:
+def job_results(traces: list[str], rules: list[Rule], roots: tuple[str, ...], notes: list[str],
+                target: str = "auto") -> list[TraceResult]:
     """Each rank's result, in rank order: what the rank analysed itself (rank<R>.analysis.json), and
-    for a rank that left none, its trace parsed here (in worker processes when there are several)."""
+    for a rank that left none, its trace parsed here (in worker processes when there are several), each
+    projected onto `target` as the run asked."""
     done, missing = load_analyses(traces)
     try:
-        done += analyze_all(missing, rules, roots, None, notes) if missing else []
+        done += analyze_all(missing, rules, roots, None, notes, target=target) if missing else []
     except (TraceError, UsageError) as exc:
         notes.append(f"the recorded traces could not be read: {exc}")
     return sorted(done, key=lambda r: traces.index(r.path) if r.path in traces else len(traces))
