@@ -153,6 +153,25 @@ def test_a_realistic_ddp_trainer_is_reported_at_its_marked_lines_only(job_report
     assert 0 < accumulation["projected_ms_per_step"] < accumulation["cost"]["ms_per_step"] / 10
 
 
+def test_a_job_is_projected_onto_the_target_it_names_with_ddps_setup_costs(tmp_path):
+    """`--target` reaches the ranks, which analyse their own traces: a job with no CUDA path in its source is
+    projected onto the GPU named (it was not: each rank analysed with the default, which projects only a CUDA
+    path). DDP001's search for unused parameters after each forward and DDP003's copies of the buckets back
+    into the gradients are timed from the trace and projected as the host's and the device's work there."""
+    out = tmp_path / "job.json"
+    proc = perfaudit("run", "--nproc-per-node", "2", "--target", "H100",
+                     str(ROOT / "sample_scripts" / "distributed" / "ddp_unused_bad.py"),
+                     "--out-dir", str(tmp_path / "run"), "-f", f"json={out}")
+    assert out.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["projection"]["target"] == "H100 SXM", report.get("projection")
+    found = {f["rule"]: f for f in report["findings"]}
+    search, copies = found["DDP001"], found["DDP003"]
+    assert "searched for 1 time(s) a step" in search["message"] and search["cost"]["ms_per_step"] > 0, search
+    assert "4 copies back a step" in copies["message"] and copies["cost"]["ms_per_step"] > 0, copies
+    assert search["projected_ms_per_step"] > 0 and copies["projected_ms_per_step"] is not None, (search, copies)
+
+
 def test_a_rank_the_machine_made_late_is_not_called_a_straggler():
     """A balanced job on a loaded machine: rank 0 waited for a CPU held by other processes about as long as
     rank 1 then waited for it in the all-reduce. RANK001 says so as info (a `--fail-on warning` gate
