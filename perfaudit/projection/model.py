@@ -21,9 +21,9 @@ from .timeline import Item, Launched, StepPlan, from_kernels, from_shapes, kerne
 from .transfers.collectives import collective_timer, ranks_of, waits_for, with_collectives
 from .transfers.copies import copy_timer, made_on_device, marked, pinned_and_batched
 from .whatifs.fused_optimizer import Update, fused
+from .whatifs.in_spans import without_work_in
 from .whatifs.no_bias import any_bias, without_bias
 from .whatifs.no_sync import any_collective, one_sync_per_step
-from .whatifs.set_to_none import without_work_in
 from .work import work_of
 
 HALF = "bf16"   # what autocast's matrix math runs in, for the precision what-if

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..plans import StepPlan, item_op
 from ..work import BIAS, conv_key
-from .set_to_none import without_work_in
+from .in_spans import without_work_in
 
 
 def without_bias(plans: list[StepPlan], convs: set[tuple], spans: list[tuple[float, float]]) -> list[StepPlan]:

@@ -1,7 +1,8 @@
-"""GRAD001's fix as a what-if: gradients set to None instead of zero-filled. The fills go (a kernel and a launch
-each, a multi_tensor_apply for `_foreach_zero_`), and so does the first accumulation into each zeroed gradient:
-backward adds its result into the zeros in place, where into a gradient set to None it hands the result over
-(AccumulateGrad steals it: its node still runs, without a kernel)."""
+"""What-ifs that take away the work launched inside spans of the trace: GRAD001's gradients set to None
+instead of zero-filled (the fills go, a kernel and a launch each, a multi_tensor_apply for `_foreach_zero_`, and
+so does the first accumulation into each zeroed gradient: backward adds its result into the zeros in place, where
+into a gradient set to None it hands the result over; AccumulateGrad steals it: its node still runs, without a
+kernel), BN001's bias kernels of a GPU trace, DDP003's copies of the buckets back into the gradients."""
 from __future__ import annotations
 
 from bisect import bisect_right
