@@ -517,6 +517,33 @@ def test_memory_and_cudnn_queries_answer_as_a_gpu_would(tmp_path):
     assert int(cuda) >= 12 and report["run"]["environment"]["cuda"] == torch.version.cuda
 
 
+def test_a_bare_gpu_index_puts_the_model_on_the_emulated_device(tmp_path):
+    """`model.to(0)` (the DDP tutorial series' `gpu_id`, a `local_rank`) is CUDA's device 0 on a GPU build; a CPU
+    build asks for an accelerator it lacks and raises, so the emulated run fell back to the CPU branch, where it
+    raised again: nothing was measured. Each way of naming the device by its index runs the CUDA path."""
+    script = tmp_path / "train.py"
+    out = tmp_path / "placed.txt"
+    script.write_text(
+        "import torch\n"
+        "local_rank = 0\n"
+        "model = torch.nn.Linear(16, 4).to(local_rank)\n"
+        "head = torch.nn.Linear(4, 2).to(device=local_rank)\n"
+        "opt = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)\n"
+        "for step in range(6):\n"
+        "    x = torch.randn(8, 16).to(local_rank, non_blocking=True)\n"
+        "    noise = torch.randn(8, 2, device=local_rank)\n"
+        "    loss = (head(model(x)) + noise).square().mean()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+        f"open({str(out)!r}, 'w').write(f'{{model.weight.device}} {{head.bias.is_cuda}} {{x.cuda(0).device}}')\n")
+    report, _, _ = _run(tmp_path, script, "--warmup", "1", "--steps", "3", "--full")
+    assert report["run"]["device"] == "cpu, CUDA path emulated" and report["run"]["steps"] == 3, report["run"]
+    assert out.read_text() == "cuda:0 True cuda:0"
+    copies = {loc["line"] for f in report["findings"] if f["rule"] == "COPY002" for loc in f["locations"]}
+    assert copies == {7}, report["findings"]  # the batch made in the step and moved: seen on the device
+
+
 def test_the_emulated_gpu_reports_the_memory_a_real_one_reports():
     """torch.cuda's total_memory on an H100 80GB HBM3 is 85,017,493,504 bytes (79.2 GiB, tests/data/h100_runs),
     not the datasheet's 80 GiB: a script sizing its batch from it sizes it as there. Each figure comes from a

@@ -81,7 +81,7 @@ class Placement(TorchFunctionMode):
             Tensor.record_stream: lambda f, a, k: None,
             Tensor.new_tensor: self._new_tensor,
             Tensor.type: lambda f, a, k: cast_to_type(self, f, a, k),
-            torch._C._nn._parse_to: lambda f, a, k: f(*a, **k),  # Module.to's parser: a device keyword, no tensor
+            torch._C._nn._parse_to: _parse_to,  # Module.to's parser: a device keyword, no tensor
             **host_output_handlers(self), **attention_handlers(self), **generator_handlers(self),
         }
         for func, name in READS.items():
@@ -392,6 +392,21 @@ class Placement(TorchFunctionMode):
         if copied_from_host:
             self._copy_in(None, tensor_bytes(t), non_blocking=False, api="torch.cuda.*Tensor(data)")
         return t
+
+
+def _parse_to(func, args, kwargs):
+    """Module.to's parser, given a device as a bare index (`model.to(0)`, `model.to(local_rank)`: CUDA's device
+    0 on a GPU machine, the PyTorch DDP tutorial's way): the index is read as a CUDA device's, as a GPU build
+    reads it; this build asks for an accelerator it does not have and raises."""
+    if args and _is_index(args[0]):
+        args = (torch.device("cuda", args[0]), *args[1:])
+    if "device" in kwargs and _is_index(kwargs["device"]):
+        kwargs = {**kwargs, "device": torch.device("cuda", kwargs["device"])}
+    return func(*args, **kwargs)
+
+
+def _is_index(device) -> bool:
+    return isinstance(device, int) and not isinstance(device, bool)
 
 
 def _host_waits() -> None:
