@@ -8,6 +8,7 @@ pretends to time anything: an event's elapsed time is host time.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 import types
 from typing import Any
@@ -301,6 +302,18 @@ CUDA_VERSION = "12.8"  # the CUDA of that build (torch's cu128 wheels carry cuDN
 _recorder = _NoRecorder()
 
 
+def _serve(namespace, name: str, served) -> None:
+    """Set `namespace.name`, and the same function where torch defines it (`torch.cuda.random.manual_seed` is
+    `torch.cuda.manual_seed`; a script that calls it by its module's name was once left with this build's own,
+    which raised)."""
+    original = getattr(namespace, name, None)
+    setattr(namespace, name, served)
+    home = sys.modules.get(getattr(original, "__module__", None) or "")
+    if (isinstance(original, (types.FunctionType, types.BuiltinFunctionType)) and home is not None
+            and home is not namespace and getattr(home, name, None) is original):
+        setattr(home, name, served)
+
+
 def install(recorder, gpu: dict | None = None) -> None:
     """Serve torch.cuda / torch.accelerator as one CUDA device, the GPU `gpu` describes (name, total_memory,
     capability, sms); `recorder.cuda_call(api)` hears the calls a GPU run would pay for (synchronize, event
@@ -344,7 +357,7 @@ def install(recorder, gpu: dict | None = None) -> None:
         "utilization": zero, "memory_usage": zero, "temperature": zero, "power_draw": zero, "clock_rate": zero,
     }
     for name, value in served.items():
-        setattr(cuda, name, _own(value, name))
+        _serve(cuda, name, _own(value, name))
     for name, dtype in LEGACY_TYPES.items():
         setattr(cuda, name, _legacy_type(name, dtype))
     torch.Generator = _Generator  # type: ignore[misc]
