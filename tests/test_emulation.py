@@ -488,9 +488,10 @@ def test_memory_and_cudnn_queries_answer_as_a_gpu_would(tmp_path):
     out = tmp_path / "answers.txt"
     script.write_text(
         "import torch\n"
+        "torch.cuda.random.manual_seed_all(0)\n"  # torch.cuda's functions by their own modules' names too
         "model = torch.nn.Linear(1024, 1024).cuda()\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "torch.cuda.reset_peak_memory_stats()\n"
+        "torch.cuda.memory.reset_peak_memory_stats()\n"
         "for step in range(8):\n"
         "    model(torch.randn(4096, 1024, device='cuda')).sum().backward()\n"
         "    opt.step()\n"
@@ -542,6 +543,36 @@ def test_a_bare_gpu_index_puts_the_model_on_the_emulated_device(tmp_path):
     assert out.read_text() == "cuda:0 True cuda:0"
     copies = {loc["line"] for f in report["findings"] if f["rule"] == "COPY002" for loc in f["locations"]}
     assert copies == {7}, report["findings"]  # the batch made in the step and moved: seen on the device
+
+
+def test_a_checkpoint_loaded_onto_the_gpu_is_on_the_emulated_device(tmp_path):
+    """A script that resumes from a checkpoint loads it with `map_location="cuda:0"` (pytorch/examples' imagenet),
+    a device, a dict, or a function calling `storage.cuda(gpu)`; this CPU build cannot restore a storage to CUDA
+    and raised, so such a script was reported from its CPU branch. Each form now loads its tensors onto the
+    emulated device, a map to the CPU keeps them on the host, and the CUDA path runs."""
+    script = tmp_path / "resume.py"
+    out = tmp_path / "where.txt"
+    script.write_text(
+        "import os, torch\n"
+        "gpu = 0\n"
+        "model = torch.nn.Linear(8, 2).cuda(gpu)\n"
+        "path = os.path.join(os.path.dirname(__file__), 'ckpt.pth')\n"
+        "torch.save({'model': model.state_dict(), 'epoch': 3, 'scale': [torch.ones(2)]}, path)\n"
+        "loads = [torch.load(path, map_location=f'cuda:{gpu}'), torch.load(path, map_location=torch.device('cuda')),\n"
+        "         torch.load(path, map_location={'cpu': 'cuda:0'}),\n"
+        "         torch.load(path, map_location=lambda storage, loc: storage.cuda(gpu)),\n"
+        "         torch.load(path, map_location='cpu')]\n"
+        "where = [str(s['model']['weight'].device) + '/' + str(s['scale'][0].is_cuda) for s in loads]\n"
+        f"open({str(out)!r}, 'w').write(' '.join(where))\n"
+        "model.load_state_dict(loads[0]['model'])\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(6):\n"
+        "    model(torch.randn(4, 8, device='cuda')).sum().backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n")
+    report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "3")
+    assert report["run"]["device"] == "cpu, CUDA path emulated" and report["run"]["steps"] == 3, console
+    assert out.read_text() == " ".join(["cuda:0/True"] * 4 + ["cpu/False"])
 
 
 def test_the_emulated_gpu_reports_the_memory_a_real_one_reports():
@@ -1307,3 +1338,43 @@ def test_a_generator_of_the_other_device_fails_as_on_a_gpu(tmp_path):
     report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "2")
     _cuda_path_failed(report, console, "Expected a 'cuda' device type for generator but found 'cpu'", 10)
     assert report["run"]["steps"] >= 1
+
+
+def test_whatever_a_checkpoint_holds_its_tensors_restored_to_cuda_and_only_those_are_placed():
+    """torch.load can return any object a file pickled (weights_only=False): nested containers, cycles, other
+    objects. The emulated load places exactly the tensors on a storage torch would have restored to CUDA, and
+    never fails the script."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from perfaudit.collect.emulation.moves.checkpoints import _place
+    from perfaudit.collect.emulation.placement import Placement
+
+    leaves = st.one_of(st.builds(lambda n: torch.zeros(n), st.integers(0, 3)), st.integers(), st.text(max_size=3),
+                       st.none(), st.floats(allow_nan=True))
+    objects = st.recursive(leaves, lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.tuples(inner, inner), st.dictionaries(st.text(max_size=2), inner, max_size=4)),
+        max_leaves=12)
+
+    @settings(max_examples=60, deadline=None)
+    @given(objects, st.data())
+    def check(loaded, data):
+        if isinstance(loaded, list):
+            loaded.append(loaded)  # a cycle
+        tensors = list(_walk(loaded))
+        chosen = data.draw(st.lists(st.sampled_from(tensors), unique_by=id)) if tensors else []
+        mode = Placement()
+        _place(mode, loaded, [t.untyped_storage() for t in chosen])
+        assert {id(t) for t in tensors if mode.on_device.has(t)} == {id(t) for t in chosen}
+
+    check()
+
+
+def _walk(obj, seen=None):
+    seen = set() if seen is None else seen
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif id(obj) not in seen and isinstance(obj, (list, tuple, dict)):
+        seen.add(id(obj))
+        for item in obj.values() if isinstance(obj, dict) else obj:
+            yield from _walk(item, seen)

@@ -21,6 +21,7 @@ from .checkpointing import checkpoint_compares_without_the_device, recompute_und
 from .grouping import group_on_the_emulated_device
 from .memory.device_memory import DeviceMemory
 from .memory.pools import serve_mem_pools
+from .moves.checkpoints import load_onto_the_device
 from .opaque.compiled import compiled_code_without_the_mode, on_top
 from .opaque.graphs import serve_graphs
 from .opaque.scripted import scripted_code_follows
@@ -45,6 +46,7 @@ def install(probes, steps_ended, gpu: dict | None = None) -> Placement:
     serve_graphs()
     serve_mem_pools()
     _pinning(mode)
+    load_onto_the_device(mode)
     follow_autocast(mode)
     compiled_code_without_the_mode(mode)
     scripted_code_follows(mode)

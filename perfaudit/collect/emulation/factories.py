@@ -1,5 +1,5 @@
 """The torch calls that make a tensor: on the host unless told a device (placement.py notes where the user's
-code made one, the COPY002 pattern when it then moves, and a host operand a GPU refuses: same_device.py)."""
+code made one, the COPY002 pattern when it then moves, and a host operand a GPU refuses: moves/same_device.py)."""
 from __future__ import annotations
 
 import torch

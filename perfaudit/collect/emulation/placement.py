@@ -28,9 +28,10 @@ from .generators import generator_handlers
 from .host_outputs import host_output_handlers
 from .host_reads import KERNEL_READS, READS, REFUSED
 from .marks import mark
+from .moves.device_index import parse_to
+from .moves.same_device import SAME_DEVICE, raise_if_mixed
+from .moves.samples import sample_moves
 from .opaque.graphs import refuse_a_wait_in_capture
-from .same_device import SAME_DEVICE, raise_if_mixed
-from .sample_moves import sample_moves
 from .tensor_registry import KINDS, KeyedRef, Registry, copied, first_placed, is_cuda, kind_of, tag, tensor_bytes
 
 DEFAULT = object()  # a handler's answer when the mode's own path is to make the call (Placement.DEFAULT)
@@ -78,10 +79,9 @@ class Placement(TorchFunctionMode):
             Tensor.get_device: lambda f, a, k: 0 if self.on_device.has(a[0]) else f(*a, **k),
             Tensor.grad.__get__: self._grad,
             Tensor.data.__set__: self._set_data,
-            Tensor.record_stream: lambda f, a, k: None,
-            Tensor.new_tensor: self._new_tensor,
+            Tensor.record_stream: lambda f, a, k: None, Tensor.new_tensor: self._new_tensor,
             Tensor.type: lambda f, a, k: cast_to_type(self, f, a, k),
-            torch._C._nn._parse_to: _parse_to,  # Module.to's parser: a device keyword, no tensor
+            torch._C._nn._parse_to: parse_to,  # Module.to's parser: a device keyword, no tensor
             **host_output_handlers(self), **attention_handlers(self), **generator_handlers(self),
         }
         for func, name in READS.items():
@@ -392,21 +392,6 @@ class Placement(TorchFunctionMode):
         if copied_from_host:
             self._copy_in(None, tensor_bytes(t), non_blocking=False, api="torch.cuda.*Tensor(data)")
         return t
-
-
-def _parse_to(func, args, kwargs):
-    """Module.to's parser, given a device as a bare index (`model.to(0)`, `model.to(local_rank)`: CUDA's device
-    0 on a GPU machine, the PyTorch DDP tutorial's way): the index is read as a CUDA device's, as a GPU build
-    reads it; this build asks for an accelerator it does not have and raises."""
-    if args and _is_index(args[0]):
-        args = (torch.device("cuda", args[0]), *args[1:])
-    if "device" in kwargs and _is_index(kwargs["device"]):
-        kwargs = {**kwargs, "device": torch.device("cuda", kwargs["device"])}
-    return func(*args, **kwargs)
-
-
-def _is_index(device) -> bool:
-    return isinstance(device, int) and not isinstance(device, bool)
 
 
 def _host_waits() -> None:

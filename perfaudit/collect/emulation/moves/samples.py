@@ -13,10 +13,10 @@ import threading
 
 import torch
 
-from ...probe_schema import H2D_RANGE
-from ..userframes import is_user_file
-from .marks import FAST, mark
-from .tensor_registry import KeyedRef, copied
+from ....probe_schema import H2D_RANGE
+from ...userframes import is_user_file
+from ..marks import FAST, mark
+from ..tensor_registry import KeyedRef, copied
 
 Tensor = torch.Tensor
 

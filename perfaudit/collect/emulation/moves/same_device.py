@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .cuda_shim import gpu_error
+from ..cuda_shim import gpu_error
 
 MESSAGE = "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
 
