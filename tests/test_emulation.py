@@ -483,7 +483,7 @@ def test_memory_and_cudnn_queries_answer_as_a_gpu_would(tmp_path):
     answers from the bytes it holds (never 0), its peak holds the training step's activations (gone by the
     time the script asks: once 8 MiB where the step held 40), and it is the run's target GPU by name, memory
     and compute capability, so the script runs past its window and branches as on that GPU. Its CUDA has a
-    version a script can parse (a CPU build's is None); the report keeps the build's own."""
+    version a script can parse (a CPU build's is None), and NCCL one; the report keeps the build's own."""
     script = tmp_path / "train.py"
     out = tmp_path / "answers.txt"
     script.write_text(
@@ -504,18 +504,19 @@ def test_memory_and_cudnn_queries_answer_as_a_gpu_would(tmp_path):
         "{stats[\"allocated_bytes.all.peak\"]} {torch.cuda.max_memory_allocated()} {torch.backends.cudnn.version()} "
         "{props.total_memory - free - torch.cuda.memory_reserved()} "
         "{int(torch.version.cuda.split(\".\")[0])} "
+        "{torch.cuda.nccl.version()[0]} "
         "{props.total_memory} {props.major}.{props.minor} {props.multi_processor_count} {props.name}')\n")
     report, _, _ = _run(tmp_path, script, "--warmup", "1", "--steps", "2", "--full", "--target", "A10")
     assert report["run"]["outcome"]["outcome"] in ("completed", "window_complete"), report["run"]["outcome"]
-    allocated, ratio, peak, max_allocated, version, outside, cuda, total, capability, sms, name = \
-        out.read_text().split(maxsplit=10)
+    allocated, ratio, peak, max_allocated, version, outside, cuda, nccl, total, capability, sms, name = \
+        out.read_text().split(maxsplit=11)
     assert int(allocated) >= 1024 * 1024 * 4 and 0 < float(ratio) <= 1 and int(version) > 0
     # a step held the weights, their gradients, the 16 MiB batch and the 16 MiB output at once: the peak the
     # report estimates, the cuBLAS workspaces in it
     assert int(peak) == int(max_allocated) == report["memory"]["peak_allocated_bytes"] >= int(allocated) + 2 ** 24
     assert (int(total), capability, int(sms)) == (24 * 2 ** 30, "8.6", 72) and name.startswith("A10 "), name
     assert int(outside) == 750 << 20  # mem_get_info's free leaves out the CUDA context and libraries, as on a GPU
-    assert int(cuda) >= 12 and report["run"]["environment"]["cuda"] == torch.version.cuda
+    assert int(cuda) >= 12 and report["run"]["environment"]["cuda"] == torch.version.cuda and int(nccl) == 2
 
 
 def test_a_bare_gpu_index_puts_the_model_on_the_emulated_device(tmp_path):

@@ -308,9 +308,16 @@ def _data_parallel(mode: Placement) -> None:
     patch(DataParallel, "scatter", scatter)
 
 
+NCCL_VERSION = (2, 27, 3)  # the NCCL of torch's cu128 wheels (nvidia-nccl-cu12 2.27.3)
+
+
 def _distributed() -> None:
     """NCCL is the GPU's collective library: the emulated job runs its collectives on gloo, and DDP
-    wraps a module that is really on the CPU (no device_ids)."""
+    wraps a module that is really on the CPU (no device_ids). A script that prints its environment asks
+    torch.cuda.nccl for NCCL's version, which a CPU build cannot give: that build's (cuda_shim.CUDA_VERSION)."""
+    nccl = getattr(torch.cuda, "nccl", None)
+    if nccl is not None:
+        nccl.version = lambda: NCCL_VERSION
     if not torch.distributed.is_available():
         return
     import torch.distributed as dist
