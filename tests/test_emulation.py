@@ -576,6 +576,34 @@ def test_a_checkpoint_loaded_onto_the_gpu_is_on_the_emulated_device(tmp_path):
     assert out.read_text() == " ".join(["cuda:0/True"] * 4 + ["cpu/False"])
 
 
+def test_a_cuda_default_tensor_type_makes_factories_place_on_the_device(tmp_path):
+    """`torch.set_default_tensor_type("torch.cuda.FloatTensor")` (older research code: nerf-pytorch's first line)
+    makes every factory without a device make a CUDA tensor; this CPU build refused the type and the script
+    failed on both paths. The emulated device makes CUDA the default device, and a CPU type turns it back."""
+    script = tmp_path / "train.py"
+    out = tmp_path / "types.txt"
+    script.write_text(
+        "import torch\n"
+        "torch.set_default_tensor_type(torch.cuda.FloatTensor)\n"
+        "made = [torch.randn(2).is_cuda, torch.zeros(2).dtype]\n"
+        "torch.set_default_tensor_type('torch.cuda.DoubleTensor')\n"
+        "made += [torch.ones(2).dtype]\n"
+        "torch.set_default_tensor_type('torch.FloatTensor')\n"
+        "made += [torch.ones(2).is_cuda, torch.ones(2).dtype]\n"
+        "torch.set_default_tensor_type('torch.cuda.FloatTensor')\n"
+        f"open({str(out)!r}, 'w').write(' '.join(map(str, made)))\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(6):\n"
+        "    model(torch.randn(4, 8)).sum().backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n")
+    report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "3")
+    assert report["run"]["device"] == "cpu, CUDA path emulated" and report["run"]["steps"] == 3, console
+    assert out.read_text() == "True torch.float32 torch.float64 False torch.float32"
+    assert report["memory"]["peak_allocated_bytes"] > 0  # the model made by default on the device is its memory
+
+
 def test_the_emulated_gpu_reports_the_memory_a_real_one_reports():
     """torch.cuda's total_memory on an H100 80GB HBM3 is 85,017,493,504 bytes (79.2 GiB, tests/data/h100_runs),
     not the datasheet's 80 GiB: a script sizing its batch from it sizes it as there. Each figure comes from a

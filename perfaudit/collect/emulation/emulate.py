@@ -61,6 +61,7 @@ def install(probes, steps_ended, gpu: dict | None = None) -> Placement:
     _parameters_follow_their_data(mode)
     _offloading(mode)
     _distributed()
+    _legacy_default_type()
     probes.add("cuda_emulation", mode)
     probes.placement = mode
     probes.device_memory = DeviceMemory(mode, lambda: [info["_ref"] for info in probes.optimizers.values()])
@@ -306,6 +307,29 @@ def _data_parallel(mode: Placement) -> None:
 
     original = DataParallel.scatter
     patch(DataParallel, "scatter", scatter)
+
+
+def _legacy_default_type() -> None:
+    """`torch.set_default_tensor_type("torch.cuda.FloatTensor")` (older research code, NeRF's among them): every
+    factory without a device makes its tensor on CUDA. This CPU build refuses a CUDA type; the emulated
+    device makes it torch's default device and the type's dtype the default dtype, as torch now recommends."""
+    original = torch.set_default_tensor_type
+
+    @functools.wraps(original)
+    def set_default_tensor_type(t):
+        name = t if isinstance(t, str) else getattr(t, "__qualname__", "")
+        if not (name.startswith("torch.cuda.") or getattr(t, "is_emulated_cuda_type", False)):
+            default = getattr(torch, "get_default_device", None)  # torch 2.3 and newer
+            if default is not None and default().type == "cuda":  # back to a CPU type: CPU tensors again
+                torch.set_default_device(None)
+            return original(t)
+        dtype = cuda_shim.LEGACY_TYPES.get(name.rsplit(".", 1)[-1])
+        if dtype is None or not dtype.is_floating_point:
+            return original(t)  # torch's own refusal: only floating-point types can be the default
+        torch.set_default_dtype(dtype)
+        torch.set_default_device("cuda")
+
+    torch.set_default_tensor_type = set_default_tensor_type
 
 
 NCCL_VERSION = (2, 27, 3)  # the NCCL of torch's cu128 wheels (nvidia-nccl-cu12 2.27.3)
