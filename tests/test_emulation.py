@@ -578,14 +578,14 @@ def test_a_checkpoint_loaded_onto_the_gpu_is_on_the_emulated_device(tmp_path):
 
 def test_a_cuda_default_tensor_type_makes_factories_place_on_the_device(tmp_path):
     """`torch.set_default_tensor_type("torch.cuda.FloatTensor")` (older research code: nerf-pytorch's first line)
-    makes every factory without a device make a CUDA tensor; this CPU build refused the type and the script
-    failed on both paths. The emulated device makes CUDA the default device, and a CPU type turns it back."""
+    makes every factory without a device, and `torch.Tensor(data)`, make a CUDA tensor; this CPU build refused the
+    type and the script failed on both paths. The emulated device makes CUDA the default device, and a CPU type turns it back."""
     script = tmp_path / "train.py"
     out = tmp_path / "types.txt"
     script.write_text(
         "import torch\n"
         "torch.set_default_tensor_type(torch.cuda.FloatTensor)\n"
-        "made = [torch.randn(2).is_cuda, torch.zeros(2).dtype]\n"
+        "made = [torch.randn(2).is_cuda, torch.zeros(2).dtype, torch.Tensor([1.0, 2.0]).is_cuda]\n"
         "torch.set_default_tensor_type('torch.cuda.DoubleTensor')\n"
         "made += [torch.ones(2).dtype]\n"
         "torch.set_default_tensor_type('torch.FloatTensor')\n"
@@ -600,7 +600,7 @@ def test_a_cuda_default_tensor_type_makes_factories_place_on_the_device(tmp_path
         "    opt.zero_grad()\n")
     report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "3")
     assert report["run"]["device"] == "cpu, CUDA path emulated" and report["run"]["steps"] == 3, console
-    assert out.read_text() == "True torch.float32 torch.float64 False torch.float32"
+    assert out.read_text() == "True torch.float32 True torch.float64 False torch.float32"
     assert report["memory"]["peak_allocated_bytes"] > 0  # the model made by default on the device is its memory
 
 

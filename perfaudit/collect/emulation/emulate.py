@@ -61,7 +61,7 @@ def install(probes, steps_ended, gpu: dict | None = None) -> Placement:
     _parameters_follow_their_data(mode)
     _offloading(mode)
     _distributed()
-    _legacy_default_type()
+    _legacy_default_type(mode)
     probes.add("cuda_emulation", mode)
     probes.placement = mode
     probes.device_memory = DeviceMemory(mode, lambda: [info["_ref"] for info in probes.optimizers.values()])
@@ -309,11 +309,20 @@ def _data_parallel(mode: Placement) -> None:
     patch(DataParallel, "scatter", scatter)
 
 
-def _legacy_default_type() -> None:
-    """`torch.set_default_tensor_type("torch.cuda.FloatTensor")` (older research code, NeRF's among them): every
-    factory without a device makes its tensor on CUDA. This CPU build refuses a CUDA type; the emulated
-    device makes it torch's default device and the type's dtype the default dtype, as torch now recommends."""
-    original = torch.set_default_tensor_type
+def _legacy_default_type(mode: Placement) -> None:
+    """`torch.set_default_tensor_type("torch.cuda.FloatTensor")` (older research code, nerf-pytorch's first line):
+    every factory without a device, and the legacy `torch.Tensor(data)`, makes its tensor on CUDA. This CPU build
+    refuses a CUDA type; the emulated device makes it torch's default device and the type's dtype the default
+    dtype, as torch now recommends, and places what `torch.Tensor(...)` makes meanwhile (a copy, from data)."""
+    original, cuda_default = torch.set_default_tensor_type, [False]
+    base_new, Tensor = torch.Tensor.__new__, torch.Tensor
+
+    def legacy_new(*args, **kwargs):  # (cls, ...) unnamed: torch._dynamo checks the signature of what it finds here
+        out = base_new(*args, **kwargs)
+        if args[0] is Tensor and cuda_default[0]:
+            data = args[1:]
+            mode.place(out, copied_from_host=bool(data) and not all(isinstance(a, int) for a in data))
+        return out
 
     @functools.wraps(original)
     def set_default_tensor_type(t):
@@ -322,12 +331,16 @@ def _legacy_default_type() -> None:
             default = getattr(torch, "get_default_device", None)  # torch 2.3 and newer
             if default is not None and default().type == "cuda":  # back to a CPU type: CPU tensors again
                 torch.set_default_device(None)
+            cuda_default[0] = False
             return original(t)
         dtype = cuda_shim.LEGACY_TYPES.get(name.rsplit(".", 1)[-1])
         if dtype is None or not dtype.is_floating_point:
             return original(t)  # torch's own refusal: only floating-point types can be the default
         torch.set_default_dtype(dtype)
         torch.set_default_device("cuda")
+        if not cuda_default[0] and "__new__" not in Tensor.__dict__:
+            setattr(Tensor, "__new__", legacy_new)  # noqa: B010 (the legacy constructor, while the type is CUDA)
+        cuda_default[0] = True
 
     torch.set_default_tensor_type = set_default_tensor_type
 
