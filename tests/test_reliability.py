@@ -499,3 +499,69 @@ def test_a_dataloader_workers_error_is_told_by_its_own_last_line():
     assert first_line(worker) == "Caught ValueError in DataLoader worker process 1: ValueError: image 17 is truncated"
     assert first_line(ValueError("shapes differ\nmore")) == "shapes differ" and first_line(ValueError()) == ""
     assert len(first_line(RuntimeError("x" * 900))) == 500
+
+
+def test_an_evaluation_in_the_first_steps_callback_does_not_size_the_window(tmp_path):
+    """minGPT's Trainer evaluates in its batch-end callback at iteration 0 (`iter_num % 500 == 0`), with a
+    DataLoader of its own, whose first batch is a step boundary: the step perfaudit sized to fit the trace budget
+    was most of the evaluation, so the window shrank to one step, recorded without stacks (no file:line). A step
+    in which the model goes back to training mode held an evaluation's end: it is sized again, as a step that
+    switched to eval mode is."""
+    script = tmp_path / "adder_like.py"
+    script.write_text('''import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model, data):
+        self.model, self.data, self.callbacks = model, data, []
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def run(self, max_iters):
+        loader = DataLoader(self.data, batch_size=32, shuffle=True)
+        it = iter(loader)
+        for self.iter_num in range(max_iters):
+            try:
+                x, y = next(it)
+            except StopIteration:
+                it = iter(loader)
+                x, y = next(it)
+            loss = nn.functional.cross_entropy(self.model(x), y)
+            self.model.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            for callback in self.callbacks:
+                callback(self)
+
+
+def evaluate(model, data):
+    correct = 0
+    for x, y in DataLoader(data, batch_size=1):  # greedy decoding, one sample at a time
+        correct += int(model(x).argmax(-1).item() == y.item())
+    return correct
+
+
+def on_batch_end(trainer):
+    if trainer.iter_num % 500 == 0:
+        trainer.model.eval()
+        with torch.no_grad():
+            print("score", evaluate(trainer.model, test_set))
+        trainer.model.train()
+
+
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+train_set = TensorDataset(torch.randn(1024, 16), torch.randint(0, 4, (1024,)))
+test_set = TensorDataset(torch.randn(1500, 16), torch.randint(0, 4, (1500,)))
+trainer = Trainer(model, train_set)
+trainer.callbacks.append(on_batch_end)
+trainer.run(300)
+''')
+    report_path = tmp_path / "report.json"
+    proc = perfaudit("run", str(script), "--max-trace-mb", "12", "--out-dir", str(tmp_path / "run"), "-f",
+                     f"json={report_path}", cwd=tmp_path)
+    assert report_path.exists(), proc.stderr[-2000:]
+    report = json.loads(report_path.read_text())
+    window = report["run"]["outcome"]["window"]
+    assert report["run"]["steps"] == 5 and "stacks" not in window["trimmed"], window
+    assert all(f["locations"] for f in report["findings"] if f["rule"] == "DATA001"), report["findings"]

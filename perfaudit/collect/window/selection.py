@@ -69,9 +69,8 @@ class StepMarks:
         import torch
         marks = self
 
-        def train(args, kwargs):
-            mode = args[1] if len(args) > 1 else kwargs.get("mode", True)
-            if mode is False:
+        def train(args, kwargs):  # into eval mode, or back from it (an evaluation begun in an earlier step ended here)
+            if (args[1] if len(args) > 1 else kwargs.get("mode", True)) is False or not getattr(args[0], "training", 1):
                 marks._note("eval")
 
         wrap(torch.nn.Module, "train", train, probe="step marks")
