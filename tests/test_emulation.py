@@ -143,7 +143,7 @@ def test_a_memory_pool_on_the_cuda_path_is_served(tmp_path):
     assert ("COPY002", 18) in {(f["rule"], loc["line"]) for f in report["findings"] for loc in f["locations"]}
 
 
-def test_auto_emulates_only_a_script_with_a_cuda_path(tmp_path):
+def test_auto_emulates_only_a_script_with_a_cuda_path(tmp_path, monkeypatch):
     from perfaudit.static.cuda_path import has_cuda_path
     plain = tmp_path / "plain" / "train.py"
     plain.parent.mkdir()
@@ -159,6 +159,42 @@ def test_auto_emulates_only_a_script_with_a_cuda_path(tmp_path):
     framework.mkdir()
     (framework / "train.py").write_text("from transformers import Trainer\n")
     assert has_cuda_path(str(framework / "train.py"))
+    # minGPT's layout: projects/adder/adder.py imports the repository's own package, on PYTHONPATH or installed in
+    # editable mode, whose Trainer picks "cuda"; an installed package's or the standard library's text is not read
+    repo = tmp_path / "mingpt_repo"
+    (repo / "mygpt").mkdir(parents=True)
+    (repo / "mygpt" / "__init__.py").write_text("")
+    (repo / "mygpt" / "trainer.py").write_text("import torch\n\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n")
+    (repo / "projects" / "adder").mkdir(parents=True)
+    adder = repo / "projects" / "adder" / "adder.py"
+    adder.write_text("import json, typer\nfrom mygpt.trainer import device\n")
+    assert not has_cuda_path(str(adder))  # not on the import path: nothing to read
+    monkeypatch.syspath_prepend(str(repo))
+    assert has_cuda_path(str(adder))
+    (repo / "mygpt" / "trainer.py").write_text("device = 'cpu'\n")
+    assert not has_cuda_path(str(adder))
+
+
+def test_the_cuda_path_reader_takes_any_script_without_failing(tmp_path_factory):
+    """The script's text names the modules it imports: any text, imports of any name, never fails the reader."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from perfaudit.static.cuda_path import has_cuda_path
+    folder = tmp_path_factory.mktemp("any")
+    names = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_.]{0,12}\Z", fullmatch=True) | st.sampled_from(
+        ["__main__", "__future__", "os", "sys", "torch", "perfaudit", "hypothesis", "..", ".x"])
+    lines = st.one_of(st.builds("import {}".format, names), st.builds("from {} import x".format, names),
+                      st.text(max_size=40))
+
+    @settings(max_examples=80, deadline=None)
+    @given(st.lists(lines, max_size=8))
+    def check(text):
+        script = folder / "train.py"
+        script.write_text("\n".join(text), encoding="utf-8", errors="surrogatepass")
+        assert has_cuda_path(str(script)) in (True, False)
+
+    check()
 
 
 def test_the_device_is_set_in_the_config_file_and_checked(tmp_path):
