@@ -19,7 +19,7 @@ from .sites import Site, SiteCollector, site_from_probe
 # link's speed (and overlaps compute when non_blocking)
 PAGEABLE_GBPS = 6.0
 PINNED_GBPS = 20.0
-ORIGIN = {"loader": "a DataLoader batch", "sample": "a sample, in Dataset.__getitem__",
+ORIGIN = {"loader": "a DataLoader batch", "sample": "moved in a DataLoader fetch (__getitem__ or collate_fn)",
           "host": "a tensor kept on the host", "data": "host data (a list or array)",
           "made": "made on the host in the step", "thread": "moved by a thread of the script's (a prefetcher)"}
 
