@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from ..trace.model import Event, Step, Trace
 from .allocator import with_emptied_cache, without_emptied_cache
 from .devices import Device
+from .host.compiled_kernels import compiled_kernels
 from .host.cudnn_search import any_search, per_step_us, with_searches, without_marks, without_searches
 from .host.frees import freed_in
 from .host.overhead import in_python_time
@@ -158,7 +159,8 @@ class Projector:
         plans = plan(self.trace, self.steps, from_shapes(model, host_us, self.inputs.tf32_matmul,
                                                          self.inputs.tf32_conv, self.inputs.bf16_as, read_us,
                                                          cal.get("launch_us", 0.0), copy),
-                     own_cost, self.undisturbed, self.freed, self.host_waited, waits_for(self.trace) if ranks > 1 else None)
+                     own_cost, self.undisturbed, self.freed, self.host_waited, waits_for(self.trace) if ranks > 1 else None,
+                     compiled_kernels(self.trace, host_us, model, cal["compiled_cpu_gbs"]))
         plans = with_searches(plans, per_step_us(self.inputs.searches, self._model(None), cal))
         if self.inputs.workers and not self.inputs.worker_ms_per_batch:
             _hand_off_only(plans)

@@ -205,23 +205,32 @@ def fetch_at_most(plans: list[StepPlan], us: float) -> None:
 
 Freed = Callable[[float, float], float]
 Waits = Callable[[float, float], list[tuple[float, float]]]
+Kernels = Callable[[float, float], list[tuple[float, float, Item]]]  # host/compiled_kernels.py
 
 
 def gap_items(start: float, end: float, data: list[tuple[float, float]], freed: Freed | None = None,
-               own: OwnCost | None = None, waits: Waits | None = None) -> list[Item]:
+               own: OwnCost | None = None, waits: Waits | None = None, compiled: Kernels | None = None) -> list[Item]:
     """Python time between two ops, a DataLoader fetch in it split off as its own item (with what recording
     its Python calls and ops cost, `own`); `freed(a, b)`: what of a stretch the CPU spent freeing device
-    blocks a GPU would keep (frees.py), left out; `waits(a, b)`: its waits for a collective, each a `join`."""
-    def python(a: float, b: float) -> Item:
+    blocks a GPU would keep (frees.py), left out; `waits(a, b)`: its waits for a collective, each a `join`;
+    `compiled(a, b)`: the kernels a compiled graph generated for the CPU that ran there, each a launch."""
+    def plain(a: float, b: float) -> Item:
         return Item("host", host_us=(b - a) - (freed(a, b) if freed is not None else 0.0),
                     own_us=own.timed(a, b) if own is not None else 0.0)
+
+    def python(a: float, b: float) -> list[Item]:
+        out, at = [], a
+        for k0, k1, launch in compiled(a, b) if compiled is not None else ():
+            out += [plain(at, k0), launch]
+            at = k1
+        return out + [plain(at, b)]
 
     def host(a: float, b: float) -> list[Item]:
         out, at = [], a
         for w0, w1 in waits(a, b) if waits is not None else ():
-            out += [python(at, w0), Item("join")]
+            out += [*python(at, w0), Item("join")]
             at = w1
-        return out + [python(at, b)]
+        return out + python(at, b)
     items, cursor = [], start
     for d0, d1 in data:
         d0, d1 = max(d0, start), min(d1, end)

@@ -21,6 +21,7 @@ from .kernels import Work
 from .plans import (
     Freed,
     Item,
+    Kernels,
     StepPlan,
     Waits,
     clip_outliers,
@@ -169,7 +170,7 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
          own_cost: OwnCost | None = None,
          undisturbed: Callable[[Step], float] | None = None, freed: Freed | None = None,
          host_waited: Callable[[Step], tuple[float | None, float | None]] | None = None,
-         waits: Waits | None = None) -> list[StepPlan]:
+         waits: Waits | None = None, compiled: Kernels | None = None) -> list[StepPlan]:
     """Each step as items: the gaps between root ops (Python, DataLoader fetches) and each root op as
     `expand` turns it into host time, kernels and syncs. Roots that overlap (two threads) count once.
     `own_cost`: what perfaudit's recording added to the host's time (µs), taken out of the Python gaps and
@@ -179,7 +180,8 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
     out of the host's measured time (plans.take_out_waits), so a busy machine does not make the host look slow;
     `host_waited(step)`: the training thread's own wait and its fetches', where the recording measured them (µs).
     `freed(a, b)`: the host's time between a and b spent freeing what a GPU would keep (frees.py); `waits(a, b)`:
-    the training thread's waits for a collective there (transfers/collectives.py)."""
+    the training thread's waits for a collective there (transfers/collectives.py); `compiled(a, b)`: the kernels a
+    compiled graph ran there (host/compiled_kernels.py)."""
     plans, step_roots, index = [], [], _Index(trace)
     if own_cost is not None and steps:
         own_cost.prepare(steps[0].ts, steps[-1].end, index.data_starts)
@@ -190,8 +192,9 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
         for root in roots:
             op = root.op
             if op.ts > cursor and not root.quiet:  # between a recurrent layer's backward nodes: the CPU's engine
-                items.extend(gap_items(cursor, op.ts, data, freed, own_cost, waits))
-            expanded = expand(root)
+                items.extend(gap_items(cursor, op.ts, data, freed, own_cost, waits, compiled))
+            expanded = expand(root)  # and a compiled graph's generated kernels in it (a backward node's)
+            expanded += [launch for _, _, launch in compiled(op.ts, op.end)] if compiled is not None else []
             if op.ts < cursor:  # inside what was already counted (another thread): no host time of its own
                 overlap = min(cursor, op.end) - op.ts
                 for item in expanded:
@@ -199,7 +202,7 @@ def plan(trace: Trace, steps: list[Step], expand: Callable[[_Node], list[Item]],
             items.extend(expanded)
             cursor = max(cursor, op.end)
         if step.end > cursor:
-            items.extend(gap_items(cursor, step.end, data, freed, own_cost, waits))
+            items.extend(gap_items(cursor, step.end, data, freed, own_cost, waits, compiled))
         plans.append(StepPlan(step.number, step.dur, items))
         step_roots.append([r.op for r in roots])
     take_out_usual_own(plans)
