@@ -582,6 +582,22 @@ def test_a_bare_gpu_index_puts_the_model_on_the_emulated_device(tmp_path):
     assert copies == {7}, report["findings"]  # the batch made in the step and moved: seen on the device
 
 
+def _sgd_steps(batch: str) -> str:
+    """Six SGD steps of a script's `model` on `batch`, a Python expression."""
+    return ("opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "for step in range(6):\n"
+            f"    model({batch}).sum().backward()\n"
+            "    opt.step()\n"
+            "    opt.zero_grad()\n")
+
+
+def _ran_the_cuda_path(tmp_path: Path, script: Path) -> dict:
+    """The report of a run of `script` (1 warm-up, 3 measured steps) that trained on the emulated device."""
+    report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "3")
+    assert report["run"]["device"] == "cpu, CUDA path emulated" and report["run"]["steps"] == 3, console
+    return report
+
+
 def test_a_checkpoint_loaded_onto_the_gpu_is_on_the_emulated_device(tmp_path):
     """A script that resumes from a checkpoint loads it with `map_location="cuda:0"` (pytorch/examples' imagenet),
     a device, a dict, or a function calling `storage.cuda(gpu)`; this CPU build cannot restore a storage to CUDA
@@ -602,13 +618,8 @@ def test_a_checkpoint_loaded_onto_the_gpu_is_on_the_emulated_device(tmp_path):
         "where = [str(s['model']['weight'].device) + '/' + str(s['scale'][0].is_cuda) for s in loads]\n"
         f"open({str(out)!r}, 'w').write(' '.join(where))\n"
         "model.load_state_dict(loads[0]['model'])\n"
-        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "for step in range(6):\n"
-        "    model(torch.randn(4, 8, device='cuda')).sum().backward()\n"
-        "    opt.step()\n"
-        "    opt.zero_grad()\n")
-    report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "3")
-    assert report["run"]["device"] == "cpu, CUDA path emulated" and report["run"]["steps"] == 3, console
+        + _sgd_steps("torch.randn(4, 8, device='cuda')"))
+    _ran_the_cuda_path(tmp_path, script)
     assert out.read_text() == " ".join(["cuda:0/True"] * 4 + ["cpu/False"])
 
 
@@ -629,13 +640,8 @@ def test_a_cuda_default_tensor_type_makes_factories_place_on_the_device(tmp_path
         "torch.set_default_tensor_type('torch.cuda.FloatTensor')\n"
         f"open({str(out)!r}, 'w').write(' '.join(map(str, made)))\n"
         "model = torch.nn.Linear(8, 1)\n"
-        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "for step in range(6):\n"
-        "    model(torch.randn(4, 8)).sum().backward()\n"
-        "    opt.step()\n"
-        "    opt.zero_grad()\n")
-    report, _, console = _run(tmp_path, script, "--warmup", "1", "--steps", "3")
-    assert report["run"]["device"] == "cpu, CUDA path emulated" and report["run"]["steps"] == 3, console
+        + _sgd_steps("torch.randn(4, 8)"))
+    report = _ran_the_cuda_path(tmp_path, script)
     assert out.read_text() == "True torch.float32 True torch.float64 False torch.float32"
     assert report["memory"]["peak_allocated_bytes"] > 0  # the model made by default on the device is its memory
 
